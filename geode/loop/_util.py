@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import structlog
+
+from geode.loop.protocols import TurnInfo
+from geode.loop.state import RunDeps, RunState
+from geode.messages import ToolResultBlock
+
+log = structlog.get_logger(__name__)
+
+DENIAL_PREFIX = "denied by "
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(6)}"
+
+
+def turn_info(deps: RunDeps, state: RunState, correlation_id: str = "") -> TurnInfo:
+    return TurnInfo(
+        session_id=deps.session_id,
+        turn_id=state.turn_id,
+        round=state.round,
+        correlation_id=correlation_id or f"{state.turn_id}:r{state.round}",
+        mode=deps.mode,
+    )
+
+
+def result_status(result: ToolResultBlock) -> str:
+    if not result.is_error:
+        return "ok"
+    return "denied" if result.text_content.startswith(DENIAL_PREFIX) else "error"
+
+
+async def emit(deps: RunDeps, kind: Any, **data: Any) -> None:
+    """Send a loop event to the driver and the observers; neither can break the turn."""
+    from geode.loop.events import LoopEvent
+
+    if deps.observer is not None:
+        try:
+            deps.observer.emit(kind, session_id=deps.session_id, **data)
+        except Exception:  # noqa: BLE001 - observation never decides or breaks a run
+            pass
+    if deps.on_event is not None:
+        try:
+            await deps.on_event(LoopEvent(kind, data))
+        except Exception:  # noqa: BLE001 - a vanished client must not end the turn
+            log.debug("event sink failed", kind=kind, exc_info=True)

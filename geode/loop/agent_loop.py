@@ -1,0 +1,152 @@
+"""The AgenticLoop: one user turn as six phases, driven by a ``match`` over typed steps."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import structlog
+
+from geode.loop._util import emit, new_id
+from geode.loop.phase_call import prepare_call
+from geode.loop.phase_finish import verify
+from geode.loop.phase_input import prepare_input
+from geode.loop.phase_model import call_provider
+from geode.loop.phase_observe import observe
+from geode.loop.phase_tools import process_tools
+from geode.loop.state import RunDeps, RunState
+from geode.loop.steps import CallModel, Finish, Observe, PrepareCall, RunTools, Step, Verify
+from geode.loop.termination import SUCCESS_REASONS, TerminationReason
+from geode.messages import Message, Usage
+
+__all__ = ["AgenticLoop", "TurnResult"]
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnResult:
+    session_id: str
+    turn_id: str
+    termination: TerminationReason
+    text: str
+    rounds: int
+    tool_calls: list[dict[str, str]] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.termination in SUCCESS_REASONS
+
+    def to_json(self) -> dict[str, object]:
+        """The ``geode run --json`` object (CONTRACT.md)."""
+        return {
+            "session_id": self.session_id,
+            "turn_id": self.turn_id,
+            "termination": self.termination.value,
+            "text": self.text,
+            "rounds": self.rounds,
+            "tool_calls": self.tool_calls,
+            "usage": self.usage.model_dump(),
+            "cost_usd": round(self.cost_usd, 6),
+            "detail": self.detail,
+        }
+
+
+class AgenticLoop:
+    """Runs turns of one session. ``messages`` carries the conversation across turns."""
+
+    def __init__(self, *, deps: RunDeps, messages: list[Message] | None = None) -> None:
+        self.deps = deps
+        self.messages: list[Message] = list(messages or [])
+        self._task: asyncio.Task[Finish] | None = None
+        self.running_turn: str | None = None
+        self.last_result: TurnResult | None = None
+
+    def cancel(self) -> bool:
+        """Cancel the running turn (``/stop``); it ends with reason ``cancelled``."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            return True
+        return False
+
+    async def run(self, prompt: str) -> TurnResult:
+        state = RunState(messages=list(self.messages), turn_id=new_id("t"))
+        self.running_turn = state.turn_id
+        structlog.contextvars.bind_contextvars(
+            session_id=self.deps.session_id, turn_id=state.turn_id
+        )
+        self._task = asyncio.create_task(self._drive(state, prompt))
+        try:
+            finish = await asyncio.shield(self._task)
+        except asyncio.CancelledError:
+            if self._task.cancelled() and not _outer_cancelled():
+                finish = Finish(TerminationReason.CANCELLED, text=state.last_text,
+                                detail="the turn was stopped")
+            else:
+                self._task.cancel()
+                raise
+        finally:
+            self.running_turn = None
+            structlog.contextvars.unbind_contextvars("session_id", "turn_id")
+        return await self._finalize(state, finish)
+
+    async def _drive(self, state: RunState, prompt: str) -> Finish:
+        step: Step = await prepare_input(self.deps, state, prompt)
+        while True:
+            match step:
+                case PrepareCall():
+                    step = await prepare_call(self.deps, state)
+                case CallModel():
+                    step = await call_provider(self.deps, state, step)
+                case RunTools():
+                    step = await process_tools(self.deps, state, step)
+                case Observe():
+                    step = observe(self.deps, state, step)
+                case Verify():
+                    step = await verify(self.deps, state, step)
+                case Finish():
+                    return step
+
+    async def _finalize(self, state: RunState, finish: Finish) -> TurnResult:
+        text = finish.text
+        if finish.reason not in SUCCESS_REASONS and not text:
+            text = _explain(finish)
+        self.messages = state.messages
+        if self.deps.checkpointer is not None and finish.reason != TerminationReason.CHECKPOINT_FAILED:
+            try:
+                await self.deps.checkpointer.save(
+                    messages=state.messages,
+                    state={**state.guard_state(), "last_termination": finish.reason.value},
+                    status="paused" if finish.reason == TerminationReason.CANCELLED else "active",
+                )
+            except Exception as exc:  # noqa: BLE001 - the answer still reaches the user
+                log.error("final checkpoint save failed", error=str(exc))
+        result = TurnResult(
+            session_id=self.deps.session_id,
+            turn_id=state.turn_id,
+            termination=finish.reason,
+            text=text,
+            rounds=state.round + (1 if finish.reason in SUCCESS_REASONS else 0),
+            tool_calls=state.tool_calls,
+            usage=state.usage,
+            cost_usd=state.cost_usd,
+            detail=finish.detail,
+        )
+        self.last_result = result
+        await emit(self.deps, "turn_finished", termination=finish.reason.value,
+                   detail=finish.detail, rounds=result.rounds)
+        log.info("turn finished", termination=finish.reason.value, rounds=result.rounds)
+        return result
+
+
+def _outer_cancelled() -> bool:
+    task = asyncio.current_task()
+    return bool(task is not None and task.cancelling())
+
+
+def _explain(finish: Finish) -> str:
+    reason = finish.reason.value.replace("_", " ")
+    return f"[turn ended: {reason}] {finish.detail}".strip()

@@ -1,0 +1,91 @@
+"""Context compaction: keep the head, drop the middle, never split a tool pair.
+
+A ``tool_use`` block and its ``tool_result`` live in adjacent messages (assistant, then
+user). The kept tail therefore always starts at an *assistant* message: whatever it
+proposes, its results follow it; and no kept user message can hold a result whose call
+was dropped. The head (the first user message) keeps the task; a note in it says how
+much was omitted, so the model knows the conversation was shortened.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from geode.messages import ImageBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
+
+__all__ = ["CompactionResult", "compact", "estimate_tokens"]
+
+_CHARS_PER_TOKEN = 4
+_IMAGE_TOKENS = 1600
+
+
+def estimate_tokens(messages: Sequence[Message], system: str = "") -> int:
+    """A cheap, provider-neutral estimate (4 chars/token, images flat)."""
+    chars = len(system)
+    images = 0
+    for m in messages:
+        for b in m.content:
+            if isinstance(b, TextBlock):
+                chars += len(b.text)
+            elif isinstance(b, ToolUseBlock):
+                chars += len(b.name) + len(json.dumps(b.input, default=str))
+            elif isinstance(b, ToolResultBlock):
+                for c in b.content:
+                    if isinstance(c, TextBlock):
+                        chars += len(c.text)
+                    else:
+                        images += 1
+            elif isinstance(b, ImageBlock):
+                images += 1
+    return chars // _CHARS_PER_TOKEN + images * _IMAGE_TOKENS + 4 * len(messages)
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    messages: list[Message]
+    dropped: int
+
+
+def _summary(dropped: Sequence[Message]) -> str:
+    tools = Counter(u.name for m in dropped for u in m.tool_uses)
+    parts = [f"{len(dropped)} earlier messages were omitted to fit the context window"]
+    if tools:
+        parts.append("tool calls in them: " + ", ".join(f"{n}×{c}" for n, c in tools.most_common()))
+    return "[context note: " + "; ".join(parts) + ".]"
+
+
+def compact(messages: Sequence[Message], *, keep_recent: int) -> CompactionResult | None:
+    """Drop the middle of ``messages``; ``None`` when nothing can be dropped.
+
+    Keeps ``messages[0]`` (the task) and at least ``keep_recent`` messages from the end,
+    extended backwards to the nearest assistant message so no tool pair is split.
+    """
+    n = len(messages)
+    if n < 3:
+        return None
+    start = max(1, n - max(1, keep_recent))
+    while start > 1 and messages[start].role != "assistant":
+        start -= 1
+    if messages[start].role != "assistant" or start <= 1:
+        return None
+    dropped = messages[1:start]
+    head = messages[0]
+    note = TextBlock(text=_summary(dropped))
+    new_head = Message(role="user", content=[*head.content, note])
+    return CompactionResult(messages=[new_head, *messages[start:]], dropped=len(dropped))
+
+
+def pairs_intact(messages: Sequence[Message]) -> bool:
+    """True when every tool_result answers a tool_use in the message just before it."""
+    for i, m in enumerate(messages):
+        results = {r.tool_use_id for r in m.tool_results}
+        if not results:
+            continue
+        if i == 0 or messages[i - 1].role != "assistant":
+            return False
+        if not results <= {u.id for u in messages[i - 1].tool_uses}:
+            return False
+    return True

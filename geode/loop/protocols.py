@@ -1,0 +1,105 @@
+"""What the loop needs from the rest of the harness, as Protocols.
+
+The loop owns the turn; these are the seams where the executor (tool boundary), the
+durable records and observation plug in. Implementations live in ``geode.executor``,
+``geode.store`` and ``geode.hooks``; tests may supply their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from geode.messages import Message, ToolResultBlock, ToolUseBlock
+from geode.tools.plan import BoundToolPlan
+
+__all__ = [
+    "BatchSaveFailed",
+    "Observer",
+    "PromptDecision",
+    "PromptGate",
+    "Checkpointer",
+    "ToolRunner",
+    "TurnInfo",
+    "Verifier",
+    "VerifyOutcome",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnInfo:
+    """Identity of the step a tool batch belongs to."""
+
+    session_id: str
+    turn_id: str
+    round: int
+    correlation_id: str
+    mode: str
+
+
+@runtime_checkable
+class ToolRunner(Protocol):
+    """Phase 4's executor: runs one proposed batch through every check, in order.
+
+    Must return exactly one ToolResultBlock per call, in call order. Denials are
+    ``is_error`` results naming the check that denied; nothing raises for a denial.
+    """
+
+    async def run_batch(
+        self, calls: Sequence[ToolUseBlock], *, turn: TurnInfo, plan: BoundToolPlan
+    ) -> list[ToolResultBlock]: ...
+
+
+class BatchSaveFailed(Exception):  # noqa: N818 - a control signal, not an error type
+    """Raised by a Checkpointer when the proposed batch could not be saved: nothing runs."""
+
+
+@runtime_checkable
+class Checkpointer(Protocol):
+    """The checkpoint chain of one session (durable records issue).
+
+    ``save`` stores messages + loop state + guard counters. ``save_batch_proposed`` is
+    called after the assistant's tool_use message is appended and **before** any tool of
+    it runs; raising :class:`BatchSaveFailed` there means nothing runs.
+    """
+
+    async def save(self, *, messages: Sequence[Message], state: dict[str, Any], status: str) -> None: ...
+
+    async def save_batch_proposed(
+        self, *, messages: Sequence[Message], state: dict[str, Any], turn: TurnInfo
+    ) -> None: ...
+
+
+@dataclass(frozen=True)
+class VerifyOutcome:
+    passed: bool
+    reason: str = ""
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Checks a stop proposal (a text-only answer). Failing asks for a repair round."""
+
+    async def verify(self, *, text: str, messages: Sequence[Message], turn: TurnInfo) -> VerifyOutcome: ...
+
+
+@dataclass(frozen=True)
+class PromptDecision:
+    """A UserPromptSubmit outcome: go on (maybe with a rewritten prompt) or block."""
+
+    blocked: bool = False
+    reason: str = ""
+    prompt: str | None = None
+
+
+@runtime_checkable
+class PromptGate(Protocol):
+    async def __call__(self, prompt: str, turn: TurnInfo) -> PromptDecision: ...
+
+
+@runtime_checkable
+class Observer(Protocol):
+    """Receives lifecycle events; it decides nothing and its failures are swallowed."""
+
+    def emit(self, event: str, /, **data: Any) -> None: ...

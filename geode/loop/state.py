@@ -1,0 +1,92 @@
+"""Run dependencies (immutable) and run state (mutable, checkpointed)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from geode.loop.events import EventSink
+from geode.loop.protocols import Checkpointer, Observer, PromptGate, ToolRunner, Verifier
+from geode.messages import Message, Usage
+from geode.providers.base import BaseProvider
+from geode.providers.retry import RetryPolicy
+from geode.tools.plan import BoundToolPlan
+
+__all__ = ["LoopLimits", "RunDeps", "RunState"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopLimits:
+    max_rounds: int = 30
+    time_budget_s: float | None = None
+    cost_budget_usd: float | None = None
+    #: (input, output) USD per million tokens, for the cost budget
+    price_per_mtok: tuple[float, float] | None = None
+    context_window: int = 200_000
+    #: compact when the estimate passes this share of the window
+    compact_at: float = 0.8
+    keep_recent: int = 8
+    repeated_error_limit: int = 3
+    repair_budget: int = 2
+    max_tokens: int = 8192
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunDeps:
+    """What a turn runs with; fixed for the whole turn (the plan source may refresh)."""
+
+    session_id: str
+    mode: str
+    model: str
+    provider: BaseProvider
+    plan_source: Callable[[], BoundToolPlan]
+    runner: ToolRunner
+    system_prompt: Callable[[], str]
+    limits: LoopLimits = LoopLimits()
+    retry: RetryPolicy = RetryPolicy()
+    checkpointer: Checkpointer | None = None
+    verifier: Verifier | None = None
+    prompt_gate: PromptGate | None = None
+    observer: Observer | None = None
+    on_event: EventSink | None = None
+    stream: bool = False
+
+
+@dataclass(kw_only=True)
+class RunState:
+    """Everything a checkpoint restores: messages plus loop counters."""
+
+    messages: list[Message] = field(default_factory=list)
+    turn_id: str = ""
+    round: int = 0
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    repair_attempts: int = 0
+    error_streak: dict[str, int] = field(default_factory=dict)
+    tool_calls: list[dict[str, str]] = field(default_factory=list)
+    started_at: float = field(default_factory=time.monotonic)
+    last_text: str = ""
+
+    def guard_state(self) -> dict[str, Any]:
+        """The counters saved with each checkpoint (messages are saved separately)."""
+        return {
+            "turn_id": self.turn_id,
+            "round": self.round,
+            "usage": self.usage.model_dump(),
+            "cost_usd": self.cost_usd,
+            "repair_attempts": self.repair_attempts,
+            "error_streak": dict(self.error_streak),
+            "tool_calls": list(self.tool_calls),
+        }
+
+    def apply_guard_state(self, data: dict[str, Any]) -> None:
+        """Replacement semantics: missing fields reset to their defaults."""
+        self.turn_id = str(data.get("turn_id", ""))
+        self.round = int(data.get("round", 0))
+        self.usage = Usage.model_validate(data.get("usage") or {})
+        self.cost_usd = float(data.get("cost_usd", 0.0))
+        self.repair_attempts = int(data.get("repair_attempts", 0))
+        self.error_streak = dict(data.get("error_streak") or {})
+        self.tool_calls = list(data.get("tool_calls") or [])

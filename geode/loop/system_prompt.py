@@ -1,0 +1,60 @@
+"""The system prompt, assembled each turn from declared sources.
+
+Sources, in order: the built-in base, the ``GEODE.md`` in ``$GEODE_HOME`` (operator-wide),
+the ``GEODE.md`` in the session's workspace (project), then rules added by the entry
+point (a binding's system prompt, the mode's note). Only the declared ``## `` sections of
+a GEODE.md are used (``SECTIONS``), so a stray file cannot inject arbitrary structure.
+The conversation is passed separately, never folded into this text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["SECTIONS", "SystemPromptSources", "build_system_prompt", "read_sections"]
+
+SECTIONS = ("Identity", "Instructions", "Rules", "Project", "Conventions")
+_MAX_SECTION_CHARS = 8_000
+
+BASE = (
+    "You are GEODE, an autonomous agent. The host runs your tool calls after checking each "
+    "one; a denied call comes back as an error result that names the check. Do not retry a "
+    "denied call unchanged. When the task is done, answer with text only."
+)
+
+
+def read_sections(path: Path) -> dict[str, str]:
+    """The declared ``## Section`` bodies of a GEODE.md (missing file: nothing)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    out: dict[str, str] = {}
+    for m in re.finditer(r"^##\s+(.+?)\s*$(.*?)(?=^##\s|\Z)", text, re.M | re.S):
+        title = m.group(1).strip()
+        if title in SECTIONS:
+            out[title] = m.group(2).strip()[:_MAX_SECTION_CHARS]
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemPromptSources:
+    home: Path | None = None
+    workspace: Path | None = None
+    rules: Sequence[str] = field(default_factory=tuple)
+    mode: str = "HEADLESS"
+
+
+def build_system_prompt(src: SystemPromptSources) -> str:
+    parts = [BASE, f"Session mode: {src.mode}."]
+    for label, root in (("operator", src.home), ("project", src.workspace)):
+        if root is None:
+            continue
+        for title, body in read_sections(root / "GEODE.md").items():
+            if body:
+                parts.append(f"<{label} section=\"{title}\">\n{body}\n</{label}>")
+    parts.extend(r for r in src.rules if r)
+    return "\n\n".join(parts)

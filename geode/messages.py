@@ -1,0 +1,134 @@
+"""The provider-neutral message model.
+
+Every adapter translates to and from these types; the loop, the executor, the store and
+the channels never see a vendor SDK object. Models are pydantic so a conversation
+serialises losslessly into the checkpoint chain (``model_dump(mode="json")``) and back.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ContentBlock",
+    "ImageBlock",
+    "Message",
+    "ModelResponse",
+    "Role",
+    "StopReason",
+    "StreamEvent",
+    "TextBlock",
+    "ToolResultBlock",
+    "ToolSpec",
+    "ToolUseBlock",
+    "Usage",
+]
+
+Role = Literal["user", "assistant"]
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "error"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TextBlock(_Frozen):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImageBlock(_Frozen):
+    type: Literal["image"] = "image"
+    media_type: str = "image/png"
+    data: str  # base64
+
+
+class ToolUseBlock(_Frozen):
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultBlock(_Frozen):
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: list[TextBlock | ImageBlock] = Field(default_factory=list)
+    is_error: bool = False
+
+    @classmethod
+    def text(cls, tool_use_id: str, text: str, *, is_error: bool = False) -> ToolResultBlock:
+        return cls(tool_use_id=tool_use_id, content=[TextBlock(text=text)], is_error=is_error)
+
+    @property
+    def text_content(self) -> str:
+        return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+
+ContentBlock = Annotated[
+    TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")
+]
+
+
+class Message(_Frozen):
+    role: Role
+    content: list[ContentBlock]
+
+    @classmethod
+    def user(cls, text: str) -> Message:
+        return cls(role="user", content=[TextBlock(text=text)])
+
+    @classmethod
+    def assistant(cls, text: str) -> Message:
+        return cls(role="assistant", content=[TextBlock(text=text)])
+
+    @property
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    @property
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    @property
+    def tool_results(self) -> list[ToolResultBlock]:
+        return [b for b in self.content if isinstance(b, ToolResultBlock)]
+
+
+class Usage(_Frozen):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+class ToolSpec(_Frozen):
+    """What the model is shown of one tool: name, description and JSON schema."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+class ModelResponse(_Frozen):
+    """One assistant message plus its metadata, as returned by every adapter."""
+
+    message: Message
+    stop_reason: StopReason
+    usage: Usage = Usage()
+    model: str = ""
+
+
+class StreamEvent(_Frozen):
+    """A streamed increment: text deltas as they arrive, then the final response."""
+
+    kind: Literal["text_delta", "tool_use_start", "done"]
+    text: str = ""
+    tool_name: str = ""
+    response: ModelResponse | None = None

@@ -1,0 +1,237 @@
+"""Configuration: the one place that reads the environment.
+
+Sources, highest first: explicit overrides (CLI flags) → ``GEODE_*`` environment variables
+(``GEODE_MODEL``, ``GEODE_STORE__URL``, ...; nested keys use ``__``) → the project's
+``./.geode/config.toml`` → ``$GEODE_HOME/config.toml`` → defaults.
+
+Secrets never live in config files: provider keys and bot tokens come from the process
+environment or ``$GEODE_HOME/.env`` (the environment wins) and are registered with the
+redactor as soon as they are read.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from dotenv import dotenv_values
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+    TomlConfigSettingsSource,
+)
+
+from geode.errors import ConfigError
+from geode.redact import register_secret
+
+__all__ = [
+    "BindingSettings",
+    "LoopSettings",
+    "ModelSettings",
+    "Secrets",
+    "Settings",
+    "StoreSettings",
+    "geode_home",
+    "load_settings",
+]
+
+
+def geode_home(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(env.get("GEODE_HOME") or Path.home() / ".geode").expanduser()
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSettings(_Section):
+    default: str = "claude-opus-5-5"
+    #: empty unless configured: a failing model is never silently swapped
+    fallbacks: list[str] = Field(default_factory=list)
+    max_tokens: int = 8192
+    request_timeout_s: float = 120.0
+    max_retries: int = 4
+
+
+class ProviderSettings(_Section):
+    base_url: str | None = None
+    api_key_env: str | None = None  # read the key from another variable
+
+
+class StoreSettings(_Section):
+    url: str | None = None  # default: sqlite under $GEODE_HOME
+    timeline_retention_days: int = 90
+    ledger_retention_days: int = 30
+
+
+class LoopSettings(_Section):
+    max_rounds: int = 30
+    time_budget_s: float | None = None
+    repair_budget: int = 2
+    repeated_error_limit: int = 3
+    max_result_chars: int = 50_000
+
+
+class LaneSettings(_Section):
+    global_cap: int = 8
+    channel_cap: int = 6
+    cli_cap: int = 4
+    wait_timeout_s: float = 300.0
+
+
+class BindingSettings(_Section):
+    platform: Literal["slack", "discord", "telegram"]
+    channel: str
+    workspace: str = ""
+    require_mention: bool = True
+    allow_users: list[str] = Field(default_factory=list)
+    allow_bots: bool = False
+    tools: list[str] | None = None
+    # kept as given: only the literal boolean ``true`` enables computer use
+    computer_use: Any = False
+    model: str | None = None
+    system_prompt: str = ""
+    time_budget_s: float | None = None
+    busy_policy: Literal["queue", "interrupt"] = "queue"
+
+    @field_validator("channel", mode="before")
+    @classmethod
+    def _channel_str(cls, v: Any) -> str:
+        return str(v)
+
+
+class HookCommand(_Section):
+    command: str
+    matcher: str | None = None
+    timeout: float = 10.0
+
+
+class Settings(BaseSettings):
+    """All of GEODE's configuration. Build it with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GEODE_",
+        env_nested_delimiter="__",
+        extra="ignore",
+        validate_default=True,
+    )
+
+    home: Path = Field(default_factory=geode_home)
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    loop: LoopSettings = Field(default_factory=LoopSettings)
+    lanes: LaneSettings = Field(default_factory=LaneSettings)
+    channels: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    bindings: list[BindingSettings] = Field(default_factory=list)
+    mcp: dict[str, Any] = Field(default_factory=dict)
+    hooks: dict[str, list[HookCommand]] = Field(default_factory=dict)
+    log_level: str = "WARNING"
+    log_json: bool = False
+    health_port: int = 8787
+
+    @property
+    def store_url(self) -> str:
+        return self.store.url or f"sqlite:///{self.home / 'geode.db'}"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        files = _CONFIG_FILES.get() or []
+        # later files in the list win: project over home
+        tomls = [TomlConfigSettingsSource(settings_cls, toml_file=f) for f in reversed(files)]
+        return (init_settings, env_settings, *tomls)
+
+
+class _Files:
+    """Which TOML files the next Settings() reads (set by load_settings)."""
+
+    def __init__(self) -> None:
+        self._files: list[Path] = []
+
+    def get(self) -> list[Path]:
+        return self._files
+
+    def set(self, files: list[Path]) -> None:
+        self._files = files
+
+
+_CONFIG_FILES = _Files()
+
+
+class Secrets:
+    """Provider keys and bot tokens: environment first, then ``$GEODE_HOME/.env``."""
+
+    def __init__(self, *, env: Mapping[str, str], dotenv: Mapping[str, str | None]) -> None:
+        self._values = {k: v for k, v in dotenv.items() if v}
+        self._values.update({k: v for k, v in env.items() if v})
+
+    def get(self, name: str) -> str | None:
+        value = self._values.get(name)
+        register_secret(value)
+        return value
+
+    def register_known(self) -> None:
+        """Register every credential-looking variable so logs can never show it."""
+        for name, value in self._values.items():
+            if any(m in name.upper() for m in ("KEY", "TOKEN", "SECRET", "PASSWORD")):
+                register_secret(value)
+
+
+def config_files(home: Path, cwd: Path | None = None) -> list[Path]:
+    """The config files that exist, lowest priority first."""
+    found = []
+    for f in (home / "config.toml", (cwd or Path.cwd()) / ".geode" / "config.toml"):
+        if f.is_file():
+            found.append(f)
+    return found
+
+
+def load_settings(
+    *, cwd: Path | None = None, env: Mapping[str, str] | None = None, **overrides: Any
+) -> tuple[Settings, Secrets]:
+    """Load settings and secrets; a broken file or value is a ConfigError saying where."""
+    env = dict(os.environ if env is None else env)
+    home = geode_home(env)
+    # GEODE_MODEL=ID (CONTRACT.md) is shorthand for [model] default = "ID"
+    if "GEODE_MODEL" in env:
+        env.setdefault("GEODE_MODEL__DEFAULT", env["GEODE_MODEL"])
+    files = config_files(home, cwd)
+    for f in files:
+        try:
+            tomllib.loads(f.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"Cannot read {f}: {exc}. Fix the TOML syntax.") from exc
+    _CONFIG_FILES.set(files)
+    saved = dict(os.environ)
+    try:
+        # pydantic-settings reads os.environ; give it exactly the env we were handed
+        # (start-up only, before any task or thread runs)
+        os.environ.clear()
+        os.environ.update({k: v for k, v in env.items() if k != "GEODE_MODEL"})
+        settings = Settings(home=home, **overrides)
+    except (ValidationError, SettingsError) as exc:
+        where = ", ".join(str(f) for f in files) or "the environment"
+        raise ConfigError(f"Invalid configuration in {where}:\n{exc}") from exc
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        _CONFIG_FILES.set([])
+    dotenv_file = home / ".env"
+    dotenv = dotenv_values(dotenv_file) if dotenv_file.is_file() else {}
+    secrets = Secrets(env=env, dotenv=dotenv)
+    secrets.register_known()
+    return settings, secrets

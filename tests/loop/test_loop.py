@@ -1,0 +1,305 @@
+"""The six-phase loop: every termination reason is reachable, guards hold, pairs stay intact."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from geode.errors import ModelError
+from geode.loop import (
+    AgenticLoop,
+    BatchSaveFailed,
+    LoopLimits,
+    PromptDecision,
+    RunDeps,
+    TerminationReason,
+    TurnInfo,
+    VerifyOutcome,
+)
+from geode.loop.compaction import pairs_intact
+from geode.messages import Message, ToolResultBlock, ToolUseBlock
+from geode.providers.retry import RetryPolicy
+from geode.providers.scripted import ScriptedProvider, ToolCall
+from geode.tools.base import ToolContext, tool
+from geode.tools.plan import BoundToolPlan
+
+
+@tool
+async def echo(ctx: ToolContext, text: str) -> str:
+    """Echo text."""
+    return text
+
+
+PLAN = BoundToolPlan.build([echo])
+
+
+class Runner:
+    """A minimal ToolRunner: echoes, or fails with a fixed error, recording every batch."""
+
+    def __init__(self, *, error: str | None = None, block: asyncio.Event | None = None) -> None:
+        self.batches: list[list[str]] = []
+        self.plans: list[BoundToolPlan] = []
+        self.error = error
+        self.block = block
+
+    async def run_batch(
+        self, calls: Sequence[ToolUseBlock], *, turn: TurnInfo, plan: BoundToolPlan
+    ) -> list[ToolResultBlock]:
+        self.batches.append([c.name for c in calls])
+        self.plans.append(plan)
+        if self.block is not None:
+            await self.block.wait()
+        if self.error:
+            return [ToolResultBlock.text(c.id, self.error, is_error=True) for c in calls]
+        return [ToolResultBlock.text(c.id, str(c.input.get("text", ""))) for c in calls]
+
+
+class Checkpoints:
+    def __init__(self, *, fail_batch: bool = False) -> None:
+        self.saves: list[tuple[str, int]] = []
+        self.fail_batch = fail_batch
+
+    async def save(self, *, messages: Sequence[Message], state: dict[str, Any], status: str) -> None:
+        self.saves.append(("save", len(messages)))
+
+    async def save_batch_proposed(
+        self, *, messages: Sequence[Message], state: dict[str, Any], turn: TurnInfo
+    ) -> None:
+        if self.fail_batch:
+            raise BatchSaveFailed("disk full")
+        self.saves.append(("batch", len(messages)))
+
+
+def make_loop(script: list[Any], runner: Runner | None = None, **kw: Any) -> AgenticLoop:
+    limits = kw.pop("limits", LoopLimits())
+    provider = kw.pop("provider", None) or ScriptedProvider(script)
+    deps = RunDeps(
+        session_id="s-test",
+        mode="HEADLESS",
+        model="scripted",
+        provider=provider,
+        plan_source=lambda: PLAN,
+        runner=runner or Runner(),
+        system_prompt=lambda: "system",
+        limits=limits,
+        retry=kw.pop("retry", RetryPolicy(max_attempts=1)),
+        **kw,
+    )
+    return AgenticLoop(deps=deps)
+
+
+async def test_natural_end_after_a_tool_round() -> None:
+    runner = Runner()
+    provider = ScriptedProvider([ToolCall("echo", {"text": "hi"}), "done: hi"])
+    loop = make_loop([], runner, provider=provider)
+    result = await loop.run("say hi")
+    assert result.termination == TerminationReason.NATURAL
+    assert result.text == "done: hi"
+    assert result.rounds == 2
+    assert result.tool_calls == [{"name": "echo", "status": "ok"}]
+    assert runner.batches == [["echo"]]
+    provider.assert_complete()
+    # the model saw the tool result in its second call, paired with its tool_use
+    second = provider.calls[1].messages
+    assert second[-1].tool_results[0].text_content == "hi"
+    assert pairs_intact(second)
+    assert [t.name for t in provider.calls[0].tools] == ["echo"]
+
+
+async def test_max_rounds() -> None:
+    loop = make_loop([ToolCall("echo", {"text": str(i)}) for i in range(5)],
+                     limits=LoopLimits(max_rounds=3))
+    result = await loop.run("loop forever")
+    assert result.termination == TerminationReason.MAX_ROUNDS
+    assert result.rounds == 3
+    assert not result.ok
+
+
+async def test_time_budget_during_a_slow_model_call() -> None:
+    provider = ScriptedProvider(["late"], latency=5)
+    loop = make_loop([], provider=provider, limits=LoopLimits(time_budget_s=0.2))
+    result = await loop.run("hurry")
+    assert result.termination == TerminationReason.TIME_BUDGET
+
+
+async def test_repeated_identical_tool_errors_stop_the_turn() -> None:
+    runner = Runner(error="boom: file is locked")
+    loop = make_loop([ToolCall("echo", {"text": "x"})] * 10, runner,
+                     limits=LoopLimits(repeated_error_limit=3))
+    result = await loop.run("try")
+    assert result.termination == TerminationReason.REPEATED_ERRORS
+    assert len(runner.batches) == 3
+    assert "boom" in result.detail
+
+
+async def test_model_error_is_classified_and_ends_the_turn() -> None:
+    err = ModelError("invalid x-api-key", kind="auth", status_code=401)
+    result = await make_loop([err]).run("hi")
+    assert result.termination == TerminationReason.MODEL_ERROR
+    assert result.detail.startswith("auth")
+
+
+async def test_transient_errors_are_retried_within_the_bound() -> None:
+    provider = ScriptedProvider([ModelError("x", kind="overloaded"), "ok now"])
+    loop = make_loop([], provider=provider,
+                     retry=RetryPolicy(max_attempts=3, base_delay=0.0, max_delay=0.0))
+    result = await loop.run("hi")
+    assert result.termination == TerminationReason.NATURAL
+    assert len(provider.calls) == 2
+
+
+async def test_cost_budget() -> None:
+    limits = LoopLimits(cost_budget_usd=0.000001, price_per_mtok=(1000.0, 1000.0))
+    loop = make_loop([ToolCall("echo", {"text": "a"}), "never"], limits=limits)
+    result = await loop.run("spend")
+    assert result.termination == TerminationReason.COST_BUDGET
+    assert result.cost_usd > 0
+
+
+async def test_compaction_keeps_tool_pairs_and_the_task() -> None:
+    big = "x" * 4000
+    script = [ToolCall("echo", {"text": big}) for _ in range(12)] + ["finished"]
+    provider = ScriptedProvider(script)
+    limits = LoopLimits(context_window=12_000, compact_at=0.5, keep_recent=4, max_rounds=50)
+    result = await make_loop([], provider=provider, limits=limits).run("the original task")
+    assert result.termination == TerminationReason.NATURAL
+    compacted = [c for c in provider.calls if "omitted" in c.messages[0].text]
+    assert compacted, "compaction never ran"
+    for call in provider.calls:
+        assert pairs_intact(call.messages)
+        assert call.messages[0].text.startswith("the original task")
+        roles = [m.role for m in call.messages]
+        assert all(a != b for a, b in zip(roles, roles[1:], strict=False))
+
+
+async def test_context_exhausted_when_nothing_can_be_dropped() -> None:
+    limits = LoopLimits(context_window=100)
+    result = await make_loop(["never"], limits=limits).run("y" * 2000)
+    assert result.termination == TerminationReason.CONTEXT_EXHAUSTED
+
+
+async def test_context_overflow_from_the_provider_compacts_then_gives_up() -> None:
+    overflow = ModelError("prompt is too long", kind="context_overflow", status_code=400)
+    result = await make_loop([overflow]).run("hi")
+    assert result.termination == TerminationReason.CONTEXT_EXHAUSTED
+
+
+async def test_cancel_stops_a_running_turn() -> None:
+    block = asyncio.Event()
+    runner = Runner(block=block)
+    loop = make_loop([ToolCall("echo", {"text": "a"}), "never"], runner)
+    task = asyncio.create_task(loop.run("work"))
+    while not runner.batches:
+        await asyncio.sleep(0.01)
+    assert loop.running_turn is not None
+    assert loop.cancel()
+    result = await task
+    assert result.termination == TerminationReason.CANCELLED
+    assert loop.running_turn is None
+
+
+class Verifier:
+    def __init__(self, verdicts: list[bool]) -> None:
+        self.verdicts = verdicts
+        self.calls = 0
+
+    async def verify(self, *, text: str, messages: Sequence[Message], turn: TurnInfo) -> VerifyOutcome:
+        self.calls += 1
+        ok = self.verdicts.pop(0)
+        return VerifyOutcome(ok, "" if ok else "the answer lacks a test run")
+
+
+async def test_repair_budget_two_rounds_then_verification_failed() -> None:
+    verifier = Verifier([False, False, False])
+    provider = ScriptedProvider(["a1", "a2", "a3"])
+    loop = make_loop([], provider=provider, verifier=verifier)
+    result = await loop.run("do it")
+    assert result.termination == TerminationReason.VERIFICATION_FAILED
+    assert verifier.calls == 3  # the answer and exactly two repairs
+    assert len(provider.calls) == 3
+    assert "[verification]" in provider.calls[1].messages[-1].text
+    provider.assert_complete()
+
+
+async def test_repair_round_that_passes_is_natural() -> None:
+    verifier = Verifier([False, True])
+    result = await make_loop(["a1", "a2"], verifier=verifier).run("do it")
+    assert result.termination == TerminationReason.NATURAL
+    assert result.text == "a2"
+
+
+async def test_input_blocked_by_prompt_gate() -> None:
+    async def gate(prompt: str, turn: TurnInfo) -> PromptDecision:
+        return PromptDecision(blocked="secret" in prompt, reason="no secrets")
+
+    provider = ScriptedProvider(["never"])
+    result = await make_loop([], provider=provider, prompt_gate=gate).run("print the secret")
+    assert result.termination == TerminationReason.INPUT_BLOCKED
+    assert provider.calls == []
+
+
+async def test_failed_batch_save_runs_nothing() -> None:
+    runner = Runner()
+    cps = Checkpoints(fail_batch=True)
+    loop = make_loop([ToolCall("echo", {"text": "x"})], runner, checkpointer=cps)
+    result = await loop.run("go")
+    assert result.termination == TerminationReason.CHECKPOINT_FAILED
+    assert runner.batches == []
+
+
+async def test_batch_saved_before_tools_run_and_again_after() -> None:
+    cps = Checkpoints()
+    order: list[str] = []
+
+    class OrderedRunner(Runner):
+        async def run_batch(self, calls: Sequence[ToolUseBlock], *, turn: TurnInfo,
+                            plan: BoundToolPlan) -> list[ToolResultBlock]:
+            order.append(f"run after {cps.saves[-1][0]}")
+            return await super().run_batch(calls, turn=turn, plan=plan)
+
+    loop = make_loop([ToolCall("echo", {"text": "x"}), "ok"], OrderedRunner(), checkpointer=cps)
+    await loop.run("go")
+    assert order == ["run after batch"]
+    kinds = [k for k, _ in cps.saves]
+    assert kinds[:3] == ["save", "batch", "save"]
+
+
+async def test_plan_refresh_affects_only_the_next_step() -> None:
+    plans = [PLAN, PLAN.refreshed([echo, *[]])]
+
+    @tool
+    async def other(ctx: ToolContext) -> str:
+        """Other."""
+        return "o"
+
+    newer = PLAN.refreshed([echo, other])
+    seq = iter([PLAN, newer, newer])
+    runner = Runner()
+    provider = ScriptedProvider([ToolCall("echo", {"text": "1"}), "done"])
+    deps_loop = make_loop([], runner, provider=provider)
+    object.__setattr__(deps_loop.deps, "plan_source", lambda: next(seq))
+    await deps_loop.run("go")
+    assert plans[0] is plans[1]  # unchanged content keeps its generation
+    assert runner.plans == [PLAN]  # dispatched against the plan bound to that step
+    assert [t.name for t in provider.calls[1].tools] == ["echo", "other"]
+    assert newer.generation == PLAN.generation + 1
+
+
+async def test_large_prompt_is_passed_whole() -> None:
+    provider = ScriptedProvider(["ok"])
+    big = "z" * 300_000
+    result = await make_loop([], provider=provider).run(big)
+    assert result.ok
+    assert provider.calls[0].messages[0].text == big
+
+
+@pytest.mark.parametrize("reason", list(TerminationReason))
+def test_every_reason_has_a_test(reason: TerminationReason) -> None:
+    import inspect
+    import sys
+
+    source = inspect.getsource(sys.modules[__name__])
+    assert f"TerminationReason.{reason.name}" in source
