@@ -1,0 +1,3 @@
+from geode.cli import main
+
+main()

@@ -1,0 +1,972 @@
+"""A wire-level fake of Slack (Web API, Socket Mode, Events API sender), for tests and demos.
+
+What is simulated, over real HTTP / WebSocket on 127.0.0.1, so slack_sdk and slack-bolt run
+unchanged against :attr:`FakeSlack.base_url`:
+
+- Web API methods ``auth.test``, ``chat.postMessage``, ``chat.update``, ``chat.delete``,
+  ``reactions.add`` / ``reactions.remove``, ``conversations.history`` / ``.replies`` / ``.info``
+  (with ``oldest``/``latest``/``inclusive``/``limit``/``cursor``), ``users.info``,
+  ``assistant.threads.setStatus`` and ``apps.connections.open`` (app token only; returns a
+  loopback ``ws://`` URL). Tokens come from the ``Authorization`` header or a ``token`` param;
+  an unknown one is ``invalid_auth``. Bodies may be JSON, form-encoded or query strings.
+- Socket Mode: ``hello`` on connect, ``events_api`` / ``slash_commands`` envelopes, acks
+  recorded in :attr:`FakeSlack.acks`; unacked envelopes are redelivered (``retry_attempt`` + 1)
+  on the next connection or on demand, and :meth:`FakeSlack.disconnect_all` drops connections
+  (gracefully with a ``disconnect`` message, or abruptly).
+- Events API over HTTP: :meth:`FakeSlack.post_event` signs with Slack's v0 scheme
+  (``X-Slack-Signature``, ``X-Slack-Request-Timestamp``, ``X-Slack-Retry-Num/-Reason``) and can
+  forge bad, stale or missing signatures; :meth:`FakeSlack.post_url_verification` sends the
+  challenge. Slash commands go either way (socket envelope or signed form POST).
+- A channel store: :meth:`FakeSlack.user_posts` stores the message (history and replies return
+  it) and delivers its events, to ``events_url`` when set, otherwise over Socket Mode (queued
+  while no client is connected). A top-level mention in a channel yields both ``message`` and
+  ``app_mention`` events, as Slack does for apps subscribed to both (``double_delivery``).
+
+How to script it::
+
+    async with FakeSlack() as slack:
+        app = AsyncApp(client=AsyncWebClient(token=slack.bot_token, base_url=slack.base_url))
+        ...
+        ts = await slack.user_posts("C1", f"<@{slack.bot_user_id}> hi", user="U1")
+        await slack.wait_until(lambda: slack.posts)
+        slack.fail_next("chat.postMessage", status=429, retry_after=1)
+
+Not simulated: OAuth / multiple workspaces, Block Kit validation beyond shape, files, Slack's
+own timed retries of unacknowledged events (call :meth:`FakeSlack.redeliver` or reconnect).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import itertools
+import json
+import secrets
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import urlencode
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+log = structlog.get_logger(__name__)
+
+JSONDict = dict[str, Any]
+
+__all__ = ["FakeSlack", "SlackCall", "SlackHttpResult", "SlackPost", "sign_slack_request"]
+
+_MAX_TEXT = 40_000
+_MAX_BLOCKS = 50
+
+
+def sign_slack_request(signing_secret: str, timestamp: str, body: str) -> str:
+    """Slack's v0 request signature: ``v0=`` + HMAC-SHA256 of ``v0:{timestamp}:{body}``."""
+    base = f"v0:{timestamp}:{body}".encode()
+    return "v0=" + hmac.new(signing_secret.encode(), base, hashlib.sha256).hexdigest()
+
+
+@dataclass(kw_only=True)
+class SlackCall:
+    """One Web API request as the fake saw it (``error`` is set when it answered ok=false)."""
+
+    method: str
+    params: JSONDict
+    token: str | None
+    status: int = 200
+    error: str | None = None
+
+
+@dataclass(kw_only=True)
+class SlackPost:
+    """A ``chat.postMessage`` / ``chat.update`` / ``chat.delete`` that took effect."""
+
+    method: str
+    channel: str
+    ts: str
+    text: str
+    thread_ts: str | None = None
+    blocks: list[Any] | None = None
+
+
+@dataclass(kw_only=True)
+class SlackHttpResult:
+    """What an HTTP endpoint answered to a delivery from :class:`FakeSlack`."""
+
+    status: int
+    body: str
+    event_id: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class _SlackError(Exception):
+    def __init__(self, error: str, *, status: int = 200, headers: Mapping[str, str] | None = None):
+        super().__init__(error)
+        self.error = error
+        self.status = status
+        self.headers = dict(headers or {})
+
+
+@dataclass(kw_only=True)
+class _Failure:
+    method: str
+    status: int
+    error: str
+    retry_after: int | None
+    times: int
+
+
+Handler = Callable[[JSONDict], Awaitable[JSONDict]]
+
+
+class FakeSlack:
+    """Fake Slack workspace with one app; see the module docstring for what it simulates.
+
+    Args:
+        bot_token: the ``xoxb-`` token the Web API accepts.
+        app_token: the ``xapp-`` token for ``apps.connections.open``.
+        signing_secret: default secret for signed HTTP deliveries.
+        events_url: when set, :meth:`user_posts` and :meth:`slash_command` POST here instead of
+            using Socket Mode.
+        double_delivery: a top-level channel mention yields ``message`` and ``app_mention``.
+        echo_bot_messages: the app's own posts are delivered back as ``message`` events (as
+            Slack does for apps subscribed to channel messages).
+    """
+
+    def __init__(
+        self,
+        *,
+        bot_token: str = "xoxb-fake-bot-token",
+        app_token: str = "xapp-fake-app-token",
+        signing_secret: str = "fake-signing-secret",
+        team_id: str = "T0FAKE",
+        app_id: str = "A0FAKE",
+        bot_user_id: str = "U0BOT",
+        bot_id: str = "B0BOT",
+        events_url: str | None = None,
+        double_delivery: bool = True,
+        echo_bot_messages: bool = False,
+    ) -> None:
+        self.bot_token = bot_token
+        self.app_token = app_token
+        self.signing_secret = signing_secret
+        self.team_id = team_id
+        self.app_id = app_id
+        self.bot_user_id = bot_user_id
+        self.bot_id = bot_id
+        self.events_url = events_url
+        self.double_delivery = double_delivery
+        self.echo_bot_messages = echo_bot_messages
+        self.calls: list[SlackCall] = []
+        self.posts: list[SlackPost] = []
+        self.reactions: list[JSONDict] = []
+        self.statuses: list[JSONDict] = []
+        self.acks: list[str] = []
+        self.ack_payloads: dict[str, Any] = {}
+        self.envelopes: dict[str, JSONDict] = {}
+        self.deliveries: list[tuple[str, int]] = []  # (envelope_id, retry_attempt) sent
+        self.http_deliveries: list[SlackHttpResult] = []
+        self.connections_opened = 0
+        self._channels: dict[str, JSONDict] = {}
+        self._users: dict[str, JSONDict] = {}
+        self._messages: dict[str, dict[str, JSONDict]] = {}
+        self._failures: list[_Failure] = []
+        self._tickets: set[str] = set()
+        self._sockets: list[web.WebSocketResponse] = []
+        self._undelivered: list[str] = []
+        self._delivered_on: dict[str, web.WebSocketResponse] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._rr = itertools.count()
+        self._event_ids = itertools.count(1)
+        self._last_ts = 0.0
+        self._changed = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._port = 0
+        self.add_user(bot_user_id, name="geode", is_bot=True)
+        self._handlers: dict[str, Handler] = {
+            "auth.test": self._auth_test,
+            "chat.postMessage": self._post_message,
+            "chat.update": self._update,
+            "chat.delete": self._delete,
+            "reactions.add": self._reactions_add,
+            "reactions.remove": self._reactions_remove,
+            "conversations.history": self._history,
+            "conversations.replies": self._replies,
+            "conversations.info": self._conversation_info,
+            "users.info": self._users_info,
+            "assistant.threads.setStatus": self._set_status,
+            "apps.connections.open": self._connections_open,
+        }
+
+    # ----------------------------------------------------------------- lifecycle
+    @property
+    def base_url(self) -> str:
+        """What slack_sdk takes as ``base_url`` (ends with ``/api/``)."""
+        return f"http://127.0.0.1:{self._port}/api/"
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    async def start(self) -> None:
+        """Listen on a random loopback port."""
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._dispatch)
+        app.router.add_get("/socket-mode", self._socket_mode)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.5, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = int(self._runner.addresses[0][1])
+        log.debug("fake_slack.started", port=self._port)
+
+    async def stop(self) -> None:
+        """Close every socket and stop serving."""
+        for task in list(self._tasks):
+            task.cancel()
+        for ws in list(self._sockets):
+            await ws.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # ----------------------------------------------------------------- scripting
+    def add_channel(
+        self, channel: str, *, name: str | None = None, is_private: bool = False
+    ) -> JSONDict:
+        """Register a conversation (``C…`` channel, ``G…`` private, ``D…`` DM)."""
+        is_im = channel.startswith("D")
+        info: JSONDict = {
+            "id": channel,
+            "name": name or channel.lower(),
+            "is_channel": channel.startswith("C"),
+            "is_group": channel.startswith("G"),
+            "is_im": is_im,
+            "is_mpim": False,
+            "is_private": is_private or channel.startswith("G") or is_im,
+            "is_member": True,
+            "is_archived": False,
+            "created": int(time.time()),
+            "context_team_id": self.team_id,
+        }
+        self._channels[channel] = info
+        self._messages.setdefault(channel, {})
+        return info
+
+    def add_user(self, user: str, *, name: str | None = None, is_bot: bool = False) -> JSONDict:
+        """Register a workspace member (``user_posts`` does this on first use)."""
+        name = name or user.lower()
+        info: JSONDict = {
+            "id": user,
+            "team_id": self.team_id,
+            "name": name,
+            "real_name": name.title(),
+            "deleted": False,
+            "is_bot": is_bot,
+            "is_app_user": False,
+            "tz": "UTC",
+            "profile": {"display_name": name, "real_name": name.title()},
+        }
+        self._users[user] = info
+        return info
+
+    async def user_posts(
+        self,
+        channel: str,
+        text: str,
+        user: str,
+        thread_ts: str | None = None,
+        *,
+        deliver: bool = True,
+        extra: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Store a user's message and deliver its events; returns its ``ts``.
+
+        ``deliver=False`` only stores it (a message posted while the app was not listening,
+        for catch-up through ``conversations.history``). ``extra`` is merged into the message
+        (e.g. ``{"bot_id": "B9"}`` or ``{"subtype": "file_share"}``).
+        """
+        if channel not in self._channels:
+            self.add_channel(channel)
+        if user not in self._users:
+            self.add_user(user)
+        msg: JSONDict = {
+            "type": "message",
+            "user": user,
+            "text": text,
+            "ts": self._new_ts(),
+            "team": self.team_id,
+            "client_msg_id": str(uuid.uuid4()),
+        }
+        msg.update(extra or {})
+        self._store(channel, msg, thread_ts)
+        if deliver:
+            for event in self._events_for(channel, msg):
+                await self.deliver_event(event)
+        return str(msg["ts"])
+
+    async def deliver_event(self, event: Mapping[str, Any], *, event_id: str | None = None) -> str:
+        """Deliver one inner event (``{"type": ...}``) the configured way; returns envelope or
+        event id."""
+        callback = self._event_callback(event, event_id=event_id)
+        if self.events_url is not None:
+            result = await self.post_event(self.events_url, callback)
+            return result.event_id or ""
+        envelope = {
+            "envelope_id": str(uuid.uuid4()),
+            "type": "events_api",
+            "payload": callback,
+            "accepts_response_payload": False,
+            "retry_attempt": 0,
+            "retry_reason": "",
+        }
+        await self._send_envelope(envelope)
+        return str(envelope["envelope_id"])
+
+    async def slash_command(
+        self, command: str, text: str, channel: str, user: str, *, url: str | None = None
+    ) -> str | SlackHttpResult:
+        """Invoke a slash command: over Socket Mode (returns the envelope id) or, when ``url``
+        or ``events_url`` is set, as a signed form POST (returns the HTTP result)."""
+        if channel not in self._channels:
+            self.add_channel(channel)
+        payload = {
+            "token": "fake-verification-token",
+            "team_id": self.team_id,
+            "team_domain": "fake",
+            "channel_id": channel,
+            "channel_name": self._channels[channel]["name"],
+            "user_id": user,
+            "user_name": self._users.get(user, {}).get("name", user.lower()),
+            "command": command,
+            "text": text,
+            "api_app_id": self.app_id,
+            "is_enterprise_install": "false",
+            "response_url": f"http://127.0.0.1:{self._port}/response/{uuid.uuid4().hex}",
+            "trigger_id": f"{secrets.randbelow(10**9)}.{secrets.randbelow(10**9)}",
+        }
+        target = url or self.events_url
+        if target is not None:
+            body = urlencode(payload)
+            return await self._signed_post(
+                target, body, "application/x-www-form-urlencoded", self.signing_secret
+            )
+        envelope = {
+            "envelope_id": str(uuid.uuid4()),
+            "type": "slash_commands",
+            "payload": payload,
+            "accepts_response_payload": True,
+            "retry_attempt": 0,
+            "retry_reason": "",
+        }
+        await self._send_envelope(envelope)
+        return str(envelope["envelope_id"])
+
+    async def redeliver(self, envelope_id: str, retry_num: int = 1) -> None:
+        """Send an envelope again, as Slack does when it was not acked in time."""
+        envelope = {
+            **self.envelopes[envelope_id],
+            "retry_attempt": retry_num,
+            "retry_reason": "timeout",
+        }
+        await self._send_envelope(envelope)
+
+    async def disconnect_all(self, reason: str | None = "refresh_requested") -> None:
+        """Drop every Socket Mode connection: with a ``disconnect`` message first (``reason``),
+        or abruptly (``reason=None``)."""
+        for ws in list(self._sockets):
+            if reason is not None and not ws.closed:
+                with contextlib.suppress(ConnectionError):
+                    await ws.send_json(
+                        {"type": "disconnect", "reason": reason, "debug_info": {"host": "fake"}}
+                    )
+            await ws.close()
+            with contextlib.suppress(ValueError):
+                self._sockets.remove(ws)
+        self._wake()
+
+    @property
+    def connected(self) -> int:
+        """Number of open Socket Mode connections."""
+        return sum(1 for ws in self._sockets if not ws.closed)
+
+    @property
+    def unacked(self) -> list[str]:
+        """Envelope ids sent (or queued) but not acked."""
+        return [e for e in self.envelopes if e not in self.ack_payloads]
+
+    async def post_event(
+        self,
+        url: str,
+        event: Mapping[str, Any],
+        signing_secret: str | None = None,
+        *,
+        retry_num: int | None = None,
+        retry_reason: str = "http_timeout",
+        timestamp: int | None = None,
+        bad_signature: bool = False,
+        missing_headers: bool = False,
+        event_id: str | None = None,
+    ) -> SlackHttpResult:
+        """POST an Events API request, signed like Slack (or deliberately not).
+
+        ``event`` is an inner event (wrapped in an ``event_callback``) or a full payload with a
+        ``type`` of ``event_callback`` / ``url_verification``. ``timestamp`` forges the signed
+        time (e.g. 10 minutes ago for a stale request).
+        """
+        body = dict(event)
+        if body.get("type") not in ("event_callback", "url_verification"):
+            body = self._event_callback(body, event_id=event_id)
+        headers = {}
+        if retry_num is not None:
+            headers["X-Slack-Retry-Num"] = str(retry_num)
+            headers["X-Slack-Retry-Reason"] = retry_reason
+        result = await self._signed_post(
+            url,
+            json.dumps(body),
+            "application/json",
+            signing_secret or self.signing_secret,
+            timestamp=timestamp,
+            bad_signature=bad_signature,
+            missing_headers=missing_headers,
+            extra_headers=headers,
+        )
+        result.event_id = body.get("event_id")
+        self.http_deliveries.append(result)
+        self._wake()
+        return result
+
+    async def post_url_verification(
+        self, url: str, signing_secret: str | None = None
+    ) -> tuple[str, SlackHttpResult]:
+        """Send the ``url_verification`` challenge; returns (challenge, result)."""
+        challenge = secrets.token_urlsafe(16)
+        body = {"token": "fake-verification-token", "challenge": challenge}
+        result = await self.post_event(url, {**body, "type": "url_verification"}, signing_secret)
+        return challenge, result
+
+    def fail_next(
+        self,
+        method: str,
+        *,
+        status: int = 429,
+        retry_after: int | None = None,
+        error: str | None = None,
+        times: int = 1,
+    ) -> None:
+        """Make the next ``times`` calls of ``method`` fail.
+
+        ``status=429`` answers ``ratelimited`` with a ``Retry-After`` header (default 1 s);
+        ``status=200`` with ``error`` answers ``{"ok": false, "error": error}`` (e.g.
+        ``missing_scope``); a 5xx answers a server error.
+        """
+        if status == 429 and retry_after is None:
+            retry_after = 1
+        default = {429: "ratelimited", 200: "internal_error"}.get(status, "fatal_error")
+        self._failures.append(
+            _Failure(
+                method=method,
+                status=status,
+                error=error or default,
+                retry_after=retry_after,
+                times=times,
+            )
+        )
+
+    def messages_in(self, channel: str, thread_ts: str | None = None) -> list[JSONDict]:
+        """Visible messages, oldest first: top-level ones, or one thread (parent + replies)."""
+        msgs = sorted(self._messages.get(channel, {}).values(), key=lambda m: float(m["ts"]))
+        if thread_ts is None:
+            return [m for m in msgs if m.get("thread_ts", m["ts"]) == m["ts"]]
+        return [m for m in msgs if m.get("thread_ts") == thread_ts or m["ts"] == thread_ts]
+
+    def calls_to(self, method: str) -> list[SlackCall]:
+        """Recorded calls of one Web API method."""
+        return [c for c in self.calls if c.method == method]
+
+    async def wait_until(self, predicate: Callable[[], object], *, within: float = 5.0) -> None:
+        """Wait until ``predicate()`` is truthy, re-checking on every state change of the fake.
+
+        Raises:
+            TimeoutError: it did not become true within ``within`` seconds.
+        """
+        async with asyncio.timeout(within):
+            while not predicate():
+                # Also re-check on a short tick: predicates may read client-side state too.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.02):
+                        await self._changed.wait()
+
+    # ----------------------------------------------------------------- internals
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _new_ts(self) -> str:
+        # Slack ts values are unique per channel and strictly increasing; microsecond steps.
+        now = max(time.time(), self._last_ts + 0.000001)
+        self._last_ts = round(now, 6)
+        return f"{self._last_ts:.6f}"
+
+    def _store(self, channel: str, msg: JSONDict, thread_ts: str | None) -> None:
+        msgs = self._messages.setdefault(channel, {})
+        if thread_ts is not None:
+            msg["thread_ts"] = thread_ts
+        parent = msgs.get(thread_ts) if thread_ts is not None else None
+        if parent is not None:
+            msg["parent_user_id"] = parent.get("user")
+            parent["thread_ts"] = thread_ts
+            parent["reply_count"] = int(parent.get("reply_count", 0)) + 1
+            users = parent.setdefault("reply_users", [])
+            if msg.get("user") not in users:
+                users.append(msg.get("user"))
+            parent["reply_users_count"] = len(users)
+            parent["latest_reply"] = msg["ts"]
+        msgs[str(msg["ts"])] = msg
+        self._wake()
+
+    def _events_for(self, channel: str, msg: Mapping[str, Any]) -> list[JSONDict]:
+        info = self._channels[channel]
+        channel_type = "im" if info["is_im"] else "group" if info["is_group"] else "channel"
+        base: JSONDict = {k: v for k, v in msg.items() if k not in ("reply_count", "reply_users")}
+        base.update({"channel": channel, "event_ts": msg["ts"]})
+        message_event = {**base, "type": "message", "channel_type": channel_type}
+        mentioned = f"<@{self.bot_user_id}>" in str(msg.get("text", ""))
+        if not mentioned or info["is_im"]:
+            return [message_event]
+        mention_event = {**base, "type": "app_mention"}
+        mention_event.pop("parent_user_id", None)
+        if self.double_delivery:
+            return [message_event, mention_event]
+        return [mention_event]
+
+    def _event_callback(self, event: Mapping[str, Any], *, event_id: str | None) -> JSONDict:
+        return {
+            "token": "fake-verification-token",
+            "team_id": self.team_id,
+            "context_team_id": self.team_id,
+            "api_app_id": self.app_id,
+            "event": dict(event),
+            "type": "event_callback",
+            "event_id": event_id or f"Ev{next(self._event_ids):010d}",
+            "event_time": int(time.time()),
+            "authorizations": [
+                {
+                    "enterprise_id": None,
+                    "team_id": self.team_id,
+                    "user_id": self.bot_user_id,
+                    "is_bot": True,
+                    "is_enterprise_install": False,
+                }
+            ],
+            "is_ext_shared_channel": False,
+            "event_context": f"4-{secrets.token_hex(8)}",
+        }
+
+    async def _deliver_all(self, events: list[JSONDict]) -> None:
+        for event in events:
+            await self.deliver_event(event)
+
+    async def _send_envelope(self, envelope: JSONDict) -> None:
+        envelope_id = str(envelope["envelope_id"])
+        self.envelopes.setdefault(envelope_id, envelope)
+        open_sockets = [ws for ws in self._sockets if not ws.closed]
+        if not open_sockets:
+            # Slack holds events briefly for an app with no connection; the next one gets them.
+            if envelope_id not in self._undelivered:
+                self._undelivered.append(envelope_id)
+            self._wake()
+            return
+        ws = open_sockets[next(self._rr) % len(open_sockets)]
+        try:
+            await ws.send_json(envelope)
+        except ConnectionError:
+            self._undelivered.append(envelope_id)
+        else:
+            self.deliveries.append((envelope_id, int(envelope.get("retry_attempt", 0))))
+            self._delivered_on[envelope_id] = ws
+        self._wake()
+
+    async def _signed_post(
+        self,
+        url: str,
+        body: str,
+        content_type: str,
+        signing_secret: str,
+        *,
+        timestamp: int | None = None,
+        bad_signature: bool = False,
+        missing_headers: bool = False,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> SlackHttpResult:
+        ts = str(int(time.time()) if timestamp is None else timestamp)
+        signature = sign_slack_request(signing_secret, ts, body)
+        if bad_signature:
+            signature = signature[:-4] + ("0000" if not signature.endswith("0000") else "1111")
+        headers = {"Content-Type": content_type, "User-Agent": "Slackbot 1.0 (+fake)"}
+        if not missing_headers:
+            headers["X-Slack-Request-Timestamp"] = ts
+            headers["X-Slack-Signature"] = signature
+        headers.update(extra_headers or {})
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        async with self._session.post(url, data=body.encode(), headers=headers) as resp:
+            return SlackHttpResult(
+                status=resp.status, body=await resp.text(), headers=dict(resp.headers)
+            )
+
+    async def _read_params(self, request: web.Request) -> JSONDict:
+        params: JSONDict = dict(request.query)
+        if request.content_type == "application/json":
+            raw = await request.read()
+            if raw:
+                body = json.loads(raw)
+                if isinstance(body, dict):
+                    params.update(body)
+        elif request.can_read_body:
+            form = await request.post()
+            params.update({k: v for k, v in form.items() if isinstance(v, str)})
+        for key in ("blocks", "attachments", "metadata"):
+            if isinstance(params.get(key), str):
+                with contextlib.suppress(ValueError):
+                    params[key] = json.loads(params[key])
+        return params
+
+    def _take_failure(self, method: str) -> _Failure | None:
+        for failure in self._failures:
+            if failure.method == method:
+                failure.times -= 1
+                if failure.times <= 0:
+                    self._failures.remove(failure)
+                return failure
+        return None
+
+    async def _dispatch(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        params = await self._read_params(request)
+        auth = request.headers.get("Authorization", "")
+        token = auth[7:] if auth.startswith("Bearer ") else params.pop("token", None)
+        params.pop("token", None)
+        call = SlackCall(method=method, params=params, token=token)
+        self.calls.append(call)
+        try:
+            self._check_token(method, token)
+            failure = self._take_failure(method)
+            if failure is not None:
+                headers = {}
+                if failure.retry_after is not None:
+                    headers["Retry-After"] = str(failure.retry_after)
+                raise _SlackError(failure.error, status=failure.status, headers=headers)
+            handler = self._handlers.get(method)
+            if handler is None:
+                raise _SlackError("unknown_method")
+            result = await handler(params)
+        except _SlackError as exc:
+            call.status, call.error = exc.status, exc.error
+            self._wake()
+            return web.json_response(
+                {"ok": False, "error": exc.error}, status=exc.status, headers=exc.headers
+            )
+        self._wake()
+        return web.json_response({"ok": True, **result})
+
+    def _check_token(self, method: str, token: str | None) -> None:
+        if not token:
+            raise _SlackError("not_authed")
+        if token not in (self.bot_token, self.app_token):
+            raise _SlackError("invalid_auth")
+        app_level = method == "apps.connections.open"
+        if app_level != (token == self.app_token):
+            raise _SlackError("not_allowed_token_type")
+
+    async def _socket_mode(self, request: web.Request) -> web.StreamResponse:
+        ticket = request.query.get("ticket", "")
+        if ticket not in self._tickets:
+            return web.Response(status=401, text="invalid ticket")
+        self._tickets.discard(ticket)  # a ticket opens one connection, like Slack's
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        self._sockets.append(ws)
+        await ws.send_json(
+            {
+                "type": "hello",
+                "num_connections": self.connected,
+                "debug_info": {"host": "fake-slack", "approximate_connection_time": 18060},
+                "connection_info": {"app_id": self.app_id},
+            }
+        )
+        self._wake()
+        # Unacked envelopes go to the new connection: queued ones as they are, and ones sent on
+        # a connection that has since closed as a retry (Slack's redelivery after a drop).
+        # Envelopes in flight on another live connection are left alone.
+        queued, self._undelivered = self._undelivered, []
+        for envelope_id, envelope in list(self.envelopes.items()):
+            if envelope_id in self.ack_payloads:
+                continue
+            if envelope_id in queued:
+                await self._send_envelope(envelope)
+                continue
+            previous = self._delivered_on.get(envelope_id)
+            if previous is not None and previous.closed:
+                attempt = max(a for e, a in self.deliveries if e == envelope_id)
+                await self.redeliver(envelope_id, attempt + 1)
+        try:
+            async for msg in ws:
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    continue
+                with contextlib.suppress(ValueError):
+                    data = json.loads(msg.data)
+                    if isinstance(data, dict) and "envelope_id" in data:
+                        self.acks.append(str(data["envelope_id"]))
+                        self.ack_payloads[str(data["envelope_id"])] = data.get("payload")
+                        self._wake()
+        finally:
+            with contextlib.suppress(ValueError):
+                self._sockets.remove(ws)
+            self._wake()
+        return ws
+
+    def _channel(self, params: Mapping[str, Any], key: str = "channel") -> str:
+        channel = str(params.get(key) or "")
+        if channel not in self._channels:
+            raise _SlackError("channel_not_found")
+        return channel
+
+    def _message(self, channel: str, ts: Any) -> JSONDict:
+        msg = self._messages[channel].get(str(ts or ""))
+        if msg is None:
+            raise _SlackError("message_not_found")
+        return msg
+
+    @staticmethod
+    def _content(params: Mapping[str, Any]) -> tuple[str, list[Any] | None]:
+        text = str(params.get("text") or "")
+        blocks = params.get("blocks")
+        if blocks is not None and (not isinstance(blocks, list) or len(blocks) > _MAX_BLOCKS):
+            raise _SlackError("invalid_blocks")
+        if not text and not blocks:
+            raise _SlackError("no_text")
+        if len(text) > _MAX_TEXT:
+            raise _SlackError("msg_too_long")
+        return text, blocks
+
+    # ----------------------------------------------------------------- methods
+    async def _auth_test(self, params: JSONDict) -> JSONDict:
+        return {
+            "url": "https://fake.slack.com/",
+            "team": "Fake Workspace",
+            "user": "geode",
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    async def _post_message(self, params: JSONDict) -> JSONDict:
+        channel = self._channel(params)
+        text, blocks = self._content(params)
+        thread_ts = str(params["thread_ts"]) if params.get("thread_ts") else None
+        msg: JSONDict = {
+            "type": "message",
+            "user": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "app_id": self.app_id,
+            "text": text,
+            "ts": self._new_ts(),
+            "team": self.team_id,
+        }
+        if blocks is not None:
+            msg["blocks"] = blocks
+        self._store(channel, msg, thread_ts)
+        self.posts.append(
+            SlackPost(
+                method="chat.postMessage",
+                channel=channel,
+                ts=msg["ts"],
+                text=text,
+                thread_ts=thread_ts,
+                blocks=blocks,
+            )
+        )
+        if self.echo_bot_messages:
+            # Delivered after this response, as Slack's event follows the API answer.
+            events = self._events_for(channel, {**msg, "subtype": "bot_message"})
+            task = asyncio.create_task(self._deliver_all(events))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return {"channel": channel, "ts": msg["ts"], "message": dict(msg)}
+
+    async def _update(self, params: JSONDict) -> JSONDict:
+        channel = self._channel(params)
+        msg = self._message(channel, params.get("ts"))
+        if msg.get("bot_id") != self.bot_id:
+            raise _SlackError("cant_update_message")
+        text, blocks = self._content(params)
+        msg["text"] = text
+        if blocks is not None:
+            msg["blocks"] = blocks
+        msg["edited"] = {"user": self.bot_user_id, "ts": self._new_ts()}
+        self.posts.append(
+            SlackPost(
+                method="chat.update",
+                channel=channel,
+                ts=msg["ts"],
+                text=text,
+                thread_ts=msg.get("thread_ts") if msg.get("thread_ts") != msg["ts"] else None,
+                blocks=blocks,
+            )
+        )
+        return {"channel": channel, "ts": msg["ts"], "text": text, "message": dict(msg)}
+
+    async def _delete(self, params: JSONDict) -> JSONDict:
+        channel = self._channel(params)
+        msg = self._message(channel, params.get("ts"))
+        if msg.get("bot_id") != self.bot_id:
+            raise _SlackError("cant_delete_message")
+        del self._messages[channel][msg["ts"]]
+        self.posts.append(
+            SlackPost(
+                method="chat.delete",
+                channel=channel,
+                ts=msg["ts"],
+                text=msg["text"],
+                thread_ts=msg.get("thread_ts"),
+            )
+        )
+        return {"channel": channel, "ts": msg["ts"]}
+
+    async def _reactions_add(self, params: JSONDict) -> JSONDict:
+        channel = self._channel(params)
+        msg = self._message(channel, params.get("timestamp"))
+        name = str(params.get("name") or "")
+        if not name:
+            raise _SlackError("invalid_name")
+        reactions: list[JSONDict] = msg.setdefault("reactions", [])
+        entry = next((r for r in reactions if r["name"] == name), None)
+        if entry is not None and self.bot_user_id in entry["users"]:
+            raise _SlackError("already_reacted")
+        if entry is None:
+            entry = {"name": name, "users": [], "count": 0}
+            reactions.append(entry)
+        entry["users"].append(self.bot_user_id)
+        entry["count"] += 1
+        self.reactions.append({"channel": channel, "ts": msg["ts"], "name": name})
+        return {}
+
+    async def _reactions_remove(self, params: JSONDict) -> JSONDict:
+        channel = self._channel(params)
+        msg = self._message(channel, params.get("timestamp"))
+        name = str(params.get("name") or "")
+        for entry in msg.get("reactions", []):
+            if entry["name"] == name and self.bot_user_id in entry["users"]:
+                entry["users"].remove(self.bot_user_id)
+                entry["count"] -= 1
+                msg["reactions"] = [r for r in msg["reactions"] if r["count"] > 0]
+                return {}
+        raise _SlackError("no_reaction")
+
+    @staticmethod
+    def _page(msgs: list[JSONDict], params: Mapping[str, Any], *, newest_first: bool) -> JSONDict:
+        oldest = float(params.get("oldest") or 0)
+        latest = float(params["latest"]) if params.get("latest") else float("inf")
+        inclusive = str(params.get("inclusive", "")).lower() in ("1", "true")
+
+        def inside(m: JSONDict) -> bool:
+            ts = float(m["ts"])
+            if inclusive:
+                return oldest <= ts <= latest
+            return oldest < ts < latest
+
+        selected = sorted((m for m in msgs if inside(m)), key=lambda m: float(m["ts"]))
+        if newest_first:
+            selected.reverse()
+        start = int(str(params.get("cursor") or "0").removeprefix("page:") or 0)
+        limit = max(1, min(1000, int(params.get("limit") or 100)))
+        page = selected[start : start + limit]
+        more = start + limit < len(selected)
+        return {
+            "messages": [dict(m) for m in page],
+            "has_more": more,
+            "response_metadata": {"next_cursor": f"page:{start + limit}" if more else ""},
+        }
+
+    async def _history(self, params: JSONDict) -> JSONDict:
+        channel = self._channel(params)
+        top = [
+            m
+            for m in self._messages[channel].values()
+            if m.get("thread_ts", m["ts"]) == m["ts"] or m.get("subtype") == "thread_broadcast"
+        ]
+        return {**self._page(top, params, newest_first=True), "pin_count": 0}
+
+    async def _replies(self, params: JSONDict) -> JSONDict:
+        channel = self._channel(params)
+        msg = self._messages[channel].get(str(params.get("ts") or ""))
+        if msg is None:
+            raise _SlackError("thread_not_found")
+        root = str(msg.get("thread_ts", msg["ts"]))
+        thread = [
+            m
+            for m in self._messages[channel].values()
+            if m["ts"] == root or m.get("thread_ts") == root
+        ]
+        page = self._page(thread, params, newest_first=False)
+        parent = self._messages[channel].get(root)
+        # Slack always leads a replies page with the parent, whatever the ts window says.
+        if parent is not None and all(m["ts"] != root for m in page["messages"]):
+            page["messages"].insert(0, dict(parent))
+        return page
+
+    async def _conversation_info(self, params: JSONDict) -> JSONDict:
+        return {"channel": dict(self._channels[self._channel(params)])}
+
+    async def _users_info(self, params: JSONDict) -> JSONDict:
+        user = self._users.get(str(params.get("user") or ""))
+        if user is None:
+            raise _SlackError("user_not_found")
+        return {"user": dict(user)}
+
+    async def _set_status(self, params: JSONDict) -> JSONDict:
+        channel = self._channel(params, "channel_id")
+        if not params.get("thread_ts"):
+            raise _SlackError("invalid_arguments")
+        self.statuses.append(
+            {
+                "channel_id": channel,
+                "thread_ts": str(params["thread_ts"]),
+                "status": str(params.get("status") or ""),
+            }
+        )
+        return {}
+
+    async def _connections_open(self, params: JSONDict) -> JSONDict:
+        ticket = uuid.uuid4().hex
+        self._tickets.add(ticket)
+        self.connections_opened += 1
+        url = f"ws://127.0.0.1:{self._port}/socket-mode?ticket={ticket}&app_id={self.app_id}"
+        return {"url": url}
