@@ -24,7 +24,7 @@ _PATTERNS = [
     re.compile(r"sk-(?:proj-|or-v1-)?[A-Za-z0-9_\-]{16,}"),
     re.compile(r"xox[abprs]-[A-Za-z0-9\-]{8,}"),
     re.compile(r"xapp-[A-Za-z0-9\-]{8,}"),
-    re.compile(r"\b\d{6,12}:[A-Za-z0-9_\-]{30,}\b"),  # Telegram bot token
+    re.compile(r"(?<!\d)\d{5,}:[A-Za-z0-9_\-]{30,}"),  # Telegram bot token (also inside URLs)
     re.compile(r"\b[MN][A-Za-z\d_\-]{23,25}\.[A-Za-z\d_\-]{6}\.[A-Za-z\d_\-]{27,}\b"),  # Discord
     re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._\-]{12,}"),
 ]

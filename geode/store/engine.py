@@ -1,0 +1,332 @@
+"""Opening the store: one async SQLAlchemy engine for SQLite (aiosqlite) or PostgreSQL (psycopg 3).
+
+SQLite writers are serialised in two layers:
+
+* inside one process, a :class:`asyncio.Lock` per :class:`Store` admits one write
+  transaction at a time. Waiting on it costs nothing and cannot time out, so 50 sessions
+  saving at once queue up instead of racing for SQLite's single writer slot;
+* across processes (``geode serve`` and a ``geode run`` on the same file), every write
+  transaction starts with ``BEGIN IMMEDIATE``: the write lock is taken at BEGIN, where the
+  5 s ``busy_timeout`` applies. A deferred transaction that reads and then tries to write
+  can get SQLITE_BUSY at once, without waiting, which is the classic "database is locked".
+
+Reads use deferred transactions and run concurrently with the writer (WAL mode).
+PostgreSQL needs none of this: rows are locked with ``SELECT ... FOR UPDATE``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import zlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import structlog
+from sqlalchemy import event, inspect, text
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from geode.errors import ConfigError, StoreError
+from geode.store.checkpoint import CheckpointStore, SessionCheckpointer
+from geode.store.receipts import ReceiptStore
+from geode.store.sessions import SessionStore
+from geode.store.timeline import SessionTimeline
+
+__all__ = ["Store", "head_revision", "normalize_url", "open_store", "upgrade"]
+
+log = structlog.get_logger(__name__)
+
+_HERE = Path(__file__).resolve().parent
+BUSY_TIMEOUT_MS = 5_000
+# Any 64-bit key: serialises concurrent `upgrade` runs of several replicas on one PG database.
+_PG_MIGRATION_LOCK = zlib.crc32(b"geode.store.migrations")
+
+
+def normalize_url(url: str) -> URL:
+    """Map the accepted spellings onto the two async drivers we use.
+
+    ``sqlite:///p`` / ``sqlite+aiosqlite:///p`` -> aiosqlite (``~`` and ``$VARS`` expanded);
+    ``postgresql://``, ``postgres://``, ``postgresql+psycopg://`` -> psycopg 3 async.
+    """
+    try:
+        parsed = make_url(url.replace("postgres://", "postgresql://", 1))
+    except ArgumentError as exc:
+        raise ConfigError(f"store url {url!r} is not a database URL: {exc}") from exc
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        db = parsed.database or ""
+        if db in ("", ":memory:") or db.startswith("file:"):
+            raise ConfigError(
+                "the store needs a file: use sqlite:///PATH (an in-memory database would "
+                "lose every checkpoint at exit)"
+            )
+        path = Path(os.path.expandvars(db)).expanduser()
+        return parsed.set(drivername="sqlite+aiosqlite", database=str(path))
+    if backend == "postgresql":
+        return parsed.set(drivername="postgresql+psycopg")
+    raise ConfigError(
+        f"unsupported store url scheme {parsed.drivername!r}: use sqlite:///PATH or "
+        "postgresql+psycopg://USER@HOST/DB"
+    )
+
+
+def _where(url: URL) -> str:
+    """Where the database is, for messages: the file path, or host:port/db (no password)."""
+    if url.get_backend_name() == "sqlite":
+        return str(url.database)
+    return f"{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
+
+
+def _build_engine(url: URL) -> AsyncEngine:
+    if url.get_backend_name() == "sqlite":
+        Path(str(url.database)).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
+        _install_sqlite_hooks(engine)
+        return engine
+    return create_async_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=20,
+        connect_args={"connect_timeout": 10},
+    )
+
+
+def _install_sqlite_hooks(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # We emit BEGIN ourselves (below); the driver must not open transactions itself.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        try:
+            cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            cur.execute("PRAGMA journal_mode = WAL")
+            # NORMAL under WAL: a commit survives a process crash (the crash tests kill
+            # -9); only an OS crash / power loss can drop the last commits.
+            cur.execute("PRAGMA synchronous = NORMAL")
+            cur.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cur.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get("geode_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+class Store:
+    """The durable store: engine, session factory and the record components.
+
+    Build it with :func:`open_store`. Components: ``sessions``, ``checkpoints``,
+    ``receipts``, ``timeline``; ``checkpointer(session_id)`` gives one session's chain.
+    """
+
+    def __init__(self, *, engine: AsyncEngine, url: URL, secrets: tuple[str, ...] = ()) -> None:
+        self.engine = engine
+        self.url = url
+        self.dialect: str = url.get_backend_name()
+        self.where = _where(url)
+        self.secrets = secrets
+        self._write_engine = engine.execution_options(geode_write=True)
+        # SQLite has one writer slot per file: queue writers of this process here (see
+        # the module docstring). PostgreSQL locks rows, so no process-wide lock.
+        self._write_lock: asyncio.Lock | None = asyncio.Lock() if self.dialect == "sqlite" else None
+        self.session_factory: async_sessionmaker[AsyncSession] = async_sessionmaker(
+            self._write_engine, expire_on_commit=False
+        )
+        self.sessions = SessionStore(store=self)
+        self.checkpoints = CheckpointStore(store=self)
+        self.receipts = ReceiptStore(store=self)
+        self.timeline = SessionTimeline(store=self)
+
+    def checkpointer(self, session_id: str) -> SessionCheckpointer:
+        """The checkpoint chain of one session (the loop's ``Checkpointer``)."""
+        return SessionCheckpointer(store=self, session_id=session_id)
+
+    @contextlib.asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncConnection]:
+        """One write transaction, committed on exit (``BEGIN IMMEDIATE`` on SQLite)."""
+        lock = self._write_lock or contextlib.nullcontext()
+        async with lock, self._write_engine.begin() as conn:
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        """One read-only transaction (rolled back on exit)."""
+        async with self.engine.connect() as conn:
+            yield conn
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.dialect == "postgresql"
+
+    async def ping(self) -> bool:
+        """Readiness check: can a trivial query run now?"""
+        try:
+            async with self.read() as conn:
+                await conn.execute(text("SELECT 1"))
+        except (SQLAlchemyError, OSError) as exc:
+            log.warning("store.ping_failed", where=self.where, error=type(exc).__name__)
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        await self.engine.dispose()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+async def open_store(url: str, *, migrate: bool = True, secrets: tuple[str, ...] = ()) -> Store:
+    """Open the store at ``url``, applying migrations first unless ``migrate=False``.
+
+    Args:
+        url: ``sqlite:///PATH`` or ``postgresql+psycopg://USER@HOST:PORT/DB``.
+        migrate: apply pending Alembic migrations (``geode serve`` does; tools that must
+            not change the schema pass False and get an error if it is not current).
+        secrets: literal secret values the timeline must mask wherever they occur.
+
+    Raises:
+        StoreError: corrupt or foreign database file, unreachable server, or a schema that
+            is not at this version's head (when ``migrate=False``).
+        ConfigError: the URL is not one we support.
+    """
+    parsed = normalize_url(url)
+    engine = _build_engine(parsed)
+    try:
+        await _check_and_migrate(engine, parsed, migrate=migrate)
+    except BaseException:
+        await engine.dispose()
+        raise
+    return Store(engine=engine, url=parsed, secrets=tuple(secrets))
+
+
+async def upgrade(url: str) -> str:
+    """Apply every pending migration (``geode db upgrade``). Returns the head revision."""
+    parsed = normalize_url(url)
+    engine = _build_engine(parsed)
+    try:
+        await _check_and_migrate(engine, parsed, migrate=True)
+    finally:
+        await engine.dispose()
+    return head_revision()
+
+
+def _alembic_config(connection: Connection | None = None) -> Any:
+    from alembic.config import Config
+
+    cfg = Config(str(_HERE / "alembic.ini"))
+    cfg.set_main_option("script_location", str(_HERE / "migrations"))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+@functools.cache
+def _scripts() -> Any:
+    # Parsing the version files costs ~10 ms; they cannot change while we run.
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(_alembic_config())
+
+
+def head_revision() -> str:
+    """The newest migration this GEODE ships."""
+    head: str | None = _scripts().get_current_head()
+    assert head is not None  # the package ships at least 0001
+    return head
+
+
+def _inspect_state(conn: Connection) -> tuple[set[str], str | None]:
+    tables = set(inspect(conn).get_table_names())
+    version: str | None = None
+    if "alembic_version" in tables:
+        version = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    return tables, version
+
+
+def _run_upgrade(conn: Connection) -> None:
+    from alembic import command
+
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATION_LOCK})")
+    command.upgrade(_alembic_config(conn), "head")
+
+
+async def _check_and_migrate(engine: AsyncEngine, url: URL, *, migrate: bool) -> None:
+    where = _where(url)
+    is_sqlite = url.get_backend_name() == "sqlite"
+    advice = (
+        "Run `geode db upgrade`, or restore the file from a backup (or move it away to "
+        "start a new store)."
+    )
+    try:
+        async with engine.connect() as conn:
+            tables, version = await conn.run_sync(_inspect_state)
+    except DBAPIError as exc:
+        if is_sqlite:
+            raise StoreError(
+                f"the store file {where} is not a usable GEODE database "
+                f"({_first_line(exc.orig)}). {advice}"
+            ) from exc
+        raise StoreError(
+            f"cannot reach the PostgreSQL store at {where} ({type(exc.orig).__name__}); "
+            "check that the server runs and the [store] url"
+        ) from exc
+    except OSError as exc:
+        raise StoreError(f"cannot open the store at {where}: {exc.strerror or exc}") from exc
+
+    head = head_revision()
+    if tables and version is None:
+        raise StoreError(
+            f"the database at {where} holds tables that are not GEODE's "
+            f"({', '.join(sorted(tables)[:5])}) and no migration version. Point [store] url "
+            f"at another database, or restore a GEODE backup there. {advice}"
+        )
+    if version is not None and version != head and not _known_revision(version):
+        raise StoreError(
+            f"the database at {where} is at schema revision {version!r}, unknown to this "
+            f"GEODE (a newer version wrote it?). Upgrade GEODE or restore a backup."
+        )
+    if version == head:
+        return
+    if not migrate:
+        raise StoreError(
+            f"the store at {where} is at schema revision {version or 'none'}, this GEODE "
+            f"needs {head}. Run `geode db upgrade` (back the database up first)."
+        )
+    try:
+        async with engine.connect() as conn:
+            conn = await conn.execution_options(geode_write=True)
+            async with conn.begin():
+                await conn.run_sync(_run_upgrade)
+    except DBAPIError as exc:
+        raise StoreError(
+            f"migrating the store at {where} failed ({_first_line(exc.orig)}). {advice}"
+        ) from exc
+    log.info("store.migrated", where=where, from_revision=version, to_revision=head)
+
+
+def _known_revision(rev: str) -> bool:
+    try:
+        return _scripts().get_revision(rev) is not None
+    except Exception:  # alembic raises several types for an unknown id
+        return False
+
+
+def _first_line(exc: BaseException | None) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]

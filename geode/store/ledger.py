@@ -1,0 +1,154 @@
+"""EvidenceLedger: redacted JSONL diagnostic rows with content hashes, one file per session.
+
+``<root>/ledger/<session>.jsonl``; each row is ``{seq, ts, session_id, turn_id, kind,
+summary, payload_hash, payload}``. The payload is redacted before it is hashed and
+written, so ``payload_hash`` (sha256 of its canonical JSON) can be checked by anyone
+holding the file, and correlates with timeline rows carrying the same payload.
+
+Appends run in a thread under an exclusive ``flock`` on the file, so several processes
+(``geode serve`` replicas sharing a home) keep one monotonic ``seq`` per file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from geode.store.redact import bound, canonical_json, redact, redact_text
+
+__all__ = ["EvidenceLedger", "payload_hash"]
+
+log = structlog.get_logger(__name__)
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_SUMMARY_MAX = 500
+
+
+def payload_hash(payload: Any) -> str:
+    """sha256 (hex) of the canonical JSON of ``payload``."""
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+class EvidenceLedger:
+    """Append-only, redacted JSONL rows per session under ``<root>/ledger/``.
+
+    Args:
+        root: the GEODE home (``$GEODE_HOME``); files go to ``root / "ledger"``.
+        secrets: literal secret values to mask wherever they occur.
+    """
+
+    def __init__(self, root: Path, *, secrets: Iterable[str] = ()) -> None:
+        self.dir = Path(root) / "ledger"
+        self._secrets = tuple(secrets)
+
+    def path_for(self, session_id: str) -> Path:
+        """The session's file. Ids with unsafe characters get a hash suffix (no collisions)."""
+        safe = _UNSAFE.sub("_", session_id)[:120]
+        if safe != session_id:
+            safe += "-" + hashlib.sha256(session_id.encode()).hexdigest()[:10]
+        return self.dir / f"{safe}.jsonl"
+
+    async def append(
+        self,
+        *,
+        session_id: str,
+        kind: str,
+        turn_id: str = "",
+        summary: str = "",
+        payload: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Append one row and return it as written."""
+        clean = bound(redact(payload or {}, self._secrets))
+        short = redact_text(summary, self._secrets)[:_SUMMARY_MAX]
+        row: dict[str, Any] = {
+            "seq": 0,  # assigned under the file lock
+            "ts": datetime.now(UTC).isoformat(),
+            "session_id": session_id,
+            "turn_id": turn_id,
+            "kind": kind,
+            "summary": short,
+            "payload_hash": payload_hash(clean),
+            "payload": clean,
+        }
+        return await asyncio.to_thread(self._append_sync, self.path_for(session_id), row)
+
+    def _append_sync(self, path: Path, row: dict[str, Any]) -> dict[str, Any]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            row["seq"] = _last_seq(fd) + 1
+            line = (json.dumps(row, ensure_ascii=False, default=str) + "\n").encode()
+            size = os.lseek(fd, 0, os.SEEK_END)
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line  # a previous writer died mid-line: keep rows apart
+            os.write(fd, line)
+        finally:
+            os.close(fd)  # also releases the flock
+        return row
+
+    async def read(self, session_id: str) -> list[dict[str, Any]]:
+        """Every row of the session's file, in order (empty if none)."""
+        return await asyncio.to_thread(self._read_sync, self.path_for(session_id))
+
+    @staticmethod
+    def _read_sync(path: Path) -> list[dict[str, Any]]:
+        if not path.exists():
+            return []
+        rows = []
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    rows.append(json.loads(line))
+        return rows
+
+    async def prune(self, older_than_days: float) -> int:
+        """Delete session files not written for ``older_than_days``; returns how many."""
+        return await asyncio.to_thread(self._prune_sync, older_than_days)
+
+    def _prune_sync(self, older_than_days: float) -> int:
+        if not self.dir.exists():
+            return 0
+        cutoff = time.time() - older_than_days * 86_400
+        removed = 0
+        for path in self.dir.glob("*.jsonl"):
+            try:
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    removed += 1
+            except FileNotFoundError:
+                continue
+        log.info("ledger.pruned", removed=removed, older_than_days=older_than_days)
+        return removed
+
+
+def _last_seq(fd: int) -> int:
+    """The seq of the file's last row (0 if empty), reading only the file's tail."""
+    size = os.lseek(fd, 0, os.SEEK_END)
+    if size == 0:
+        return 0
+    chunk = min(size, 1 << 16)
+    while True:
+        tail = os.pread(fd, chunk, size - chunk)
+        lines = [ln for ln in tail.split(b"\n") if ln.strip()]
+        # The first line of a partial chunk may be cut; only trust it if we read from 0.
+        complete = lines if chunk == size else lines[1:]
+        for raw in reversed(complete):
+            try:
+                return int(json.loads(raw)["seq"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn or foreign line: look further back
+        if chunk == size:
+            return 0
+        chunk = min(size, chunk * 4)

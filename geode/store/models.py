@@ -1,0 +1,191 @@
+"""The store's schema: SQLAlchemy 2 typed declarative models.
+
+One schema for SQLite and PostgreSQL. The migration ``0001_initial`` creates exactly this
+(a test compares them with alembic's ``compare_metadata`` on both dialects); any change
+here needs a new migration.
+
+Messages are stored one row per message, ``(session_id, idx)``; a checkpoint row records
+how many of them it covers (``message_count``). Saving a long session therefore writes
+only the new messages, not the whole conversation each round.
+"""
+
+from __future__ import annotations
+
+import importlib
+from datetime import UTC, datetime
+from typing import Any, Literal, cast
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "RECEIPT_STATUSES",
+    "SESSION_STATUSES",
+    "Base",
+    "CheckpointModel",
+    "EffectReceiptModel",
+    "MessageModel",
+    "ReceiptStatus",
+    "SessionModel",
+    "SessionStatus",
+    "TimelineEventModel",
+    "all_metadata",
+    "checkpoints_table",
+    "messages_table",
+    "receipts_table",
+    "sessions_table",
+    "timeline_table",
+    "utcnow",
+]
+
+SessionStatus = Literal["active", "paused", "completed", "error"]
+SESSION_STATUSES: tuple[SessionStatus, ...] = ("active", "paused", "completed", "error")
+ReceiptStatus = Literal["intended", "done", "failed", "uncertain"]
+RECEIPT_STATUSES: tuple[ReceiptStatus, ...] = ("intended", "done", "failed", "uncertain")
+
+# Deterministic constraint names: both dialects get the same names, and SQLite batch
+# migrations can address constraints by name later.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL gets a 64-bit identity.
+_BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
+
+
+class SessionModel(Base):
+    """One conversation (a thread, a REPL, a scheduled task run)."""
+
+    __tablename__ = "sessions"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    status: Mapped[str] = mapped_column(String(16), default="active")
+    model: Mapped[str] = mapped_column(String(200), default="")
+    mode: Mapped[str] = mapped_column(String(32), default="")
+    title: Mapped[str] = mapped_column(Text, default="")
+    parent_session_id: Mapped[str | None] = mapped_column(
+        ForeignKey("sessions.id", ondelete="SET NULL"), index=True
+    )
+    # ``metadata`` is reserved on declarative classes; the column keeps the plain name.
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
+    # Head of the checkpoint chain: the last checkpoint's seq and how many message rows
+    # it covers. Read under the row lock to allocate the next seq and to detect that
+    # another writer moved the chain since this process last saved.
+    last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    message_count: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class MessageModel(Base):
+    """One message of a session's conversation, at position ``idx``."""
+
+    __tablename__ = "messages"
+
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    payload: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class CheckpointModel(Base):
+    """One link of the checkpoint chain: loop state + guard counters at a point of a turn."""
+
+    __tablename__ = "checkpoints"
+
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16))
+    turn_id: Mapped[str] = mapped_column(String(100), default="")
+    message_count: Mapped[int] = mapped_column(Integer)
+    state: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class EffectReceiptModel(Base):
+    """The record that an effectful call was about to run, and how it ended.
+
+    No foreign key to ``sessions``: receipts are a separate record, written by the
+    executor independently of the checkpoint chain.
+    """
+
+    __tablename__ = "effect_receipts"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(String(200))
+    turn_id: Mapped[str] = mapped_column(String(100))
+    call_id: Mapped[str] = mapped_column(String(200), unique=True)
+    tool: Mapped[str] = mapped_column(String(200))
+    args_hash: Mapped[str] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (Index(None, "session_id", "status"),)
+
+
+class TimelineEventModel(Base):
+    """An append-only observation row. Never used to rebuild state."""
+
+    __tablename__ = "timeline_events"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(String(200))
+    turn_id: Mapped[str] = mapped_column(String(100), default="")
+    kind: Mapped[str] = mapped_column(String(64))
+    correlation_id: Mapped[str] = mapped_column(String(100), default="")
+    payload: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+    __table_args__ = (Index(None, "session_id", "id"),)
+
+
+# Core handles for the hot paths (plain INSERT/UPDATE statements, no ORM unit of work).
+sessions_table = cast(Table, SessionModel.__table__)
+messages_table = cast(Table, MessageModel.__table__)
+checkpoints_table = cast(Table, CheckpointModel.__table__)
+receipts_table = cast(Table, EffectReceiptModel.__table__)
+timeline_table = cast(Table, TimelineEventModel.__table__)
+
+
+# Other packages keep their tables in their own modules on this same ``Base`` (and ship the
+# migration that creates them). They must be listed here so that Alembic (env.py) and the
+# migrations == models test see the whole schema, not just the part imported so far.
+TABLE_MODULES: tuple[str, ...] = ("geode.daemon._tables",)
+
+
+def all_metadata() -> MetaData:
+    """``Base.metadata`` with every table module of GEODE imported."""
+    for name in TABLE_MODULES:
+        importlib.import_module(name)
+    return Base.metadata

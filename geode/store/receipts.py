@@ -1,0 +1,247 @@
+"""Effect receipts: the durable record that an effectful call is about to run, and how it ended.
+
+``intend`` commits before the executor dispatches; a crash after it leaves an ``intended``
+receipt, which the next resume turns into ``uncertain``. An uncertain effect is never
+re-executed automatically: the model is told the outcome is unknown and must be checked.
+``call_id`` is unique, so the same call cannot be intended (and so dispatched) twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import structlog
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+
+from geode.errors import StoreError
+from geode.store.models import receipts_table, utcnow
+
+if TYPE_CHECKING:
+    from geode.store.engine import Store
+
+__all__ = ["DuplicateReceiptError", "Receipt", "ReceiptStore", "UnknownReceiptError"]
+
+log = structlog.get_logger(__name__)
+_R = receipts_table
+
+FinishStatus = Literal["done", "failed", "uncertain"]
+# Which finished states a receipt may move to from each state. ``uncertain`` -> done /
+# failed is reconciliation (someone checked the outside world).
+_NEXT: dict[str, frozenset[str]] = {
+    "intended": frozenset({"done", "failed", "uncertain"}),
+    "uncertain": frozenset({"done", "failed", "uncertain"}),
+    "done": frozenset({"done"}),
+    "failed": frozenset({"failed"}),
+}
+
+
+# A receipt in one of these states may be re-armed for a deliberate retry (see intend).
+_RETRYABLE = frozenset({"uncertain", "failed"})
+
+
+class DuplicateReceiptError(StoreError):
+    """A receipt for this call id exists: dispatching it again could repeat the effect."""
+
+
+class UnknownReceiptError(StoreError):
+    """``finish`` for a call id that was never intended, or an illegal status move."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Receipt:
+    session_id: str
+    turn_id: str
+    call_id: str
+    tool: str
+    args_hash: str
+    status: str
+    detail: str
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Any) -> Receipt:
+        return cls(
+            session_id=row.session_id,
+            turn_id=row.turn_id,
+            call_id=row.call_id,
+            tool=row.tool,
+            args_hash=row.args_hash,
+            status=row.status,
+            detail=row.detail,
+            created_at=_aware(row.created_at),
+            updated_at=_aware(row.updated_at),
+        )
+
+
+def _aware(ts: datetime) -> datetime:
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+_COLS = (
+    _R.c.session_id,
+    _R.c.turn_id,
+    _R.c.call_id,
+    _R.c.tool,
+    _R.c.args_hash,
+    _R.c.status,
+    _R.c.detail,
+    _R.c.created_at,
+    _R.c.updated_at,
+)
+
+
+class ReceiptStore:
+    """Effect receipts, written by the executor (step 7 of the tool boundary)."""
+
+    def __init__(self, *, store: Store) -> None:
+        self._store = store
+
+    async def intend(
+        self, *, session_id: str, turn_id: str, call_id: str, tool: str, args_hash: str
+    ) -> None:
+        """Record that ``call_id`` is about to run. Committed (durable) when this returns.
+
+        A call that already has a receipt is refused (:class:`DuplicateReceiptError`),
+        except a deliberate retry: a receipt left ``uncertain`` or ``failed`` for the same
+        arguments is re-armed to ``intended``. Only the resume path re-submits such a
+        call, and only for idempotent tools; ``done`` and in-flight ``intended``
+        receipts are never re-armed.
+
+        Raises:
+            DuplicateReceiptError: a receipt for ``call_id`` exists and may not re-run.
+            StoreError: the write failed; the executor must not dispatch.
+        """
+        now = utcnow()
+        try:
+            async with self._store.write() as conn:
+                query = select(_R.c.status, _R.c.args_hash).where(_R.c.call_id == call_id)
+                if self._store.is_postgres:
+                    query = query.with_for_update()
+                existing = (await conn.execute(query)).first()
+                if existing is None:
+                    await conn.execute(
+                        _R.insert().values(
+                            session_id=session_id,
+                            turn_id=turn_id,
+                            call_id=call_id,
+                            tool=tool,
+                            args_hash=args_hash,
+                            status="intended",
+                            detail="",
+                            created_at=now,
+                            updated_at=now,
+                        )
+                    )
+                    return
+                if existing.status not in _RETRYABLE or existing.args_hash != args_hash:
+                    raise DuplicateReceiptError(
+                        f"call {call_id!r} ({tool}) already has an effect receipt "
+                        f"({existing.status}); it is not run again"
+                    )
+                await conn.execute(
+                    update(_R)
+                    .where(_R.c.call_id == call_id)
+                    .values(
+                        status="intended",
+                        turn_id=turn_id,
+                        detail=f"retry after {existing.status}",
+                        updated_at=now,
+                    )
+                )
+                log.warning("receipts.retry", call_id=call_id, tool=tool, was=existing.status)
+        except IntegrityError as exc:  # a concurrent intend of the same call won the insert
+            raise DuplicateReceiptError(
+                f"call {call_id!r} ({tool}) already has an effect receipt; it is not run again"
+            ) from exc
+        except SQLAlchemyError as exc:
+            raise StoreError(
+                f"recording the effect receipt of call {call_id!r} failed: {type(exc).__name__}"
+            ) from exc
+
+    async def finish(self, *, call_id: str, status: FinishStatus, detail: str = "") -> None:
+        """Record how an intended call ended.
+
+        Raises:
+            UnknownReceiptError: no receipt for ``call_id``, or it is already finished
+                with another status.
+            StoreError: the write failed (the receipt stays ``intended`` and a resume
+                will mark it ``uncertain``, which is the truth from the store's view).
+        """
+        try:
+            async with self._store.write() as conn:
+                query = select(_R.c.status).where(_R.c.call_id == call_id)
+                if self._store.is_postgres:
+                    query = query.with_for_update()
+                current = (await conn.execute(query)).scalar()
+                if current is None:
+                    raise UnknownReceiptError(f"no effect receipt for call {call_id!r}")
+                if status not in _NEXT[current]:
+                    raise UnknownReceiptError(
+                        f"effect receipt of call {call_id!r} is {current}; cannot become {status}"
+                    )
+                await conn.execute(
+                    update(_R)
+                    .where(_R.c.call_id == call_id)
+                    .values(status=status, detail=detail[:4000], updated_at=utcnow())
+                )
+        except SQLAlchemyError as exc:
+            raise StoreError(
+                f"finishing the effect receipt of call {call_id!r} failed: {type(exc).__name__}"
+            ) from exc
+
+    async def mark_uncertain_open(self, session_id: str) -> list[Receipt]:
+        """On resume: every ``intended`` receipt of the session becomes ``uncertain``.
+
+        Returns the receipts changed, oldest first, so the loop can tell the model which
+        effects have an unknown outcome (they are never re-run automatically).
+        """
+        now = utcnow()
+        async with self._store.write() as conn:
+            query = (
+                select(*_COLS)
+                .where(_R.c.session_id == session_id, _R.c.status == "intended")
+                .order_by(_R.c.id)
+            )
+            if self._store.is_postgres:
+                query = query.with_for_update()
+            rows = (await conn.execute(query)).all()
+            if not rows:
+                return []
+            detail = "process ended after dispatch; outcome unknown (not re-run)"
+            await conn.execute(
+                update(_R)
+                .where(_R.c.call_id.in_([r.call_id for r in rows]))
+                .values(status="uncertain", detail=detail, updated_at=now)
+            )
+        out = [
+            dataclasses.replace(
+                Receipt.from_row(r), status="uncertain", detail=detail, updated_at=now
+            )
+            for r in rows
+        ]
+        log.warning(
+            "receipts.marked_uncertain",
+            session_id=session_id,
+            calls=[r.call_id for r in out],
+        )
+        return out
+
+    async def list_for(self, session_id: str) -> list[Receipt]:
+        """Every receipt of the session, oldest first."""
+        async with self._store.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(*_COLS).where(_R.c.session_id == session_id).order_by(_R.c.id)
+                )
+            ).all()
+        return [Receipt.from_row(r) for r in rows]
+
+    async def get(self, call_id: str) -> Receipt | None:
+        async with self._store.read() as conn:
+            row = (await conn.execute(select(*_COLS).where(_R.c.call_id == call_id))).first()
+        return Receipt.from_row(row) if row is not None else None

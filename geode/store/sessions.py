@@ -1,0 +1,267 @@
+"""Session rows and the status automaton.
+
+::
+
+    active <-> paused          (and either may end)
+    active | paused -> completed | error
+    completed | error -> active   only through reopen()
+
+``completed`` and ``error`` are terminal: a new turn on a finished session is an explicit
+``reopen`` (the session factory does it when a thread continues), so a stray late save
+cannot silently resurrect a session that was closed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+
+from geode.errors import StoreError
+from geode.store.models import SESSION_STATUSES, sessions_table, utcnow
+
+if TYPE_CHECKING:
+    from geode.store.engine import Store
+
+__all__ = [
+    "IllegalTransitionError",
+    "SessionExistsError",
+    "SessionNotFoundError",
+    "SessionRecord",
+    "SessionStore",
+    "check_transition",
+]
+
+_TERMINAL = frozenset({"completed", "error"})
+
+
+class IllegalTransitionError(StoreError):
+    """A status change the automaton does not allow."""
+
+    def __init__(self, session_id: str, current: str, target: str) -> None:
+        hint = (
+            f" Reopen it first (store.sessions.reopen({session_id!r}))."
+            if current in _TERMINAL
+            else ""
+        )
+        super().__init__(f"session {session_id!r} cannot go from {current} to {target}.{hint}")
+        self.session_id = session_id
+        self.current = current
+        self.target = target
+
+
+class SessionNotFoundError(StoreError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"no session {session_id!r} in the store; `geode sessions list` shows the ids"
+        )
+        self.session_id = session_id
+
+
+class SessionExistsError(StoreError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"a session {session_id!r} already exists")
+        self.session_id = session_id
+
+
+def check_transition(session_id: str, current: str, target: str) -> None:
+    """Raise :class:`IllegalTransitionError` unless ``current -> target`` is legal.
+
+    Staying in the same status is always legal (a save in the middle of a turn).
+    """
+    if target not in SESSION_STATUSES:
+        raise IllegalTransitionError(session_id, current, target)
+    if current == target:
+        return
+    if current in _TERMINAL:
+        raise IllegalTransitionError(session_id, current, target)
+
+
+def _aware(ts: datetime) -> datetime:
+    # SQLite hands back naive datetimes; every timestamp we write is UTC.
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionRecord:
+    id: str
+    created_at: datetime
+    updated_at: datetime
+    status: str
+    model: str
+    mode: str
+    title: str
+    parent_session_id: str | None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    message_count: int = 0
+    last_seq: int = 0
+
+    @classmethod
+    def from_row(cls, row: Any) -> SessionRecord:
+        return cls(
+            id=row.id,
+            created_at=_aware(row.created_at),
+            updated_at=_aware(row.updated_at),
+            status=row.status,
+            model=row.model,
+            mode=row.mode,
+            title=row.title,
+            parent_session_id=row.parent_session_id,
+            metadata=dict(row._mapping["metadata"] or {}),
+            message_count=row.message_count,
+            last_seq=row.last_seq,
+        )
+
+
+_T = sessions_table
+_COLUMNS = (
+    _T.c.id,
+    _T.c.created_at,
+    _T.c.updated_at,
+    _T.c.status,
+    _T.c.model,
+    _T.c.mode,
+    _T.c.title,
+    _T.c.parent_session_id,
+    _T.c["metadata"],
+    _T.c.message_count,
+    _T.c.last_seq,
+)
+
+
+class SessionStore:
+    """Create, look up and move sessions through the status automaton."""
+
+    def __init__(self, *, store: Store) -> None:
+        self._store = store
+
+    async def create(
+        self,
+        session_id: str | None = None,
+        *,
+        mode: str,
+        model: str,
+        parent_session_id: str | None = None,
+        title: str = "",
+        metadata: dict[str, Any] | None = None,
+    ) -> str:
+        """Insert a new active session and return its id (a new uuid4 hex if not given).
+
+        Raises:
+            SessionExistsError: the id is taken.
+            SessionNotFoundError: ``parent_session_id`` names no session.
+        """
+        sid = session_id or uuid.uuid4().hex
+        now = utcnow()
+        try:
+            async with self._store.write() as conn:
+                if parent_session_id is not None and not await _exists(conn, parent_session_id):
+                    raise SessionNotFoundError(parent_session_id)
+                await conn.execute(
+                    _T.insert().values(
+                        id=sid,
+                        created_at=now,
+                        updated_at=now,
+                        status="active",
+                        model=model,
+                        mode=mode,
+                        title=title,
+                        parent_session_id=parent_session_id,
+                        metadata=metadata or {},
+                        last_seq=0,
+                        message_count=0,
+                    )
+                )
+        except IntegrityError as exc:
+            raise SessionExistsError(sid) from exc
+        except SQLAlchemyError as exc:
+            raise StoreError(f"creating session {sid!r} failed: {type(exc).__name__}") from exc
+        return sid
+
+    async def ensure(
+        self,
+        session_id: str,
+        *,
+        mode: str,
+        model: str,
+        parent_session_id: str | None = None,
+        title: str = "",
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionRecord:
+        """Get the session, creating it if it does not exist (fixed ids: thread -> session)."""
+        existing = await self.get(session_id)
+        if existing is not None:
+            return existing
+        try:
+            await self.create(
+                session_id,
+                mode=mode,
+                model=model,
+                parent_session_id=parent_session_id,
+                title=title,
+                metadata=metadata,
+            )
+        except SessionExistsError:
+            pass  # created concurrently by another replica: theirs is as good as ours
+        record = await self.get(session_id)
+        assert record is not None
+        return record
+
+    async def get(self, session_id: str) -> SessionRecord | None:
+        async with self._store.read() as conn:
+            row = (await conn.execute(select(*_COLUMNS).where(_T.c.id == session_id))).first()
+        return SessionRecord.from_row(row) if row is not None else None
+
+    async def exists(self, session_id: str) -> bool:
+        async with self._store.read() as conn:
+            return await _exists(conn, session_id)
+
+    async def list(self, limit: int = 50, *, status: str | None = None) -> list[SessionRecord]:
+        """Most recently updated first."""
+        query = select(*_COLUMNS).order_by(_T.c.updated_at.desc(), _T.c.id).limit(limit)
+        if status is not None:
+            query = query.where(_T.c.status == status)
+        async with self._store.read() as conn:
+            rows = (await conn.execute(query)).all()
+        return [SessionRecord.from_row(r) for r in rows]
+
+    async def count(self) -> int:
+        async with self._store.read() as conn:
+            return int((await conn.execute(select(func.count()).select_from(_T))).scalar_one())
+
+    async def set_status(self, session_id: str, status: str) -> None:
+        """Move the session to ``status``; illegal moves raise :class:`IllegalTransitionError`."""
+        async with self._store.write() as conn:
+            current = await lock_status(conn, session_id, postgres=self._store.is_postgres)
+            check_transition(session_id, current, status)
+            await conn.execute(
+                update(_T).where(_T.c.id == session_id).values(status=status, updated_at=utcnow())
+            )
+
+    async def reopen(self, session_id: str) -> None:
+        """The explicit way out of ``completed`` / ``error``: back to ``active``."""
+        async with self._store.write() as conn:
+            await lock_status(conn, session_id, postgres=self._store.is_postgres)
+            await conn.execute(
+                update(_T).where(_T.c.id == session_id).values(status="active", updated_at=utcnow())
+            )
+
+
+async def _exists(conn: Any, session_id: str) -> bool:
+    row = (await conn.execute(select(_T.c.id).where(_T.c.id == session_id))).first()
+    return row is not None
+
+
+async def lock_status(conn: Any, session_id: str, *, postgres: bool) -> str:
+    """Read the session's status under a row lock (PostgreSQL) / the write lock (SQLite)."""
+    query = select(_T.c.status).where(_T.c.id == session_id)
+    if postgres:
+        query = query.with_for_update()
+    row = (await conn.execute(query)).first()
+    if row is None:
+        raise SessionNotFoundError(session_id)
+    return str(row.status)

@@ -1,0 +1,123 @@
+"""SessionTimeline: the append-only history of turns and tool calls (denials too).
+
+Observation, never replayed: nothing rebuilds state from these rows. Payloads are
+redacted and size-bounded before they are written, and a failed write is logged and
+counted but never raised: observation must not break a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from sqlalchemy import delete, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from geode.store.models import timeline_table, utcnow
+from geode.store.redact import bound, canonical_json, redact
+
+if TYPE_CHECKING:
+    from geode.store.engine import Store
+
+__all__ = ["MAX_PAYLOAD_CHARS", "SessionTimeline", "TimelineRow"]
+
+log = structlog.get_logger(__name__)
+_T = timeline_table
+
+# A whole payload above this (as JSON) is replaced by a preview; one oversized tool output
+# must not bloat the table every round.
+MAX_PAYLOAD_CHARS = 64_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimelineRow:
+    id: int
+    session_id: str
+    turn_id: str
+    kind: str
+    correlation_id: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
+
+
+def prepare_payload(payload: dict[str, Any] | None, secrets: tuple[str, ...]) -> dict[str, Any]:
+    """Redact, then bound, then cap the JSON size of a payload."""
+    cleaned = bound(redact(payload or {}, secrets), max_string=8_000, max_items=200)
+    text = canonical_json(cleaned)
+    if len(text) > MAX_PAYLOAD_CHARS:
+        return {"truncated": True, "size": len(text), "preview": text[:4_000]}
+    return dict(cleaned) if isinstance(cleaned, dict) else {"value": cleaned}
+
+
+class SessionTimeline:
+    """Append-only timeline rows in the store (``store.timeline``)."""
+
+    def __init__(self, *, store: Store) -> None:
+        self._store = store
+        self.failures = 0  # writes that failed and were dropped (exposed for health checks)
+
+    async def append(
+        self,
+        *,
+        session_id: str,
+        turn_id: str,
+        kind: str,
+        correlation_id: str = "",
+        payload: dict[str, Any] | None = None,
+    ) -> None:
+        """Append one row (e.g. kind ``tool.denied``). Never raises on a store failure."""
+        try:
+            clean = prepare_payload(payload, self._store.secrets)
+            async with self._store.write() as conn:
+                await conn.execute(
+                    _T.insert().values(
+                        session_id=session_id,
+                        turn_id=turn_id,
+                        kind=kind[:64],
+                        correlation_id=correlation_id[:100],
+                        payload=clean,
+                        created_at=utcnow(),
+                    )
+                )
+        except (SQLAlchemyError, OSError, TypeError, ValueError) as exc:
+            self.failures += 1
+            log.warning(
+                "timeline.append_failed",
+                session_id=session_id,
+                kind=kind,
+                error=type(exc).__name__,
+            )
+
+    async def list(self, session_id: str, *, limit: int = 1000) -> list[TimelineRow]:
+        """The session's first ``limit`` rows in append order."""
+        async with self._store.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(_T).where(_T.c.session_id == session_id).order_by(_T.c.id).limit(limit)
+                )
+            ).all()
+        return [
+            TimelineRow(
+                id=r.id,
+                session_id=r.session_id,
+                turn_id=r.turn_id,
+                kind=r.kind,
+                correlation_id=r.correlation_id,
+                payload=dict(r.payload),
+                created_at=r.created_at
+                if r.created_at.tzinfo
+                else r.created_at.replace(tzinfo=UTC),
+            )
+            for r in rows
+        ]
+
+    async def prune(self, older_than_days: float) -> int:
+        """Delete rows older than the retention; returns how many were deleted."""
+        cutoff = utcnow() - timedelta(days=older_than_days)
+        async with self._store.write() as conn:
+            result = await conn.execute(delete(_T).where(_T.c.created_at < cutoff))
+        deleted = int(result.rowcount or 0)
+        log.info("timeline.pruned", deleted=deleted, older_than_days=older_than_days)
+        return deleted

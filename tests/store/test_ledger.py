@@ -1,0 +1,119 @@
+"""EvidenceLedger: redacted JSONL with content hashes; planted secrets never reach the file."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from geode.store import EvidenceLedger, payload_hash
+
+PLANTED = {
+    "anthropic": "sk-ant-api03-PLANTEDsecretPLANTEDsecret0001",
+    "openai": "sk-proj-PLANTEDopenaiKEY0123456789abcd",
+    "slack_bot": "xoxb-1234567890-PLANTEDslackBOT",
+    "slack_app": "xapp-1-A0PLANTED-123-abcdef",
+    "telegram": "123456789:AAPLANTEDtelegramTOKENabcdefghijklmn",
+    "bearer": "PLANTEDbearerValue0123",
+    "literal": "hunter2-PLANTED-literal",
+    "password_field": "PLANTED-password-value",
+}
+
+
+async def test_ledger_rows_contain_no_planted_secret(tmp_path: Path) -> None:
+    ledger = EvidenceLedger(tmp_path, secrets=[PLANTED["literal"]])
+    await ledger.append(
+        session_id="s1",
+        turn_id="t1",
+        kind="task_preflight",
+        summary=f"using key {PLANTED['anthropic']} for the run",
+        payload={
+            "env": {"ANTHROPIC_API_KEY": PLANTED["anthropic"], "OPENAI": PLANTED["openai"]},
+            "headers": [f"Authorization: Bearer {PLANTED['bearer']}"],
+            "text": f"slack {PLANTED['slack_bot']} app {PLANTED['slack_app']}",
+            "telegram_url": f"https://api.telegram.org/bot{PLANTED['telegram']}/getMe",
+            "note": f"the operator typed {PLANTED['literal']}",
+            "password": PLANTED["password_field"],
+            "usage": {"input_tokens": 10, "output_tokens": 3},
+        },
+    )
+    raw = ledger.path_for("s1").read_bytes()
+    assert raw  # something was written
+    for name, secret in PLANTED.items():
+        assert secret.encode() not in raw, name
+    assert b"PLANTED" not in raw
+    (row,) = await ledger.read("s1")
+    assert row["payload"]["usage"] == {"input_tokens": 10, "output_tokens": 3}
+    assert row["kind"] == "task_preflight" and row["turn_id"] == "t1"
+
+
+async def test_rows_carry_seq_and_a_verifiable_payload_hash(tmp_path: Path) -> None:
+    ledger = EvidenceLedger(tmp_path)
+    written = await ledger.append(
+        session_id="s1", kind="final_result", summary="s" * 900, payload={"b": 1, "a": [1, 2]}
+    )
+    await ledger.append(session_id="s1", kind="evidence_check", payload={})
+    rows = await ledger.read("s1")
+    assert [r["seq"] for r in rows] == [1, 2]
+    assert rows[0] == written
+    canonical = json.dumps({"a": [1, 2], "b": 1}, separators=(",", ":"), sort_keys=True)
+    assert rows[0]["payload_hash"] == hashlib.sha256(canonical.encode()).hexdigest()
+    assert rows[0]["payload_hash"] == payload_hash(rows[0]["payload"])
+    assert len(rows[0]["summary"]) == 500
+    assert set(rows[0]) == {
+        "seq",
+        "ts",
+        "session_id",
+        "turn_id",
+        "kind",
+        "summary",
+        "payload_hash",
+        "payload",
+    }
+    assert ledger.path_for("s1") == tmp_path / "ledger" / "s1.jsonl"
+
+
+async def test_concurrent_appends_keep_one_monotonic_seq(tmp_path: Path) -> None:
+    a, b = EvidenceLedger(tmp_path), EvidenceLedger(tmp_path)  # two writers, one file
+    await asyncio.gather(
+        *(
+            (a if i % 2 else b).append(session_id="s1", kind="k", payload={"i": i})
+            for i in range(40)
+        )
+    )
+    rows = await a.read("s1")
+    assert sorted(r["seq"] for r in rows) == list(range(1, 41))
+    assert sorted(r["payload"]["i"] for r in rows) == list(range(40))
+
+
+async def test_torn_last_line_does_not_swallow_the_next_row(tmp_path: Path) -> None:
+    ledger = EvidenceLedger(tmp_path)
+    await ledger.append(session_id="s1", kind="k")
+    with ledger.path_for("s1").open("ab") as fh:
+        fh.write(b'{"seq": 2, "ts": "torn')  # a writer killed mid-line
+    await ledger.append(session_id="s1", kind="after")
+    lines = ledger.path_for("s1").read_text().splitlines()
+    assert json.loads(lines[-1])["kind"] == "after"
+    assert json.loads(lines[-1])["seq"] == 2  # continues after the last complete row
+
+
+async def test_unsafe_session_ids_stay_inside_the_ledger_dir(tmp_path: Path) -> None:
+    ledger = EvidenceLedger(tmp_path)
+    p1 = ledger.path_for("../../etc/passwd")
+    p2 = ledger.path_for("slack:T1/C1:1.2")
+    p3 = ledger.path_for("slack:T1:C1:1.2")
+    assert p1.parent == p2.parent == tmp_path / "ledger"
+    assert len({p1, p2, p3}) == 3
+
+
+async def test_prune_removes_old_files_only(tmp_path: Path) -> None:
+    ledger = EvidenceLedger(tmp_path)
+    await ledger.append(session_id="old", kind="k")
+    await ledger.append(session_id="new", kind="k")
+    long_ago = time.time() - 40 * 86_400
+    os.utime(ledger.path_for("old"), (long_ago, long_ago))
+    assert await ledger.prune(30) == 1
+    assert not ledger.path_for("old").exists() and ledger.path_for("new").exists()
