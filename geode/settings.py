@@ -151,9 +151,35 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         files = _CONFIG_FILES.get() or []
+        home = _CONFIG_FILES.home
         # later files in the list win: project over home
-        tomls = [TomlConfigSettingsSource(settings_cls, toml_file=f) for f in reversed(files)]
+        tomls = [
+            TomlConfigSettingsSource(settings_cls, toml_file=f)
+            if home is not None and f.parent == home
+            else _ProjectTomlSource(settings_cls, toml_file=f)
+            for f in reversed(files)
+        ]
         return (init_settings, env_settings, *tomls)
+
+
+#: sections a project file may not set: they spawn processes (hooks, MCP servers) or
+#: decide where data and channels go. A cloned repository must not do that by itself;
+#: its MCP servers are read separately and run only after `geode trust`.
+PROJECT_FORBIDDEN = frozenset({"hooks", "mcp", "channels", "bindings", "store", "providers", "home"})
+
+
+class _ProjectTomlSource(TomlConfigSettingsSource):
+    def __call__(self) -> dict[str, Any]:
+        data = super().__call__()
+        dropped = sorted(k for k in data if k in PROJECT_FORBIDDEN)
+        if dropped:
+            import structlog
+
+            structlog.get_logger(__name__).warning(
+                "project config sections ignored (operator config only)",
+                file=str(self.toml_file_path), sections=dropped,
+            )
+        return {k: v for k, v in data.items() if k not in PROJECT_FORBIDDEN}
 
 
 class _Files:
@@ -161,6 +187,7 @@ class _Files:
 
     def __init__(self) -> None:
         self._files: list[Path] = []
+        self.home: Path | None = None
 
     def get(self) -> list[Path]:
         return self._files
@@ -216,6 +243,7 @@ def load_settings(
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"Cannot read {f}: {exc}. Fix the TOML syntax.") from exc
     _CONFIG_FILES.set(files)
+    _CONFIG_FILES.home = home
     saved = dict(os.environ)
     try:
         # pydantic-settings reads os.environ; give it exactly the env we were handed

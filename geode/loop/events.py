@@ -18,6 +18,8 @@ EventKind = Literal[
     "compacted",
     "verify_failed",
     "turn_finished",
+    "checkpoint",
+    "model_response",
 ]
 
 

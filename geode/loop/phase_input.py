@@ -25,4 +25,5 @@ async def prepare_input(deps: RunDeps, state: RunState, prompt: str) -> PrepareC
         await deps.checkpointer.save(
             messages=state.messages, state=state.guard_state(), status="active"
         )
+        await emit(deps, "checkpoint", point="turn_start")
     return PrepareCall()

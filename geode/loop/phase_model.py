@@ -70,6 +70,7 @@ async def call_provider(
     state.usage = state.usage + response.usage
     state.cost_usd += _cost(deps, response.usage)
     state.messages.append(response.message)
+    await emit(deps, "model_response", stop_reason=response.stop_reason)
     if response.message.text:
         state.last_text = response.message.text
         await emit(deps, "assistant_text", text=response.message.text)

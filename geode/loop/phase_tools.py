@@ -32,6 +32,7 @@ async def process_tools(deps: RunDeps, state: RunState, step: RunTools) -> Obser
                 TerminationReason.CHECKPOINT_FAILED,
                 detail=f"could not save the proposed tool batch, so no tool ran: {exc}",
             )
+        await emit(deps, "checkpoint", point="batch_proposed")
     for call in calls:
         await emit(deps, "tool_call", id=call.id, name=call.name, input=call.input)
     # Dispatch only against the plan bound to this step, never a newer one.
@@ -50,4 +51,5 @@ async def process_tools(deps: RunDeps, state: RunState, step: RunTools) -> Obser
         await deps.checkpointer.save(
             messages=state.messages, state=state.guard_state(), status="active"
         )
+        await emit(deps, "checkpoint", point="batch_done")
     return Observe(tuple(results))

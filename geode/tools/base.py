@@ -20,6 +20,7 @@ from geode.messages import ImageBlock, TextBlock
 
 __all__ = [
     "SAFETY_ORDER",
+    "PERSONAL_ORDER",
     "PersonalData",
     "Safety",
     "ToolContext",

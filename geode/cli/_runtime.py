@@ -1,0 +1,88 @@
+"""Shared plumbing of the in-process commands (settings → logging → runtime → session)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from geode.cli import _state
+from geode.daemon.factory import Runtime, SessionContext
+from geode.logging import configure_logging
+from geode.loop import LoopEvent, TurnResult
+from geode.policy import Mode
+from geode.settings import Settings, load_settings
+
+__all__ = ["RunOptions", "load", "run_once"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    prompt: str
+    model: str | None = None
+    session_id: str | None = None
+    mcp_configs: tuple[Path, ...] = ()
+    allow_tools: tuple[str, ...] = ()
+    deny_tools: tuple[str, ...] = ()
+    max_rounds: int | None = None
+    time_budget_s: float | None = None
+    workspace: Path = Path(".")
+    demo: bool = False
+    stream: bool = False
+    mode: Mode = "HEADLESS"
+
+
+def load(cwd: Path | None = None) -> tuple[Settings, object]:
+    settings, secrets = load_settings(cwd=cwd)
+    configure_logging(
+        json=_state.LOG_JSON or settings.log_json,
+        level=_state.LOG_LEVEL or settings.log_level,
+    )
+    return settings, secrets
+
+
+async def _print_event(ev: LoopEvent) -> None:
+    if ev.kind == "text_delta":
+        sys.stdout.write(ev.data.get("text", ""))
+        sys.stdout.flush()
+    elif ev.kind == "tool_call":
+        sys.stderr.write(f"\n→ {ev.data.get('name')}\n")
+    elif ev.kind == "tool_result" and ev.data.get("status") != "ok":
+        sys.stderr.write(f"  ✗ {ev.data.get('status')}: {ev.data.get('text', '')[:200]}\n")
+
+
+async def run_once(opts: RunOptions) -> TurnResult:
+    settings, secrets = load_settings(cwd=opts.workspace)
+    configure_logging(
+        json=_state.LOG_JSON or settings.log_json,
+        level=_state.LOG_LEVEL or settings.log_level,
+    )
+    provider = None
+    if opts.demo:
+        from geode.demo import demo_provider
+
+        provider = demo_provider()
+    mcp = None
+    if opts.mcp_configs or settings.mcp:
+        from geode.mcp import MCPServerManager
+
+        mcp = MCPServerManager.from_settings(settings, secrets, extra_files=opts.mcp_configs,
+                                             project_dir=opts.workspace)
+    runtime = await Runtime.create(settings=settings, secrets=secrets, mcp=mcp)
+    async with runtime:
+        session = await runtime.open_session(
+            SessionContext(
+                mode=opts.mode,
+                workspace=opts.workspace,
+                session_id=opts.session_id,
+                model=opts.model,
+                allow_tools=opts.allow_tools,
+                deny_tools=opts.deny_tools,
+                max_rounds=opts.max_rounds,
+                time_budget_s=opts.time_budget_s,
+                provider=provider,
+                stream=opts.stream,
+                on_event=_print_event if opts.stream else None,
+            )
+        )
+        return await session.run(opts.prompt)

@@ -1,0 +1,59 @@
+"""Typer app and the error boundary: ConfigError → exit 2 with its message, never a traceback."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from geode import __version__
+from geode.errors import ConfigError, StoreError
+
+app = typer.Typer(
+    name="geode",
+    help="GEODE: an agent harness with a host-held tool boundary, run from the terminal or as "
+    "a chat-ops service.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"geode {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
+    ] = False,
+    log_json: Annotated[bool, typer.Option("--log-json", help="Log as JSON lines.")] = False,
+    log_level: Annotated[
+        str | None, typer.Option("--log-level", help="DEBUG, INFO, WARNING (default), ERROR.")
+    ] = None,
+) -> None:
+    from geode.cli import _state
+
+    _state.LOG_JSON = log_json
+    _state.LOG_LEVEL = log_level
+
+
+def _register() -> None:
+    # Each module adds its commands to ``app``; imports stay light (no SDKs at import time).
+    from geode.cli import cmd_info, cmd_run  # noqa: F401
+
+
+def main() -> None:
+    _register()
+    try:
+        app()
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except StoreError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)

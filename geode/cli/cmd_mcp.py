@@ -1,0 +1,105 @@
+"""``geode mcp serve``, ``geode mcp list`` and ``geode trust [DIR]``."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from geode.cli.app import app
+
+__all__ = ["mcp_app"]
+
+mcp_app = typer.Typer(
+    help="MCP: GEODE as an MCP server, and the MCP servers GEODE uses.",
+    no_args_is_help=True,
+)
+app.add_typer(mcp_app, name="mcp")
+
+
+@mcp_app.command("serve")
+def serve(
+    http: Annotated[
+        bool, typer.Option("--http", help="Streamable HTTP on 127.0.0.1 instead of stdio.")
+    ] = False,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="HTTP port.")] = 8765,
+    cwd: Annotated[
+        Path | None, typer.Option("--cwd", help="Workspace of the runs (default: here).")
+    ] = None,
+) -> None:
+    """Serve `run_agent`, `list_sessions` and `session_timeline` to an MCP host."""
+    from geode.cli import _state
+    from geode.mcp.server import run_main
+
+    run_main(http=http, port=port, cwd=cwd, log_json=_state.LOG_JSON,
+             log_level=_state.LOG_LEVEL)
+
+
+@mcp_app.command("list")
+def list_servers(
+    cwd: Annotated[Path | None, typer.Option("--cwd", help="Project directory.")] = None,
+    mcp_config: Annotated[
+        list[Path] | None, typer.Option("--mcp-config", help="Extra MCP servers JSON file.")
+    ] = None,
+) -> None:
+    """Start the configured MCP servers once and show their state and tools."""
+    from geode.mcp.manager import MCPServerManager
+    from geode.settings import load_settings
+
+    where = (cwd or Path.cwd()).resolve()
+    settings, secrets = load_settings(cwd=where)
+    manager = MCPServerManager.from_settings(
+        settings, secrets, extra_files=tuple(mcp_config or ()), project_dir=where
+    )
+
+    async def probe() -> None:
+        try:
+            tools = await manager.tools_for(None)
+        finally:
+            await manager.aclose()
+        by_server: dict[str, list[str]] = {}
+        for t in tools:
+            by_server.setdefault(t.source.removeprefix("mcp:"), []).append(
+                f"{t.name} ({t.safety})"
+            )
+        for name in manager.servers:
+            if name in manager.failures:
+                typer.echo(f"[FAIL] {name}: {manager.failures[name]}")
+            else:
+                listed = by_server.get(name, [])
+                typer.echo(f"[ok  ] {name}: {len(listed)} tool(s)")
+                for line in listed:
+                    typer.echo(f"         {line}")
+        for name in manager.untrusted:
+            typer.echo(f"[warn] {name}: project server not trusted, not started "
+                       f"(run `geode trust {where}`)")
+        if not manager.servers and not manager.untrusted:
+            typer.echo("no MCP servers configured")
+
+    asyncio.run(probe())
+
+
+@app.command("trust")
+def trust(
+    directory: Annotated[
+        Path | None, typer.Argument(help="Project directory (default: here).")
+    ] = None,
+) -> None:
+    """Trust the MCP servers of DIR/.geode/config.toml (a later change needs trust again)."""
+    from geode.mcp.config import parse_servers
+    from geode.mcp.trust import project_config_path, project_mcp_section, trust_project
+    from geode.settings import geode_home
+
+    where = (directory or Path.cwd()).resolve()
+    section = project_mcp_section(where)
+    home = geode_home()
+    if section is not None:
+        # Show what is being trusted: these commands will run with the operator's rights.
+        for cfg in parse_servers(section, origin=str(project_config_path(where)),
+                                 default_cwd=str(where)):
+            target = cfg.url or " ".join([cfg.command or "", *cfg.args])
+            typer.echo(f"  {cfg.name}: {target}")
+    rec = trust_project(where, home)
+    typer.echo(f"trusted {len(rec.servers)} MCP server(s) of {where} (sha256 {rec.sha256[:12]}…)")

@@ -1,0 +1,91 @@
+"""``geode run``: one in-process turn (HEADLESS unless flags say otherwise)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from geode.cli.app import app
+from geode.errors import ConfigError
+
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model id (see `geode models`).")]
+SessionOpt = Annotated[
+    str | None, typer.Option("--session", "-s", help="Continue this session id.")
+]
+McpOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--mcp-config", help='MCP servers JSON ({"mcpServers": ...}); repeatable.'),
+]
+AllowOpt = Annotated[
+    list[str] | None, typer.Option("--allow-tool", help="Allow a tool the mode denies; repeatable.")
+]
+DenyOpt = Annotated[list[str] | None, typer.Option("--deny-tool", help="Deny a tool; repeatable.")]
+RoundsOpt = Annotated[int | None, typer.Option("--max-rounds", min=1, help="Round limit.")]
+BudgetOpt = Annotated[
+    float | None, typer.Option("--time-budget", min=0.1, help="Time budget in seconds.")
+]
+CwdOpt = Annotated[
+    Path | None, typer.Option("--cwd", help="Workspace root for file tools (default: here).")
+]
+
+
+def read_prompt(prompt: str) -> str:
+    """``-`` reads the prompt from stdin (any size)."""
+    if prompt == "-":
+        data = sys.stdin.read()
+        if not data.strip():
+            raise ConfigError("The prompt from stdin is empty.")
+        return data
+    if not prompt.strip():
+        raise ConfigError("The prompt is empty.")
+    return prompt
+
+
+@app.command()
+def run(
+    prompt: Annotated[str, typer.Argument(help="The task; `-` reads it from stdin.")],
+    model: ModelOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    session: SessionOpt = None,
+    mcp_config: McpOpt = None,
+    allow_tool: AllowOpt = None,
+    deny_tool: DenyOpt = None,
+    max_rounds: RoundsOpt = None,
+    time_budget: BudgetOpt = None,
+    cwd: CwdOpt = None,
+    demo: Annotated[
+        bool, typer.Option("--demo", help="Offline demo: a scripted model, no API key needed.")
+    ] = False,
+    stream: Annotated[bool, typer.Option("--stream/--no-stream", help="Stream text.")] = False,
+) -> None:
+    """Run one turn in-process and print the final answer (exit 0 natural end, 1 other end)."""
+    from geode.cli._runtime import RunOptions, run_once
+
+    opts = RunOptions(
+        prompt=read_prompt(prompt),
+        model=model,
+        session_id=session,
+        mcp_configs=tuple(mcp_config or ()),
+        allow_tools=tuple(allow_tool or ()),
+        deny_tools=tuple(deny_tool or ()),
+        max_rounds=max_rounds,
+        time_budget_s=time_budget,
+        workspace=(cwd or Path.cwd()).resolve(),
+        demo=demo,
+        stream=stream and not json_out,
+    )
+    result = asyncio.run(run_once(opts))
+    if json_out:
+        typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
+    elif not opts.stream:
+        typer.echo(result.text)
+    else:
+        typer.echo("")
+    if not result.ok and not json_out:
+        typer.echo(f"[{result.termination.value}] {result.detail}", err=True)
+    raise typer.Exit(0 if result.ok else 1)

@@ -1,0 +1,115 @@
+"""``geode doctor``: every check says what it found and, when it fails, how to fix it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+
+from geode.errors import GeodeError
+
+__all__ = ["run_doctor"]
+
+_CHANNEL_TOKENS = {
+    "telegram": [("token_env", "TELEGRAM_BOT_TOKEN")],
+    "slack": [("bot_token_env", "SLACK_BOT_TOKEN")],
+    "discord": [("token_env", "DISCORD_BOT_TOKEN")],
+}
+
+
+def _line(ok: bool | None, what: str, fix: str = "") -> None:
+    mark = {True: "ok  ", False: "FAIL", None: "warn"}[ok]
+    typer.echo(f"[{mark}] {what}")
+    if fix and ok is not True:
+        typer.echo(f"       → {fix}")
+
+
+async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) -> bool:
+    from geode.providers.catalog import PROVIDERS, resolve_model
+    from geode.settings import config_files, geode_home, load_settings
+
+    from geode.logging import configure_logging
+
+    configure_logging(level="WARNING")
+    failures = 0
+    home = geode_home()
+    files = config_files(home, cwd)
+    _line(True, f"GEODE_HOME = {home}")
+    if files:
+        _line(True, "config: " + ", ".join(str(f) for f in files))
+    else:
+        _line(None, "no config.toml found (defaults in use)",
+              f"copy config/config.example.toml to {home / 'config.toml'}")
+    try:
+        settings, secrets = load_settings(cwd=cwd)
+    except GeodeError as exc:
+        _line(False, f"config: {exc}")
+        return False
+
+    try:
+        ref = resolve_model(settings.model.default)
+        info = PROVIDERS[ref.provider]
+        has_key = bool(info.key_env and secrets.get(info.key_env))
+        _line(True, f"default model {settings.model.default} → provider {ref.provider}")
+        if info.key_env and not has_key:
+            failures += 1
+            _line(False, f"credential {info.key_env} is not set",
+                  f"export {info.key_env}=... or add it to {home / '.env'}; "
+                  "or try the offline demo: geode run --demo 'hello'")
+        elif info.key_env:
+            _line(True, f"credential {info.key_env} is set")
+    except GeodeError as exc:
+        failures += 1
+        _line(False, f"default model: {exc}", "set [model] default in config.toml or GEODE_MODEL")
+    for name, info in sorted(PROVIDERS.items()):
+        if info.key_env and name != "scripted":
+            present = bool(secrets.get(info.key_env))
+            typer.echo(f"       {name:11} {info.key_env:20} {'set' if present else 'not set'}")
+
+    try:
+        from geode.store import open_store
+
+        settings.home.mkdir(parents=True, exist_ok=True)
+        store = await open_store(settings.store_url)
+        try:
+            reachable = await store.ping()
+        finally:
+            await store.aclose()
+        _line(reachable, f"store reachable: {_safe_url(settings.store_url)}",
+              "check [store] url; run `geode db upgrade`")
+        failures += 0 if reachable else 1
+    except GeodeError as exc:
+        failures += 1
+        _line(False, f"store: {exc}", "check [store] url; run `geode db upgrade`")
+
+    for platform, conf in settings.channels.items():
+        for key, default_env in _CHANNEL_TOKENS.get(platform, []):
+            env_name = str(conf.get(key, default_env))
+            present = bool(secrets.get(env_name))
+            failures += 0 if present else 1
+            _line(present, f"channel {platform}: {env_name} {'set' if present else 'missing'}",
+                  f"export {env_name}=... or add it to {home / '.env'}")
+        bound = [b for b in settings.bindings if b.platform == platform]
+        _line(bool(bound) or None, f"channel {platform}: {len(bound)} binding(s)",
+              f"add [[bindings]] platform = \"{platform}\" channel = \"...\" to config.toml")
+
+    try:
+        from geode.mcp.trust import untrusted_project_servers
+
+        for name in untrusted_project_servers(cwd, settings.home):
+            _line(None, f"project MCP server {name!r} is not trusted and will not run",
+                  f"review {cwd / '.geode' / 'config.toml'}, then run `geode trust {cwd}`")
+    except ImportError:
+        pass
+    typer.echo("all checks passed" if failures == 0 else f"{failures} problem(s) found")
+    return failures == 0
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - a malformed URL is shown without its credentials
+        return url.split("@")[-1]

@@ -1,0 +1,323 @@
+"""The one session factory: every entry point (REPL, IPC, DAEMON, HEADLESS, SCHEDULER) builds
+its session here, so the mode's policy, the tool plan, the executor and the records are
+wired the same way everywhere. No entry point builds a loop by hand.
+
+A :class:`Runtime` holds what a process shares across sessions (settings, secrets, store,
+resource locks, hooks, observers, MCP manager); :meth:`Runtime.open_session` returns a
+:class:`Session` whose executor and loop are paired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from geode.errors import ConfigError
+from geode.executor import (
+    Approver,
+    HookVerifier,
+    MemoryReceiptStore,
+    MemoryTimeline,
+    ResourceLocks,
+    ToolExecutor,
+)
+from geode.hooks import (
+    HookPromptGate,
+    HookRegistry,
+    HookSystem,
+    load_entry_point_hooks,
+    load_shell_hooks,
+)
+from geode.loop import AgenticLoop, LoopLimits, RunDeps, TurnInfo, TurnResult
+from geode.loop.events import EventSink
+from geode.loop.resume import dangling_calls, repair_dangling
+from geode.loop.system_prompt import SystemPromptSources, build_system_prompt
+from geode.policy import MODE_POLICIES, Mode, SessionScope, session_scope
+from geode.providers.base import BaseProvider
+from geode.providers.catalog import PROVIDERS, ModelRef, resolve_model
+from geode.providers.factory import build_provider
+from geode.providers.retry import RetryPolicy
+from geode.settings import BindingSettings, Secrets, Settings
+from geode.tools.base import ToolDef
+from geode.tools.builtin import builtin_tools
+from geode.tools.plan import BoundToolPlan
+from geode.tools.registry import ToolRegistry
+
+__all__ = ["Runtime", "Session", "SessionContext"]
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionContext:
+    """What an entry point knows when it asks for a session."""
+
+    mode: Mode
+    workspace: Path
+    session_id: str | None = None
+    model: str | None = None
+    binding: BindingSettings | None = None
+    user: str | None = None
+    allow_tools: Sequence[str] = ()
+    deny_tools: Sequence[str] = ()
+    max_rounds: int | None = None
+    time_budget_s: float | None = None
+    approver: Approver | None = None
+    on_event: EventSink | None = None
+    stream: bool = False
+    #: an explicit adapter (scripted model for tests / the demo); skips credentials
+    provider: BaseProvider | None = None
+    rules: Sequence[str] = ()
+    parent_session_id: str | None = None
+    title: str = ""
+    extra_tools: Sequence[ToolDef] = ()
+
+
+@dataclass(kw_only=True)
+class Session:
+    session_id: str
+    ctx: SessionContext
+    scope: SessionScope
+    loop: AgenticLoop
+    executor: ToolExecutor
+    model: str
+    uncertain_calls: list[str] = field(default_factory=list)
+
+    async def run(self, prompt: str) -> TurnResult:
+        return await self.loop.run(prompt)
+
+    def cancel(self) -> bool:
+        return self.loop.cancel()
+
+
+class Runtime:
+    """Process-wide shared parts; open once per process (``async with Runtime.open(...)``)."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        secrets: Secrets,
+        store: Any | None = None,
+        hooks: HookRegistry | None = None,
+        observers: HookSystem | None = None,
+        mcp: Any | None = None,
+        tools: Sequence[ToolDef] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.secrets = secrets
+        self.store = store
+        self.locks = ResourceLocks()
+        if hooks is None:
+            # Operator hooks: Python plugins (entry points) and shell commands from config.
+            hooks = HookRegistry()
+            load_entry_point_hooks(hooks)
+            load_shell_hooks(
+                hooks, {k: [h.model_dump() for h in v] for k, v in settings.hooks.items()}
+            )
+        self.hooks = hooks
+        self.observers = observers or HookSystem()
+        self.mcp = mcp
+        self.registry = ToolRegistry()
+        for t in tools if tools is not None else builtin_tools():
+            self.registry.register(t)
+        self._memory_receipts = MemoryReceiptStore()
+        self._memory_timeline = MemoryTimeline()
+
+    @classmethod
+    async def create(
+        cls, *, settings: Settings, secrets: Secrets, use_store: bool = True, **kw: Any
+    ) -> Runtime:
+        store = None
+        if use_store:
+            from geode.store import open_store
+
+            settings.home.mkdir(parents=True, exist_ok=True)
+            store = await open_store(settings.store_url)
+        return cls(settings=settings, secrets=secrets, store=store, **kw)
+
+    async def aclose(self) -> None:
+        if self.mcp is not None:
+            await self.mcp.aclose()
+        if self.store is not None:
+            await self.store.aclose()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- providers -------------------------------------------------------------------------
+
+    def resolve(self, model_id: str | None) -> ModelRef:
+        return resolve_model(model_id or self.settings.model.default)
+
+    def provider_for(self, ref: ModelRef) -> BaseProvider:
+        info = PROVIDERS.get(ref.provider)
+        if info is None:
+            raise ConfigError(f"Unknown provider {ref.provider!r} for model {ref.model!r}.")
+        override = self.settings.providers.get(ref.provider)
+        key_env = (override.api_key_env if override else None) or info.key_env
+        base_url = (override.base_url if override else None) or (
+            self.secrets.get(info.base_url_env) if info.base_url_env else None
+        )
+        api_key = self.secrets.get(key_env) if key_env else None
+        return build_provider(
+            ref, api_key=api_key, base_url=base_url, timeout=self.settings.model.request_timeout_s
+        )
+
+    # -- sessions --------------------------------------------------------------------------
+
+    def _scope(self, ctx: SessionContext) -> SessionScope:
+        b = ctx.binding
+        return session_scope(
+            ctx.mode,
+            channel_tools=b.tools if b else None,
+            computer_use=b.computer_use if b else False,
+            allow_tools=ctx.allow_tools,
+            deny_tools=ctx.deny_tools,
+        )
+
+    def _limits(self, ctx: SessionContext, ref: ModelRef) -> LoopLimits:
+        loop = self.settings.loop
+        budget = ctx.time_budget_s
+        if budget is None and ctx.binding is not None:
+            budget = ctx.binding.time_budget_s
+        if budget is None:
+            budget = loop.time_budget_s
+        if budget is None:
+            budget = MODE_POLICIES[ctx.mode].time_budget_s
+        return LoopLimits(
+            max_rounds=ctx.max_rounds or loop.max_rounds,
+            time_budget_s=budget,
+            context_window=ref.context_window,
+            repeated_error_limit=loop.repeated_error_limit,
+            repair_budget=loop.repair_budget,
+            max_tokens=min(self.settings.model.max_tokens, ref.max_output or 8192),
+        )
+
+    async def open_session(self, ctx: SessionContext) -> Session:
+        """Build (or resume) a session with its paired executor and loop."""
+        model_id = ctx.model or (ctx.binding.model if ctx.binding and ctx.binding.model else None)
+        if ctx.provider is not None:
+            model_name = model_id or "scripted"
+            ref = ModelRef(provider="scripted", model=model_name, context_window=200_000,
+                           max_output=8192, default=False)
+            provider = ctx.provider
+        else:
+            ref = self.resolve(model_id)
+            provider = self.provider_for(ref)
+            model_name = ref.model
+        scope = self._scope(ctx)
+
+        session_id, messages, receipts_status = await self._load_or_create(ctx, model_name)
+        receipts = self.store.receipts if self.store is not None else self._memory_receipts
+        timeline = self.store.timeline if self.store is not None else self._memory_timeline
+        executor = ToolExecutor(
+            scope=scope,
+            workspace=ctx.workspace,
+            hooks=self.hooks,
+            observers=self.observers,
+            approver=ctx.approver,
+            receipts=receipts,
+            timeline=timeline,
+            locks=self.locks,
+            max_result_chars=self.settings.loop.max_result_chars,
+        )
+        extra = list(ctx.extra_tools)
+        if self.mcp is not None:
+            extra.extend(await self.mcp.tools_for(scope))
+        plan_source = _PlanSource(self.registry, extra, scope)
+
+        rules = [*ctx.rules]
+        if ctx.binding is not None and ctx.binding.system_prompt:
+            rules.append(ctx.binding.system_prompt)
+        sources = SystemPromptSources(
+            home=self.settings.home, workspace=ctx.workspace, rules=rules, mode=ctx.mode
+        )
+        checkpointer = self.store.checkpointer(session_id) if self.store is not None else None
+        deps = RunDeps(
+            session_id=session_id,
+            mode=ctx.mode,
+            model=model_name,
+            provider=provider,
+            plan_source=plan_source,
+            runner=executor,
+            system_prompt=lambda: build_system_prompt(sources),
+            limits=self._limits(ctx, ref),
+            retry=RetryPolicy(max_attempts=self.settings.model.max_retries),
+            checkpointer=checkpointer,
+            verifier=HookVerifier(hooks=self.hooks),
+            prompt_gate=HookPromptGate(hooks=self.hooks),
+            observer=self.observers,
+            on_event=ctx.on_event,
+            stream=ctx.stream,
+        )
+        uncertain: list[str] = []
+        if dangling_calls(messages):
+            turn = TurnInfo(session_id=session_id, turn_id="resume", round=0,
+                            correlation_id="resume", mode=ctx.mode)
+            messages, uncertain = await repair_dangling(
+                messages, runner=executor, plan=plan_source(), turn=turn,
+                receipts=receipts_status,
+            )
+            if checkpointer is not None:
+                await checkpointer.save(messages=messages, state={}, status="active")
+            log.warning("resumed a session with an unfinished tool batch", uncertain=uncertain)
+        loop = AgenticLoop(deps=deps, messages=messages)
+        return Session(session_id=session_id, ctx=ctx, scope=scope, loop=loop, executor=executor,
+                       model=model_name, uncertain_calls=uncertain)
+
+    async def _load_or_create(
+        self, ctx: SessionContext, model: str
+    ) -> tuple[str, list[Any], dict[str, str]]:
+        if self.store is None:
+            from geode.loop._util import new_id
+
+            return ctx.session_id or new_id("s"), [], {}
+        sessions = self.store.sessions
+        if ctx.session_id and await sessions.exists(ctx.session_id):
+            restored = await self.store.checkpointer(ctx.session_id).load()
+            marked = await self.store.receipts.mark_uncertain_open(ctx.session_id)
+            status = {r.call_id: "uncertain" for r in marked}
+            for r in await self.store.receipts.list_for(ctx.session_id):
+                status.setdefault(r.call_id, r.status)
+            messages = list(restored.messages) if restored is not None else []
+            return ctx.session_id, messages, status
+        if ctx.session_id and ctx.mode in ("HEADLESS", "REPL", "IPC") and not ctx.binding:
+            # A user asked to continue a session that does not exist: say so (exit 2).
+            raise ConfigError(
+                f"Session {ctx.session_id!r} does not exist. `geode sessions list` shows them."
+            )
+        sid = await sessions.create(
+            session_id=ctx.session_id, mode=ctx.mode, model=model,
+            parent_session_id=ctx.parent_session_id, title=ctx.title,
+        )
+        return sid, [], {}
+
+
+class _PlanSource:
+    """Projects the session's plan each step; unchanged content keeps its generation,
+    a change (e.g. MCP tools refreshed) becomes the next generation for the next step."""
+
+    def __init__(self, registry: ToolRegistry, extra: Sequence[ToolDef], scope: SessionScope) -> None:
+        self.registry = registry
+        self.extra = list(extra)
+        self.scope = scope
+        self._plan: BoundToolPlan | None = None
+
+    def __call__(self) -> BoundToolPlan:
+        tools = [t for t in (*self.registry, *self.extra) if self.scope.permits(t.name)]
+        if self._plan is None:
+            self._plan = BoundToolPlan.build(tools)
+        else:
+            self._plan = self._plan.refreshed(tools)
+        return self._plan
+
+
+MakeProvider = Callable[[ModelRef], BaseProvider]

@@ -1,0 +1,52 @@
+"""The tool boundary: every proposed call is checked, recorded, locked and run in one place.
+
+See :mod:`geode.executor.executor` for the order of checks and the invariants.
+"""
+
+from geode.executor._locks import ResourceLocks
+from geode.executor._middleware import RequestMiddleware
+from geode.executor.decisions import (
+    DENIAL_PREFIX,
+    Allow,
+    ApprovalRequest,
+    Ask,
+    CheckName,
+    Deny,
+    ToolCall,
+    Verdict,
+)
+from geode.executor.executor import ToolExecutor
+from geode.executor.protocols import (
+    Approver,
+    MemoryReceiptStore,
+    MemoryTimeline,
+    ReceiptRecord,
+    ReceiptStore,
+    TimelineEntry,
+    TimelineSink,
+)
+from geode.executor.verify import HookVerifier, VerifyCheck, non_empty_answer
+
+__all__ = [
+    "DENIAL_PREFIX",
+    "Allow",
+    "ApprovalRequest",
+    "Approver",
+    "Ask",
+    "CheckName",
+    "Deny",
+    "HookVerifier",
+    "MemoryReceiptStore",
+    "MemoryTimeline",
+    "ReceiptRecord",
+    "ReceiptStore",
+    "RequestMiddleware",
+    "ResourceLocks",
+    "TimelineEntry",
+    "TimelineSink",
+    "ToolCall",
+    "ToolExecutor",
+    "Verdict",
+    "VerifyCheck",
+    "non_empty_answer",
+]

@@ -1,0 +1,82 @@
+"""Check 6 — approval by a human (REPL / IPC); unattended modes have none, so it is a denial.
+
+Prompts are serialised (one question at a time, even for a parallel batch). ``"always"`` is
+remembered for the rest of the session per tool name, except for sensitive personal-data
+tools (asked every time) and for calls a hook explicitly asked about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from types import MappingProxyType
+
+import structlog
+
+from geode.executor.decisions import Allow, ApprovalRequest, Deny, ToolCall
+from geode.executor.protocols import Approver
+from geode.loop.protocols import TurnInfo
+from geode.policy import SessionScope
+from geode.tools.base import ToolDef
+
+__all__ = ["ApprovalGate"]
+
+log = structlog.get_logger(__name__)
+
+
+class ApprovalGate:
+    """The session's approval state: its approver and the tools allowed "always"."""
+
+    def __init__(self, *, scope: SessionScope, approver: Approver | None) -> None:
+        self._scope = scope
+        self._approver = approver
+        self._always: set[str] = set()
+        self._lock = asyncio.Lock()
+
+    @property
+    def always_allowed(self) -> frozenset[str]:
+        return frozenset(self._always)
+
+    async def decide(
+        self, call: ToolCall, tool: ToolDef, *, reason: str, forced: bool, turn: TurnInfo
+    ) -> Allow | Deny:
+        if not self._scope.asks_human:
+            return Deny(
+                "approval",
+                f"{reason}; approval is required, but a {self._scope.mode} session has nobody "
+                "to ask. Do not retry this call.",
+            )
+        if self._approver is None:
+            return Deny("approval", f"{reason}; approval is required and no approver is connected")
+        rememberable = tool.personal_data != "sensitive"
+        if rememberable and not forced and call.name in self._always:
+            return Allow()
+        async with self._lock:
+            if rememberable and not forced and call.name in self._always:
+                return Allow()  # granted "always" while this call waited for the prompt
+            request = ApprovalRequest(
+                session_id=turn.session_id,
+                turn_id=turn.turn_id,
+                call_id=call.id,
+                tool=call.name,
+                args=MappingProxyType(copy.deepcopy(call.args)),
+                safety=tool.safety,
+                reason=reason,
+                always_allowed=rememberable,
+            )
+            try:
+                answer = await self._approver(request)
+            except Exception as exc:  # a broken prompt is a "no", never a "yes"
+                log.warning("approver failed", tool=call.name, exc_info=True)
+                return Deny("approval", f"the approval request failed ({type(exc).__name__})")
+        if answer == "always" and rememberable:
+            self._always.add(call.name)
+            return Allow()
+        if answer in ("allow", "always"):
+            return Allow()
+        if answer == "deny":
+            return Deny(
+                "approval",
+                f"the user declined '{call.name}'. Do not retry it unless the user asks.",
+            )
+        return Deny("approval", f"the approver gave no valid answer ({answer!r})")

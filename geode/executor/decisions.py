@@ -1,0 +1,90 @@
+"""The values the executor's checks pass around: the call being checked and each verdict.
+
+A check returns :class:`Allow`, :class:`Deny` or :class:`Ask`; the executor ``match``es on
+it. A denial becomes the model-visible text ``denied by <check>: <reason>``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+__all__ = [
+    "DENIAL_PREFIX",
+    "Allow",
+    "ApprovalRequest",
+    "Ask",
+    "CheckName",
+    "Deny",
+    "ToolCall",
+    "Verdict",
+]
+
+CheckName = Literal["scope", "middleware", "policy", "schema", "hook", "approval"]
+DENIAL_PREFIX = "denied by "
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCall:
+    """The effective request as it moves through the checks (rewrites make new ones).
+
+    ``args`` is the executor's private copy: nothing outside can mutate what was checked.
+    """
+
+    id: str
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def rewritten(
+        self, *, name: str | None = None, args: Mapping[str, Any] | None = None
+    ) -> ToolCall:
+        """A copy with a new name and/or arguments (always a fresh deep copy of the args)."""
+        return replace(
+            self,
+            name=self.name if name is None else name,
+            args=copy.deepcopy(dict(self.args if args is None else args)),
+        )
+
+
+@dataclass(frozen=True)
+class Allow:
+    """Go on to the next check."""
+
+
+@dataclass(frozen=True)
+class Deny:
+    """Stop here: no effect has begun."""
+
+    check: CheckName
+    reason: str
+
+    @property
+    def text(self) -> str:
+        return f"{DENIAL_PREFIX}{self.check}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Ask:
+    """A human must approve before the call runs (check 6)."""
+
+    reason: str
+
+
+Verdict = Allow | Deny | Ask
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalRequest:
+    """What an :class:`~geode.executor.protocols.Approver` shows the human."""
+
+    session_id: str
+    turn_id: str
+    call_id: str
+    tool: str
+    args: Mapping[str, Any]
+    safety: str
+    reason: str
+    #: False for sensitive personal-data tools: "always" is not offered and not remembered
+    always_allowed: bool = True

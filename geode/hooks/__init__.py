@@ -1,0 +1,38 @@
+"""Hooks: decision hooks that may block or rewrite (``HookRegistry``), shell-command hooks
+from config (``load_shell_hooks``), and observation hooks that decide nothing (``HookSystem``).
+"""
+
+from geode.hooks.registry import (
+    HOOK_POINTS,
+    HookEvent,
+    HookFn,
+    HookPoint,
+    HookPromptGate,
+    HookRegistry,
+    HookResult,
+    PostToolOutcome,
+    PreToolOutcome,
+    PromptOutcome,
+    load_entry_point_hooks,
+)
+from geode.hooks.shell import HookCommandError, ShellHook, load_shell_hooks
+from geode.hooks.system import HookSystem, ObserverFn
+
+__all__ = [
+    "HOOK_POINTS",
+    "HookCommandError",
+    "HookEvent",
+    "HookFn",
+    "HookPoint",
+    "HookPromptGate",
+    "HookRegistry",
+    "HookResult",
+    "HookSystem",
+    "ObserverFn",
+    "PostToolOutcome",
+    "PreToolOutcome",
+    "PromptOutcome",
+    "ShellHook",
+    "load_entry_point_hooks",
+    "load_shell_hooks",
+]

@@ -1,0 +1,81 @@
+"""Observation hooks: lifecycle events for metrics, logs and dashboards. They decide nothing.
+
+An observer gets ``(event, data)`` with a deep, read-only copy of the data, so it cannot
+change what the harness does or sees. Its exceptions are logged and dropped. ``emit`` is
+synchronous (the loop calls it without awaiting); async observers are scheduled as tasks
+and :meth:`HookSystem.drain` waits for them (shutdown, tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import Any, TypeAlias
+
+import structlog
+
+__all__ = ["HookSystem", "ObserverFn"]
+
+log = structlog.get_logger(__name__)
+
+ObserverFn: TypeAlias = Callable[[str, Mapping[str, Any]], Awaitable[None] | None]
+
+
+class HookSystem:
+    """A fan-out of lifecycle events to observers. Implements the loop's ``Observer``."""
+
+    def __init__(self) -> None:
+        self._observers: list[tuple[ObserverFn, re.Pattern[str] | None]] = []
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def subscribe(self, fn: ObserverFn, *, events: str | None = None) -> ObserverFn:
+        """Add an observer; ``events`` is a regex on the event name (e.g. ``"tool\\..*"``).
+
+        Sync observers run inline and must be quick; do I/O in an async observer.
+        """
+        self._observers.append((fn, re.compile(events) if events else None))
+        return fn
+
+    def unsubscribe(self, fn: ObserverFn) -> None:
+        self._observers = [(f, m) for f, m in self._observers if f is not fn]
+
+    def emit(self, event: str, /, **data: Any) -> None:
+        """Deliver ``event`` to every matching observer; never raises."""
+        for fn, matcher in list(self._observers):
+            if matcher is not None and matcher.fullmatch(event) is None:
+                continue
+            try:
+                view = MappingProxyType(copy.deepcopy(data))
+                result = fn(event, view)
+                if inspect.isawaitable(result):
+                    try:
+                        asyncio.get_running_loop()
+                    except RuntimeError:
+                        if inspect.iscoroutine(result):
+                            result.close()  # no loop to run it on; drop it cleanly
+                        raise
+                    task = asyncio.ensure_future(self._guard(fn, event, result))
+                    self._pending.add(task)
+                    task.add_done_callback(self._pending.discard)
+            except Exception:  # observation must never break a run
+                log.warning("observer failed", observer=_name(fn), hook_event=event,
+                            exc_info=True)
+
+    async def _guard(self, fn: ObserverFn, event: str, result: Awaitable[None]) -> None:
+        try:
+            await result
+        except Exception:  # observation must never break a run
+            log.warning("observer failed", observer=_name(fn), hook_event=event, exc_info=True)
+
+    async def drain(self) -> None:
+        """Wait until every async observer scheduled so far has finished."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+
+def _name(fn: object) -> str:
+    return str(getattr(fn, "__qualname__", None) or repr(fn))

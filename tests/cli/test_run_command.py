@@ -1,0 +1,125 @@
+"""`geode run` end to end in a subprocess: exit codes, --json, stdin, secrets never logged."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from geode.testing.fake_anthropic import FakeAnthropicServer
+
+PLANTED = "sk-ant-api03-PLANTEDSECRETvalue0123456789abcdef"
+
+
+def _env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("GEODE_")}
+    env.update({"GEODE_HOME": str(home), "NO_COLOR": "1"}, **extra)
+    return env
+
+
+async def geode(*args: str, env: dict[str, str], cwd: Path, stdin: bytes = b"") -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "geode", *args, cwd=cwd, env=env,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "README.md").write_text("# Sample project\nhello\n")
+    (ws / "main.py").write_text("print('hi')\n")
+    return ws
+
+
+async def test_demo_json_has_the_contract_fields(tmp_path: Path, workspace: Path) -> None:
+    code, out, err = await geode("run", "--demo", "--json", "What is here?",
+                                 env=_env(tmp_path / "home"), cwd=workspace)
+    assert code == 0, err
+    obj = json.loads(out)
+    for key in ("session_id", "turn_id", "termination", "text", "rounds", "tool_calls", "usage"):
+        assert key in obj
+    assert obj["termination"] == "natural"
+    assert [c["name"] for c in obj["tool_calls"]] == ["list_dir", "read_file"]
+    assert all(c["status"] == "ok" for c in obj["tool_calls"])
+    assert set(obj["usage"]) >= {"input_tokens", "output_tokens"}
+    assert "Sample project" in obj["text"]
+    assert "scripted model" in obj["text"]
+
+
+async def test_missing_key_is_exit_2_naming_the_variable(tmp_path: Path, workspace: Path) -> None:
+    code, out, err = await geode("run", "hi", env=_env(tmp_path / "home"), cwd=workspace)
+    assert code == 2
+    assert "ANTHROPIC_API_KEY" in err
+    assert "Traceback" not in err
+
+
+async def test_unknown_model_is_exit_2_with_close_ids(tmp_path: Path, workspace: Path) -> None:
+    code, _, err = await geode("run", "--model", "claude-opus-5-6", "hi",
+                               env=_env(tmp_path / "home"), cwd=workspace)
+    assert code == 2
+    assert "claude-opus-5-5" in err
+    assert "Traceback" not in err
+
+
+async def test_unknown_session_is_exit_2(tmp_path: Path, workspace: Path) -> None:
+    code, _, err = await geode("run", "--demo", "--session", "s-nope", "hi",
+                               env=_env(tmp_path / "home"), cwd=workspace)
+    assert code == 2
+    assert "s-nope" in err and "Traceback" not in err
+
+
+async def test_prompt_from_stdin_and_large(tmp_path: Path, workspace: Path) -> None:
+    async with FakeAnthropicServer() as srv:
+        srv.enqueue_text("got it")
+        big = ("lorem ipsum " * 40_000).encode()  # ~480 kB
+        env = _env(tmp_path / "home", ANTHROPIC_API_KEY=PLANTED, ANTHROPIC_BASE_URL=srv.base_url)
+        code, out, err = await geode("run", "--json", "-", env=env, cwd=workspace, stdin=big)
+        assert code == 0, err
+        assert json.loads(out)["text"] == "got it"
+        sent = srv.generate_requests[0].body["messages"][0]
+        text = sent["content"] if isinstance(sent["content"], str) else sent["content"][0]["text"]
+        assert len(text) == len(big)
+
+
+async def test_real_sdk_run_with_tools_never_logs_secrets(tmp_path: Path, workspace: Path) -> None:
+    async with FakeAnthropicServer() as srv:
+        srv.enqueue_tool_calls([("read_file", {"path": "README.md"}), ("list_dir", {"path": "."})])
+        srv.enqueue_error(429, headers={"retry-after": "0"})
+        srv.enqueue_text("done")
+        env = _env(tmp_path / "home", ANTHROPIC_API_KEY=PLANTED, ANTHROPIC_BASE_URL=srv.base_url,
+                   TELEGRAM_BOT_TOKEN="123456789:AAHplantedTelegramTokenValue_0123456")
+        code, out, err = await geode("--log-json", "--log-level", "DEBUG", "run", "--json",
+                                     "Read the README", env=env, cwd=workspace)
+        assert code == 0, err
+        obj = json.loads(out)
+        assert [c["status"] for c in obj["tool_calls"]] == ["ok", "ok"]
+        assert len(srv.generate_requests) == 3  # 429 retried once
+        assert "provider_retry" in err or "retry" in err
+        assert PLANTED not in err
+        assert "AAHplantedTelegramTokenValue" not in err
+        # the ledger and database never hold it either
+        for f in (tmp_path / "home").rglob("*"):
+            if f.is_file():
+                assert PLANTED.encode() not in f.read_bytes(), f
+
+
+async def test_auth_failure_is_exit_1_and_names_the_variable(tmp_path: Path, workspace: Path) -> None:
+    async with FakeAnthropicServer() as srv:
+        srv.enqueue_error(401)
+        env = _env(tmp_path / "home", ANTHROPIC_API_KEY=PLANTED, ANTHROPIC_BASE_URL=srv.base_url)
+        code, out, err = await geode("run", "--json", "hi", env=env, cwd=workspace)
+        assert code == 1
+        obj = json.loads(out)
+        assert obj["termination"] == "model_error"
+        assert "ANTHROPIC_API_KEY" in obj["detail"]
+        assert len(srv.generate_requests) == 1  # auth never retries
+        assert PLANTED not in out + err

@@ -1,0 +1,87 @@
+"""Observation hooks: they see events, cannot change anything, and cannot break a run."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from geode.hooks import HookSystem
+from geode.loop.protocols import Observer
+
+
+async def test_observers_receive_matching_events() -> None:
+    hs = HookSystem()
+    all_events: list[str] = []
+    tool_events: list[tuple[str, dict[str, Any]]] = []
+    hs.subscribe(lambda e, d: all_events.append(e))
+    hs.subscribe(lambda e, d: tool_events.append((e, dict(d))), events=r"tool\..*")
+    hs.emit("turn.started", session_id="s")
+    hs.emit("tool.finished", tool="read_file", status="done")
+    assert all_events == ["turn.started", "tool.finished"]
+    assert tool_events == [("tool.finished", {"tool": "read_file", "status": "done"})]
+    assert isinstance(hs, Observer)
+
+
+async def test_observer_failures_never_propagate() -> None:
+    hs = HookSystem()
+    seen: list[str] = []
+
+    def broken(event: str, data: Mapping[str, Any]) -> None:
+        raise RuntimeError("metrics backend down")
+
+    async def broken_async(event: str, data: Mapping[str, Any]) -> None:
+        raise RuntimeError("async too")
+
+    hs.subscribe(broken)
+    hs.subscribe(broken_async)
+    hs.subscribe(lambda e, d: seen.append(e))
+    hs.emit("tool.started")
+    await hs.drain()
+    assert seen == ["tool.started"]
+
+
+async def test_observers_cannot_change_the_data() -> None:
+    hs = HookSystem()
+    payload = {"args": {"path": "a"}}
+    errors: list[type[BaseException]] = []
+
+    def meddle(event: str, data: Mapping[str, Any]) -> None:
+        try:
+            data["args"] = {}  # type: ignore[index]
+        except TypeError as exc:
+            errors.append(type(exc))
+        data["args"]["path"] = "/etc/passwd"  # a deep copy: harmless
+
+    hs.subscribe(meddle)
+    hs.emit("tool.started", **payload)
+    assert errors == [TypeError]
+    assert payload == {"args": {"path": "a"}}
+
+
+async def test_async_observers_run_and_drain_waits() -> None:
+    hs = HookSystem()
+    done: list[str] = []
+
+    async def slow(event: str, data: Mapping[str, Any]) -> None:
+        await asyncio.sleep(0)
+        done.append(event)
+
+    hs.subscribe(slow)
+    hs.emit("a")
+    hs.emit("b")
+    assert done == []  # emit never waits for an observer
+    await hs.drain()
+    assert done == ["a", "b"]
+
+
+def test_async_observer_without_a_loop_is_dropped_cleanly() -> None:
+    hs = HookSystem()
+
+    async def obs(event: str, data: Mapping[str, Any]) -> None:
+        raise AssertionError("must not run")
+
+    hs.subscribe(obs)
+    hs.emit("x")  # no running loop: logged, no "never awaited" warning (warnings are errors)
+    hs.unsubscribe(obs)
+    hs.emit("y")
