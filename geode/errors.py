@@ -3,7 +3,8 @@
 ::
 
     GeodeError
-    ├── ConfigError            the user must fix something; the message says what and how (CLI exit 2)
+    ├── ConfigError            the user must fix something; the message says what and how
+    │                          (the CLI exits 2 with it)
     │   └── UnknownModelError  a model id not in the catalog (with close matches)
     ├── StoreError             the durable store failed (corrupt file, unreachable server)
     │   └── CheckpointSaveError    a save before execute failed: nothing ran

@@ -136,6 +136,9 @@ class Settings(BaseSettings):
     log_level: str = "WARNING"
     log_json: bool = False
     health_port: int = 8787
+    #: testing aids (see geode.testing.crashpoints); never set in production
+    test_pause_at: str | None = None
+    test_pause_marker: Path | None = None
 
     @property
     def store_url(self) -> str:
@@ -165,7 +168,9 @@ class Settings(BaseSettings):
 #: sections a project file may not set: they spawn processes (hooks, MCP servers) or
 #: decide where data and channels go. A cloned repository must not do that by itself;
 #: its MCP servers are read separately and run only after `geode trust`.
-PROJECT_FORBIDDEN = frozenset({"hooks", "mcp", "channels", "bindings", "store", "providers", "home"})
+PROJECT_FORBIDDEN = frozenset(
+    {"hooks", "mcp", "channels", "bindings", "store", "providers", "home"}
+)
 
 
 class _ProjectTomlSource(TomlConfigSettingsSource):
@@ -177,7 +182,8 @@ class _ProjectTomlSource(TomlConfigSettingsSource):
 
             structlog.get_logger(__name__).warning(
                 "project config sections ignored (operator config only)",
-                file=str(self.toml_file_path), sections=dropped,
+                file=str(self.toml_file_path),
+                sections=dropped,
             )
         return {k: v for k, v in data.items() if k not in PROJECT_FORBIDDEN}
 

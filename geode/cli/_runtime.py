@@ -63,11 +63,14 @@ async def run_once(opts: RunOptions) -> TurnResult:
 
         provider = demo_provider()
     mcp = None
-    if opts.mcp_configs or settings.mcp:
+    from geode.mcp.trust import project_mcp_section
+
+    if opts.mcp_configs or settings.mcp or project_mcp_section(opts.workspace) is not None:
         from geode.mcp import MCPServerManager
 
-        mcp = MCPServerManager.from_settings(settings, secrets, extra_files=opts.mcp_configs,
-                                             project_dir=opts.workspace)
+        mcp = MCPServerManager.from_settings(
+            settings, secrets, extra_files=opts.mcp_configs, project_dir=opts.workspace
+        )
     runtime = await Runtime.create(settings=settings, secrets=secrets, mcp=mcp)
     async with runtime:
         session = await runtime.open_session(

@@ -25,14 +25,16 @@ def models(
     rows = []
     for ref in list_models():
         info = PROVIDERS[ref.provider]
-        rows.append({
-            "id": ref.id if hasattr(ref, "id") else ref.model,
-            "provider": ref.provider,
-            "context_window": ref.context_window,
-            "default": ref.default,
-            "credential": info.key_env or "-",
-            "credential_set": bool(info.key_env and secrets.get(info.key_env)),
-        })
+        rows.append(
+            {
+                "id": ref.id if hasattr(ref, "id") else ref.model,
+                "provider": ref.provider,
+                "context_window": ref.context_window,
+                "default": ref.default,
+                "credential": info.key_env or "-",
+                "credential_set": bool(info.key_env and secrets.get(info.key_env)),
+            }
+        )
     if json_out:
         typer.echo(json.dumps({"default": settings.model.default, "models": rows}, indent=2))
         return
@@ -42,8 +44,10 @@ def models(
         mark = "*" if r["default"] else " "
         cred = f"{r['credential']} ({'set' if r['credential_set'] else 'missing'})"
         typer.echo(f"{mark}{r['id']:33} {r['provider']:11} {r['context_window']:>8}  {cred}")
-    typer.echo("\n* provider default.  `provider:model` (e.g. openai:llama3.1) reaches models "
-               "outside the catalog through that provider's endpoint.")
+    typer.echo(
+        "\n* provider default.  `provider:model` (e.g. openai:llama3.1) reaches models "
+        "outside the catalog through that provider's endpoint."
+    )
 
 
 @app.command()

@@ -13,7 +13,9 @@ import typer
 from geode.cli.app import app
 from geode.errors import ConfigError
 
-ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model id (see `geode models`).")]
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", "-m", help="Model id (see `geode models`).")
+]
 SessionOpt = Annotated[
     str | None, typer.Option("--session", "-s", help="Continue this session id.")
 ]

@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -85,12 +86,18 @@ def serve(
         factory = demo_provider
     daemon = Daemon(settings=settings, secrets=secrets_, provider_factory=factory,
                     workspace=cwd.resolve() if cwd else None, drain_timeout_s=drain_timeout)
+    from bots import build_connectors
+
+    # Every enabled [channels.*] connector runs inside this daemon, on its lanes and store.
+    for connector in build_connectors(daemon, settings, secrets_):
+        daemon.add_connector(connector)
 
     async def main() -> None:
         await daemon.start()
         for line in describe(daemon):
             typer.echo(line, err=True)
         await daemon.serve_forever()
+        typer.echo("geode serve: stopped", err=True)
 
     asyncio.run(main())
 
@@ -105,7 +112,7 @@ async def _terminal_answer(tool: str, args: Any, reason: str, always_ok: bool) -
     choices = "[y]es / [n]o / [a]lways for this session" if always_ok else "[y]es / [n]o"
     sys.stderr.write(f"\n? approve {tool}: {reason}\n  input: {shown}\n  {choices}: ")
     sys.stderr.flush()
-    line = await asyncio.to_thread(sys.stdin.readline)
+    line = await _read_line(sys.stdin.readline)
     word = line.strip().lower()
     if word in ("y", "yes"):
         return "allow"
@@ -114,6 +121,35 @@ async def _terminal_answer(tool: str, args: Any, reason: str, always_ok: bool) -
     if not line:
         sys.stderr.write("(no answer: denied)\n")
     return "deny"
+
+
+async def _read_line(read: Callable[[], str]) -> str:
+    """Run a blocking terminal read in a daemon thread.
+
+    Not ``asyncio.to_thread``: its pool thread is joined at exit, so Ctrl-C while a prompt
+    waits would hang until the user pressed Enter.
+    """
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[str] = loop.create_future()
+
+    def deliver(value: str | None, exc: BaseException | None) -> None:
+        if fut.done():
+            return
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(value or "")
+
+    def work() -> None:
+        try:
+            value = read()
+        except BaseException as exc:  # EOFError / KeyboardInterrupt go to the awaiting side
+            loop.call_soon_threadsafe(deliver, None, exc)
+        else:
+            loop.call_soon_threadsafe(deliver, value, None)
+
+    threading.Thread(target=work, name="geode-stdin", daemon=True).start()
+    return await fut
 
 
 def _print_event(kind: str, data: dict[str, Any], *, streamed: bool) -> None:
@@ -159,8 +195,14 @@ def ask(
         "time_budget_s": time_budget, "stream": stream and not json_out and not jsonl,
         "cwd": str((cwd or Path.cwd()).resolve()),
     }
-    code = asyncio.run(_ask(sock, {k: v for k, v in frame.items() if v is not None},
-                            json_out=json_out, jsonl=jsonl))
+    try:
+        code = asyncio.run(_ask(sock, {k: v for k, v in frame.items() if v is not None},
+                                json_out=json_out, jsonl=jsonl))
+    except KeyboardInterrupt:
+        # the turn belongs to the daemon: it finishes and is checkpointed without us
+        typer.echo("\ninterrupted; the turn goes on in the daemon (see `geode sessions list`)",
+                   err=True)
+        raise typer.Exit(130) from None
     raise typer.Exit(code)
 
 
@@ -232,9 +274,13 @@ def repl(
     demo: Annotated[bool, typer.Option("--demo", help="Offline scripted demo model.")] = False,
 ) -> None:
     """Interactive session in this terminal (approvals asked here)."""
-    asyncio.run(_repl(session_id=session, model=model, allow=tuple(allow_tool or ()),
-                      deny=tuple(deny_tool or ()), workspace=(cwd or Path.cwd()).resolve(),
-                      demo=demo))
+    try:
+        asyncio.run(_repl(session_id=session, model=model, allow=tuple(allow_tool or ()),
+                          deny=tuple(deny_tool or ()), workspace=(cwd or Path.cwd()).resolve(),
+                          demo=demo))
+    except KeyboardInterrupt:
+        typer.echo("\ninterrupted (every finished round is checkpointed)", err=True)
+        raise typer.Exit(130) from None
 
 
 class _TerminalApprover:
@@ -261,14 +307,19 @@ async def _repl(*, session_id: str | None, model: str | None, allow: tuple[str, 
             provider=provider_factory() if provider_factory else None,
         )
 
-    runtime = await Runtime.create(settings=settings, secrets=secrets_)
+    mcp = None
+    if settings.mcp:
+        from geode.mcp import MCPServerManager
+
+        mcp = MCPServerManager.from_settings(settings, secrets_, project_dir=workspace)
+    runtime = await Runtime.create(settings=settings, secrets=secrets_, mcp=mcp)
     async with runtime:
         current = await runtime.open_session(context(session_id, model))
         typer.echo(f"geode repl: session {current.session_id}, model {current.model}. "
                    f"{_REPL_HELP}", err=True)
         while True:
             try:
-                line = await asyncio.to_thread(input, "geode> ")
+                line = await _read_line(lambda: input("geode> "))
             except EOFError:
                 break
             line = line.strip()
@@ -506,7 +557,8 @@ def sessions_show(
                 "last_checkpoint": (
                     {"seq": checkpoints[-1].seq, "status": checkpoints[-1].status,
                      "kind": checkpoints[-1].kind, "turn_id": checkpoints[-1].turn_id,
-                     "message_count": checkpoints[-1].message_count}
+                     "message_count": checkpoints[-1].message_count,
+                     "last_termination": checkpoints[-1].state.get("last_termination")}
                     if checkpoints else None
                 ),
                 "receipts": [{"call_id": r.call_id, "tool": r.tool, "status": r.status,

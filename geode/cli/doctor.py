@@ -26,10 +26,9 @@ def _line(ok: bool | None, what: str, fix: str = "") -> None:
 
 
 async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) -> bool:
+    from geode.logging import configure_logging
     from geode.providers.catalog import PROVIDERS, resolve_model
     from geode.settings import config_files, geode_home, load_settings
-
-    from geode.logging import configure_logging
 
     configure_logging(level="WARNING")
     failures = 0
@@ -39,8 +38,11 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
     if files:
         _line(True, "config: " + ", ".join(str(f) for f in files))
     else:
-        _line(None, "no config.toml found (defaults in use)",
-              f"copy config/config.example.toml to {home / 'config.toml'}")
+        _line(
+            None,
+            "no config.toml found (defaults in use)",
+            f"copy config/config.example.toml to {home / 'config.toml'}",
+        )
     try:
         settings, secrets = load_settings(cwd=cwd)
     except GeodeError as exc:
@@ -54,9 +56,12 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
         _line(True, f"default model {settings.model.default} → provider {ref.provider}")
         if info.key_env and not has_key:
             failures += 1
-            _line(False, f"credential {info.key_env} is not set",
-                  f"export {info.key_env}=... or add it to {home / '.env'}; "
-                  "or try the offline demo: geode run --demo 'hello'")
+            _line(
+                False,
+                f"credential {info.key_env} is not set",
+                f"export {info.key_env}=... or add it to {home / '.env'}; "
+                "or try the offline demo: geode run --demo 'hello'",
+            )
         elif info.key_env:
             _line(True, f"credential {info.key_env} is set")
     except GeodeError as exc:
@@ -76,8 +81,11 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
             reachable = await store.ping()
         finally:
             await store.aclose()
-        _line(reachable, f"store reachable: {_safe_url(settings.store_url)}",
-              "check [store] url; run `geode db upgrade`")
+        _line(
+            reachable,
+            f"store reachable: {_safe_url(settings.store_url)}",
+            "check [store] url; run `geode db upgrade`",
+        )
         failures += 0 if reachable else 1
     except GeodeError as exc:
         failures += 1
@@ -88,18 +96,27 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
             env_name = str(conf.get(key, default_env))
             present = bool(secrets.get(env_name))
             failures += 0 if present else 1
-            _line(present, f"channel {platform}: {env_name} {'set' if present else 'missing'}",
-                  f"export {env_name}=... or add it to {home / '.env'}")
+            _line(
+                present,
+                f"channel {platform}: {env_name} {'set' if present else 'missing'}",
+                f"export {env_name}=... or add it to {home / '.env'}",
+            )
         bound = [b for b in settings.bindings if b.platform == platform]
-        _line(bool(bound) or None, f"channel {platform}: {len(bound)} binding(s)",
-              f"add [[bindings]] platform = \"{platform}\" channel = \"...\" to config.toml")
+        _line(
+            bool(bound) or None,
+            f"channel {platform}: {len(bound)} binding(s)",
+            f'add [[bindings]] platform = "{platform}" channel = "..." to config.toml',
+        )
 
     try:
         from geode.mcp.trust import untrusted_project_servers
 
         for name in untrusted_project_servers(cwd, settings.home):
-            _line(None, f"project MCP server {name!r} is not trusted and will not run",
-                  f"review {cwd / '.geode' / 'config.toml'}, then run `geode trust {cwd}`")
+            _line(
+                None,
+                f"project MCP server {name!r} is not trusted and will not run",
+                f"review {cwd / '.geode' / 'config.toml'}, then run `geode trust {cwd}`",
+            )
     except ImportError:
         pass
     typer.echo("all checks passed" if failures == 0 else f"{failures} problem(s) found")
@@ -111,5 +128,5 @@ def _safe_url(url: str) -> str:
 
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - a malformed URL is shown without its credentials
+    except Exception:
         return url.split("@")[-1]

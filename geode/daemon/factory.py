@@ -122,6 +122,10 @@ class Runtime:
         self.hooks = hooks
         self.observers = observers or HookSystem()
         self.mcp = mcp
+        if settings.test_pause_at and settings.test_pause_marker:
+            from geode.testing.crashpoints import install_pause
+
+            install_pause(self.observers, settings.test_pause_at, settings.test_pause_marker)
         self.registry = ToolRegistry()
         for t in tools if tools is not None else builtin_tools():
             self.registry.register(t)
@@ -206,8 +210,13 @@ class Runtime:
         model_id = ctx.model or (ctx.binding.model if ctx.binding and ctx.binding.model else None)
         if ctx.provider is not None:
             model_name = model_id or "scripted"
-            ref = ModelRef(provider="scripted", model=model_name, context_window=200_000,
-                           max_output=8192, default=False)
+            ref = ModelRef(
+                provider="scripted",
+                model=model_name,
+                context_window=200_000,
+                max_output=8192,
+                default=False,
+            )
             provider = ctx.provider
         else:
             ref = self.resolve(model_id)
@@ -231,8 +240,8 @@ class Runtime:
         )
         extra = list(ctx.extra_tools)
         if self.mcp is not None:
-            extra.extend(await self.mcp.tools_for(scope))
-        plan_source = _PlanSource(self.registry, extra, scope)
+            await self.mcp.tools_for(scope)  # start servers; the plan reads current_tools()
+        plan_source = _PlanSource(self.registry, extra, scope, mcp=self.mcp)
 
         rules = [*ctx.rules]
         if ctx.binding is not None and ctx.binding.system_prompt:
@@ -260,18 +269,33 @@ class Runtime:
         )
         uncertain: list[str] = []
         if dangling_calls(messages):
-            turn = TurnInfo(session_id=session_id, turn_id="resume", round=0,
-                            correlation_id="resume", mode=ctx.mode)
+            turn = TurnInfo(
+                session_id=session_id,
+                turn_id="resume",
+                round=0,
+                correlation_id="resume",
+                mode=ctx.mode,
+            )
             messages, uncertain = await repair_dangling(
-                messages, runner=executor, plan=plan_source(), turn=turn,
+                messages,
+                runner=executor,
+                plan=plan_source(),
+                turn=turn,
                 receipts=receipts_status,
             )
             if checkpointer is not None:
                 await checkpointer.save(messages=messages, state={}, status="active")
             log.warning("resumed a session with an unfinished tool batch", uncertain=uncertain)
         loop = AgenticLoop(deps=deps, messages=messages)
-        return Session(session_id=session_id, ctx=ctx, scope=scope, loop=loop, executor=executor,
-                       model=model_name, uncertain_calls=uncertain)
+        return Session(
+            session_id=session_id,
+            ctx=ctx,
+            scope=scope,
+            loop=loop,
+            executor=executor,
+            model=model_name,
+            uncertain_calls=uncertain,
+        )
 
     async def _load_or_create(
         self, ctx: SessionContext, model: str
@@ -295,8 +319,11 @@ class Runtime:
                 f"Session {ctx.session_id!r} does not exist. `geode sessions list` shows them."
             )
         sid = await sessions.create(
-            session_id=ctx.session_id, mode=ctx.mode, model=model,
-            parent_session_id=ctx.parent_session_id, title=ctx.title,
+            session_id=ctx.session_id,
+            mode=ctx.mode,
+            model=model,
+            parent_session_id=ctx.parent_session_id,
+            title=ctx.title,
         )
         return sid, [], {}
 
@@ -305,14 +332,23 @@ class _PlanSource:
     """Projects the session's plan each step; unchanged content keeps its generation,
     a change (e.g. MCP tools refreshed) becomes the next generation for the next step."""
 
-    def __init__(self, registry: ToolRegistry, extra: Sequence[ToolDef], scope: SessionScope) -> None:
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        extra: Sequence[ToolDef],
+        scope: SessionScope,
+        *,
+        mcp: Any | None = None,
+    ) -> None:
         self.registry = registry
         self.extra = list(extra)
         self.scope = scope
+        self.mcp = mcp
         self._plan: BoundToolPlan | None = None
 
     def __call__(self) -> BoundToolPlan:
-        tools = [t for t in (*self.registry, *self.extra) if self.scope.permits(t.name)]
+        live = self.mcp.current_tools(self.scope) if self.mcp is not None else []
+        tools = [t for t in (*self.registry, *self.extra, *live) if self.scope.permits(t.name)]
         if self._plan is None:
             self._plan = BoundToolPlan.build(tools)
         else:

@@ -91,6 +91,9 @@ async def dispatch(tool: ToolDef, call: ToolCall, ctx: ToolContext) -> DispatchO
             return DispatchOutcome("uncertain", [TextBlock(text=msg)], "deadline exceeded")
         return _handler_error(call, exc)
     except ToolFailure as exc:
+        if getattr(exc, "outcome_uncertain", False):
+            # e.g. an MCP server died mid-call: the effect may have happened.
+            return DispatchOutcome("uncertain", [TextBlock(text=str(exc))], "outcome unknown")
         return _failed(str(exc) or f"'{call.name}' failed", f"ToolFailure: {exc}")
     except Exception as exc:  # a tool bug must reach the model as a result, not a crash
         return _handler_error(call, exc)

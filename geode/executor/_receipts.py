@@ -31,6 +31,7 @@ def args_hash(tool: str, args: dict[str, Any]) -> str:
 async def finish_receipt(
     receipts: ReceiptStore,
     *,
+    session_id: str,
     call_id: str,
     status: Literal["done", "failed", "uncertain"],
     detail: str = "",
@@ -38,7 +39,9 @@ async def finish_receipt(
     """Record the outcome. The effect already happened, so a failure here is logged, not
     raised: the receipt stays ``intended`` and reconciliation treats it as uncertain."""
     try:
-        await receipts.finish(call_id=call_id, status=status, detail=detail[:500])
+        await receipts.finish(
+            session_id=session_id, call_id=call_id, status=status, detail=detail[:500]
+        )
     except Exception:  # the result must still reach the model
         log.exception("receipt finish failed; left for reconciliation", call_id=call_id,
                       status=status)

@@ -269,7 +269,7 @@ class ToolExecutor:
                 assert self._receipts is not None
                 # Cancelled mid-dispatch: the effect may or may not have happened.
                 await finish_receipt(
-                    self._receipts, call_id=call.id,
+                    self._receipts, session_id=turn.session_id, call_id=call.id,
                     status="uncertain" if started else "failed",
                     detail="cancelled while running" if started else "cancelled before dispatch",
                 )
@@ -277,7 +277,8 @@ class ToolExecutor:
         if receipt:
             assert self._receipts is not None
             await finish_receipt(
-                self._receipts, call_id=call.id, status=outcome.status, detail=outcome.detail
+                self._receipts, session_id=turn.session_id, call_id=call.id,
+                status=outcome.status, detail=outcome.detail,
             )
         if outcome.status == "uncertain":
             await self._record(turn, "tool.timeout", call, deadline_s=tool.deadline_s)

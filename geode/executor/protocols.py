@@ -40,6 +40,7 @@ class ReceiptStore(Protocol):
     async def finish(
         self,
         *,
+        session_id: str,
         call_id: str,
         status: Literal["done", "failed", "uncertain"],
         detail: str = "",
@@ -99,6 +100,7 @@ class MemoryReceiptStore:
     async def finish(
         self,
         *,
+        session_id: str,
         call_id: str,
         status: Literal["done", "failed", "uncertain"],
         detail: str = "",

@@ -41,10 +41,10 @@ async def emit(deps: RunDeps, kind: Any, **data: Any) -> None:
     if deps.observer is not None:
         try:
             deps.observer.emit(kind, session_id=deps.session_id, **data)
-        except Exception:  # noqa: BLE001 - observation never decides or breaks a run
+        except Exception:
             pass
     if deps.on_event is not None:
         try:
             await deps.on_event(LoopEvent(kind, data))
-        except Exception:  # noqa: BLE001 - a vanished client must not end the turn
+        except Exception:
             log.debug("event sink failed", kind=kind, exc_info=True)

@@ -83,8 +83,9 @@ class AgenticLoop:
             finish = await asyncio.shield(self._task)
         except asyncio.CancelledError:
             if self._task.cancelled() and not _outer_cancelled():
-                finish = Finish(TerminationReason.CANCELLED, text=state.last_text,
-                                detail="the turn was stopped")
+                finish = Finish(
+                    TerminationReason.CANCELLED, text=state.last_text, detail="the turn was stopped"
+                )
             else:
                 self._task.cancel()
                 raise
@@ -115,14 +116,17 @@ class AgenticLoop:
         if finish.reason not in SUCCESS_REASONS and not text:
             text = _explain(finish)
         self.messages = state.messages
-        if self.deps.checkpointer is not None and finish.reason != TerminationReason.CHECKPOINT_FAILED:
+        if (
+            self.deps.checkpointer is not None
+            and finish.reason != TerminationReason.CHECKPOINT_FAILED
+        ):
             try:
                 await self.deps.checkpointer.save(
                     messages=state.messages,
                     state={**state.guard_state(), "last_termination": finish.reason.value},
                     status="paused" if finish.reason == TerminationReason.CANCELLED else "active",
                 )
-            except Exception as exc:  # noqa: BLE001 - the answer still reaches the user
+            except Exception as exc:
                 log.error("final checkpoint save failed", error=str(exc))
         result = TurnResult(
             session_id=self.deps.session_id,
@@ -136,8 +140,13 @@ class AgenticLoop:
             detail=finish.detail,
         )
         self.last_result = result
-        await emit(self.deps, "turn_finished", termination=finish.reason.value,
-                   detail=finish.detail, rounds=result.rounds)
+        await emit(
+            self.deps,
+            "turn_finished",
+            termination=finish.reason.value,
+            detail=finish.detail,
+            rounds=result.rounds,
+        )
         log.info("turn finished", termination=finish.reason.value, rounds=result.rounds)
         return result
 

@@ -22,9 +22,7 @@ async def verify(deps: RunDeps, state: RunState, step: Verify) -> Finish | Prepa
         return Finish(TerminationReason.NATURAL, text=step.text)
     await emit(deps, "verify_failed", reason=outcome.reason, attempt=state.repair_attempts + 1)
     if state.repair_attempts >= deps.limits.repair_budget:
-        return Finish(
-            TerminationReason.VERIFICATION_FAILED, text=step.text, detail=outcome.reason
-        )
+        return Finish(TerminationReason.VERIFICATION_FAILED, text=step.text, detail=outcome.reason)
     state.repair_attempts += 1
     state.round += 1
     state.messages.append(

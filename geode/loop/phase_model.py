@@ -56,7 +56,9 @@ async def call_provider(
                 lambda: _once(deps, step), policy=deps.retry, on_retry=on_retry
             )
     except TimeoutError:
-        return Finish(TerminationReason.TIME_BUDGET, detail="time budget ran out during a model call")
+        return Finish(
+            TerminationReason.TIME_BUDGET, detail="time budget ran out during a model call"
+        )
     except ModelError as err:
         if err.kind == "context_overflow":
             compacted = compact(state.messages, keep_recent=max(2, deps.limits.keep_recent // 2))

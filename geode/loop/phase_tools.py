@@ -43,7 +43,11 @@ async def process_tools(deps: RunDeps, state: RunState, step: RunTools) -> Obser
         status = result_status(res)
         state.tool_calls.append({"name": call.name, "status": status})
         await emit(
-            deps, "tool_result", id=call.id, name=call.name, status=status,
+            deps,
+            "tool_result",
+            id=call.id,
+            name=call.name,
+            status=status,
             text=res.text_content[:500],
         )
     state.messages.append(Message(role="user", content=list(results)))

@@ -16,10 +16,10 @@ from geode.tools.plan import BoundToolPlan
 
 __all__ = [
     "BatchSaveFailed",
+    "Checkpointer",
     "Observer",
     "PromptDecision",
     "PromptGate",
-    "Checkpointer",
     "ToolRunner",
     "TurnInfo",
     "Verifier",
@@ -51,7 +51,7 @@ class ToolRunner(Protocol):
     ) -> list[ToolResultBlock]: ...
 
 
-class BatchSaveFailed(Exception):  # noqa: N818 - a control signal, not an error type
+class BatchSaveFailed(Exception):
     """Raised by a Checkpointer when the proposed batch could not be saved: nothing runs."""
 
 
@@ -64,7 +64,9 @@ class Checkpointer(Protocol):
     it runs; raising :class:`BatchSaveFailed` there means nothing runs.
     """
 
-    async def save(self, *, messages: Sequence[Message], state: dict[str, Any], status: str) -> None: ...
+    async def save(
+        self, *, messages: Sequence[Message], state: dict[str, Any], status: str
+    ) -> None: ...
 
     async def save_batch_proposed(
         self, *, messages: Sequence[Message], state: dict[str, Any], turn: TurnInfo
@@ -81,7 +83,9 @@ class VerifyOutcome:
 class Verifier(Protocol):
     """Checks a stop proposal (a text-only answer). Failing asks for a repair round."""
 
-    async def verify(self, *, text: str, messages: Sequence[Message], turn: TurnInfo) -> VerifyOutcome: ...
+    async def verify(
+        self, *, text: str, messages: Sequence[Message], turn: TurnInfo
+    ) -> VerifyOutcome: ...
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,9 @@ async def repair_dangling(
             uncertain.append(call.id)
             results[call.id] = ToolResultBlock.text(call.id, UNCERTAIN_TEXT, is_error=True)
     if rerun:
-        for call, res in zip(rerun, await runner.run_batch(rerun, turn=turn, plan=plan), strict=True):
+        for call, res in zip(
+            rerun, await runner.run_batch(rerun, turn=turn, plan=plan), strict=True
+        ):
             results[call.id] = res
     ordered = [results[c.id] for c in calls]
     return [*messages, Message(role="user", content=list(ordered))], uncertain

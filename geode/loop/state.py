@@ -44,8 +44,8 @@ class RunDeps:
     plan_source: Callable[[], BoundToolPlan]
     runner: ToolRunner
     system_prompt: Callable[[], str]
-    limits: LoopLimits = LoopLimits()
-    retry: RetryPolicy = RetryPolicy()
+    limits: LoopLimits = field(default_factory=LoopLimits)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     checkpointer: Checkpointer | None = None
     verifier: Verifier | None = None
     prompt_gate: PromptGate | None = None

@@ -55,6 +55,6 @@ def build_system_prompt(src: SystemPromptSources) -> str:
             continue
         for title, body in read_sections(root / "GEODE.md").items():
             if body:
-                parts.append(f"<{label} section=\"{title}\">\n{body}\n</{label}>")
+                parts.append(f'<{label} section="{title}">\n{body}\n</{label}>')
     parts.extend(r for r in src.rules if r)
     return "\n\n".join(parts)

@@ -26,6 +26,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -143,7 +144,7 @@ class EffectReceiptModel(Base):
     id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
     session_id: Mapped[str] = mapped_column(String(200))
     turn_id: Mapped[str] = mapped_column(String(100))
-    call_id: Mapped[str] = mapped_column(String(200), unique=True)
+    call_id: Mapped[str] = mapped_column(String(200))
     tool: Mapped[str] = mapped_column(String(200))
     args_hash: Mapped[str] = mapped_column(String(128))
     status: Mapped[str] = mapped_column(String(16))
@@ -151,7 +152,10 @@ class EffectReceiptModel(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
-    __table_args__ = (Index(None, "session_id", "status"),)
+    __table_args__ = (
+        Index(None, "session_id", "status"),
+        UniqueConstraint("session_id", "call_id", name="uq_effect_receipts_session_call"),
+    )
 
 
 class TimelineEventModel(Base):
@@ -181,7 +185,7 @@ timeline_table = cast(Table, TimelineEventModel.__table__)
 # Other packages keep their tables in their own modules on this same ``Base`` (and ship the
 # migration that creates them). They must be listed here so that Alembic (env.py) and the
 # migrations == models test see the whole schema, not just the part imported so far.
-TABLE_MODULES: tuple[str, ...] = ("geode.daemon._tables",)
+TABLE_MODULES: tuple[str, ...] = ("geode.daemon._tables", "bots._tables")
 
 
 def all_metadata() -> MetaData:

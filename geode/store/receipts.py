@@ -3,7 +3,7 @@
 ``intend`` commits before the executor dispatches; a crash after it leaves an ``intended``
 receipt, which the next resume turns into ``uncertain``. An uncertain effect is never
 re-executed automatically: the model is told the outcome is unknown and must be checked.
-``call_id`` is unique, so the same call cannot be intended (and so dispatched) twice.
+``(session_id, call_id)`` is unique, so the same call cannot be intended (and so dispatched) twice.
 """
 
 from __future__ import annotations
@@ -119,7 +119,9 @@ class ReceiptStore:
         now = utcnow()
         try:
             async with self._store.write() as conn:
-                query = select(_R.c.status, _R.c.args_hash).where(_R.c.call_id == call_id)
+                query = select(_R.c.status, _R.c.args_hash).where(
+                    _R.c.session_id == session_id, _R.c.call_id == call_id
+                )
                 if self._store.is_postgres:
                     query = query.with_for_update()
                 existing = (await conn.execute(query)).first()
@@ -145,7 +147,7 @@ class ReceiptStore:
                     )
                 await conn.execute(
                     update(_R)
-                    .where(_R.c.call_id == call_id)
+                    .where(_R.c.session_id == session_id, _R.c.call_id == call_id)
                     .values(
                         status="intended",
                         turn_id=turn_id,
@@ -163,7 +165,9 @@ class ReceiptStore:
                 f"recording the effect receipt of call {call_id!r} failed: {type(exc).__name__}"
             ) from exc
 
-    async def finish(self, *, call_id: str, status: FinishStatus, detail: str = "") -> None:
+    async def finish(
+        self, *, session_id: str, call_id: str, status: FinishStatus, detail: str = ""
+    ) -> None:
         """Record how an intended call ended.
 
         Raises:
@@ -174,7 +178,9 @@ class ReceiptStore:
         """
         try:
             async with self._store.write() as conn:
-                query = select(_R.c.status).where(_R.c.call_id == call_id)
+                query = select(_R.c.status).where(
+                    _R.c.session_id == session_id, _R.c.call_id == call_id
+                )
                 if self._store.is_postgres:
                     query = query.with_for_update()
                 current = (await conn.execute(query)).scalar()
@@ -186,7 +192,7 @@ class ReceiptStore:
                     )
                 await conn.execute(
                     update(_R)
-                    .where(_R.c.call_id == call_id)
+                    .where(_R.c.session_id == session_id, _R.c.call_id == call_id)
                     .values(status=status, detail=detail[:4000], updated_at=utcnow())
                 )
         except SQLAlchemyError as exc:
@@ -215,7 +221,7 @@ class ReceiptStore:
             detail = "process ended after dispatch; outcome unknown (not re-run)"
             await conn.execute(
                 update(_R)
-                .where(_R.c.call_id.in_([r.call_id for r in rows]))
+                .where(_R.c.session_id == session_id, _R.c.call_id.in_([r.call_id for r in rows]))
                 .values(status="uncertain", detail=detail, updated_at=now)
             )
         out = [
@@ -241,7 +247,8 @@ class ReceiptStore:
             ).all()
         return [Receipt.from_row(r) for r in rows]
 
-    async def get(self, call_id: str) -> Receipt | None:
+    async def get(self, session_id: str, call_id: str) -> Receipt | None:
         async with self._store.read() as conn:
-            row = (await conn.execute(select(*_COLS).where(_R.c.call_id == call_id))).first()
+            query = select(*_COLS).where(_R.c.session_id == session_id, _R.c.call_id == call_id)
+            row = (await conn.execute(query)).first()
         return Receipt.from_row(row) if row is not None else None

@@ -196,6 +196,10 @@ class FakeModelServer(abc.ABC):
         """Scripted replies not yet consumed."""
         return len(self._script)
 
+    def clear_script(self) -> None:
+        """Drop the scripted replies not yet consumed."""
+        self._script.clear()
+
     @property
     def generate_requests(self) -> list[RecordedRequest]:
         """Recorded requests to the generation endpoint only."""

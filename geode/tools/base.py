@@ -19,8 +19,8 @@ from pydantic import BaseModel, TypeAdapter, create_model
 from geode.messages import ImageBlock, TextBlock
 
 __all__ = [
-    "SAFETY_ORDER",
     "PERSONAL_ORDER",
+    "SAFETY_ORDER",
     "PersonalData",
     "Safety",
     "ToolContext",

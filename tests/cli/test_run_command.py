@@ -16,15 +16,28 @@ PLANTED = "sk-ant-api03-PLANTEDSECRETvalue0123456789abcdef"
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("GEODE_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.endswith("_API_KEY") and not k.startswith("GEODE_")
+    }
     env.update({"GEODE_HOME": str(home), "NO_COLOR": "1"}, **extra)
     return env
 
 
-async def geode(*args: str, env: dict[str, str], cwd: Path, stdin: bytes = b"") -> tuple[int, str, str]:
+async def geode(
+    *args: str, env: dict[str, str], cwd: Path, stdin: bytes = b""
+) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "geode", *args, cwd=cwd, env=env,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "geode",
+        *args,
+        cwd=cwd,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
     assert proc.returncode is not None
@@ -41,8 +54,9 @@ def workspace(tmp_path: Path) -> Path:
 
 
 async def test_demo_json_has_the_contract_fields(tmp_path: Path, workspace: Path) -> None:
-    code, out, err = await geode("run", "--demo", "--json", "What is here?",
-                                 env=_env(tmp_path / "home"), cwd=workspace)
+    code, out, err = await geode(
+        "run", "--demo", "--json", "What is here?", env=_env(tmp_path / "home"), cwd=workspace
+    )
     assert code == 0, err
     obj = json.loads(out)
     for key in ("session_id", "turn_id", "termination", "text", "rounds", "tool_calls", "usage"):
@@ -56,23 +70,25 @@ async def test_demo_json_has_the_contract_fields(tmp_path: Path, workspace: Path
 
 
 async def test_missing_key_is_exit_2_naming_the_variable(tmp_path: Path, workspace: Path) -> None:
-    code, out, err = await geode("run", "hi", env=_env(tmp_path / "home"), cwd=workspace)
+    code, _out, err = await geode("run", "hi", env=_env(tmp_path / "home"), cwd=workspace)
     assert code == 2
     assert "ANTHROPIC_API_KEY" in err
     assert "Traceback" not in err
 
 
 async def test_unknown_model_is_exit_2_with_close_ids(tmp_path: Path, workspace: Path) -> None:
-    code, _, err = await geode("run", "--model", "claude-opus-5-6", "hi",
-                               env=_env(tmp_path / "home"), cwd=workspace)
+    code, _, err = await geode(
+        "run", "--model", "claude-opus-5-6", "hi", env=_env(tmp_path / "home"), cwd=workspace
+    )
     assert code == 2
     assert "claude-opus-5-5" in err
     assert "Traceback" not in err
 
 
 async def test_unknown_session_is_exit_2(tmp_path: Path, workspace: Path) -> None:
-    code, _, err = await geode("run", "--demo", "--session", "s-nope", "hi",
-                               env=_env(tmp_path / "home"), cwd=workspace)
+    code, _, err = await geode(
+        "run", "--demo", "--session", "s-nope", "hi", env=_env(tmp_path / "home"), cwd=workspace
+    )
     assert code == 2
     assert "s-nope" in err and "Traceback" not in err
 
@@ -95,10 +111,22 @@ async def test_real_sdk_run_with_tools_never_logs_secrets(tmp_path: Path, worksp
         srv.enqueue_tool_calls([("read_file", {"path": "README.md"}), ("list_dir", {"path": "."})])
         srv.enqueue_error(429, headers={"retry-after": "0"})
         srv.enqueue_text("done")
-        env = _env(tmp_path / "home", ANTHROPIC_API_KEY=PLANTED, ANTHROPIC_BASE_URL=srv.base_url,
-                   TELEGRAM_BOT_TOKEN="123456789:AAHplantedTelegramTokenValue_0123456")
-        code, out, err = await geode("--log-json", "--log-level", "DEBUG", "run", "--json",
-                                     "Read the README", env=env, cwd=workspace)
+        env = _env(
+            tmp_path / "home",
+            ANTHROPIC_API_KEY=PLANTED,
+            ANTHROPIC_BASE_URL=srv.base_url,
+            TELEGRAM_BOT_TOKEN="123456789:AAHplantedTelegramTokenValue_0123456",
+        )
+        code, out, err = await geode(
+            "--log-json",
+            "--log-level",
+            "DEBUG",
+            "run",
+            "--json",
+            "Read the README",
+            env=env,
+            cwd=workspace,
+        )
         assert code == 0, err
         obj = json.loads(out)
         assert [c["status"] for c in obj["tool_calls"]] == ["ok", "ok"]
@@ -112,7 +140,9 @@ async def test_real_sdk_run_with_tools_never_logs_secrets(tmp_path: Path, worksp
                 assert PLANTED.encode() not in f.read_bytes(), f
 
 
-async def test_auth_failure_is_exit_1_and_names_the_variable(tmp_path: Path, workspace: Path) -> None:
+async def test_auth_failure_is_exit_1_and_names_the_variable(
+    tmp_path: Path, workspace: Path
+) -> None:
     async with FakeAnthropicServer() as srv:
         srv.enqueue_error(401)
         env = _env(tmp_path / "home", ANTHROPIC_API_KEY=PLANTED, ANTHROPIC_BASE_URL=srv.base_url)

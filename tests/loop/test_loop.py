@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -62,7 +63,9 @@ class Checkpoints:
         self.saves: list[tuple[str, int]] = []
         self.fail_batch = fail_batch
 
-    async def save(self, *, messages: Sequence[Message], state: dict[str, Any], status: str) -> None:
+    async def save(
+        self, *, messages: Sequence[Message], state: dict[str, Any], status: str
+    ) -> None:
         self.saves.append(("save", len(messages)))
 
     async def save_batch_proposed(
@@ -110,8 +113,9 @@ async def test_natural_end_after_a_tool_round() -> None:
 
 
 async def test_max_rounds() -> None:
-    loop = make_loop([ToolCall("echo", {"text": str(i)}) for i in range(5)],
-                     limits=LoopLimits(max_rounds=3))
+    loop = make_loop(
+        [ToolCall("echo", {"text": str(i)}) for i in range(5)], limits=LoopLimits(max_rounds=3)
+    )
     result = await loop.run("loop forever")
     assert result.termination == TerminationReason.MAX_ROUNDS
     assert result.rounds == 3
@@ -127,8 +131,9 @@ async def test_time_budget_during_a_slow_model_call() -> None:
 
 async def test_repeated_identical_tool_errors_stop_the_turn() -> None:
     runner = Runner(error="boom: file is locked")
-    loop = make_loop([ToolCall("echo", {"text": "x"})] * 10, runner,
-                     limits=LoopLimits(repeated_error_limit=3))
+    loop = make_loop(
+        [ToolCall("echo", {"text": "x"})] * 10, runner, limits=LoopLimits(repeated_error_limit=3)
+    )
     result = await loop.run("try")
     assert result.termination == TerminationReason.REPEATED_ERRORS
     assert len(runner.batches) == 3
@@ -144,8 +149,9 @@ async def test_model_error_is_classified_and_ends_the_turn() -> None:
 
 async def test_transient_errors_are_retried_within_the_bound() -> None:
     provider = ScriptedProvider([ModelError("x", kind="overloaded"), "ok now"])
-    loop = make_loop([], provider=provider,
-                     retry=RetryPolicy(max_attempts=3, base_delay=0.0, max_delay=0.0))
+    loop = make_loop(
+        [], provider=provider, retry=RetryPolicy(max_attempts=3, base_delay=0.0, max_delay=0.0)
+    )
     result = await loop.run("hi")
     assert result.termination == TerminationReason.NATURAL
     assert len(provider.calls) == 2
@@ -172,7 +178,7 @@ async def test_compaction_keeps_tool_pairs_and_the_task() -> None:
         assert pairs_intact(call.messages)
         assert call.messages[0].text.startswith("the original task")
         roles = [m.role for m in call.messages]
-        assert all(a != b for a, b in zip(roles, roles[1:], strict=False))
+        assert all(a != b for a, b in itertools.pairwise(roles))
 
 
 async def test_context_exhausted_when_nothing_can_be_dropped() -> None:
@@ -206,7 +212,9 @@ class Verifier:
         self.verdicts = verdicts
         self.calls = 0
 
-    async def verify(self, *, text: str, messages: Sequence[Message], turn: TurnInfo) -> VerifyOutcome:
+    async def verify(
+        self, *, text: str, messages: Sequence[Message], turn: TurnInfo
+    ) -> VerifyOutcome:
         self.calls += 1
         ok = self.verdicts.pop(0)
         return VerifyOutcome(ok, "" if ok else "the answer lacks a test run")
@@ -255,8 +263,9 @@ async def test_batch_saved_before_tools_run_and_again_after() -> None:
     order: list[str] = []
 
     class OrderedRunner(Runner):
-        async def run_batch(self, calls: Sequence[ToolUseBlock], *, turn: TurnInfo,
-                            plan: BoundToolPlan) -> list[ToolResultBlock]:
+        async def run_batch(
+            self, calls: Sequence[ToolUseBlock], *, turn: TurnInfo, plan: BoundToolPlan
+        ) -> list[ToolResultBlock]:
             order.append(f"run after {cps.saves[-1][0]}")
             return await super().run_batch(calls, turn=turn, plan=plan)
 

@@ -97,7 +97,7 @@ def upgrade() -> None:
         sa.Column("created_at", _TS, nullable=False),
         sa.Column("updated_at", _TS, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_effect_receipts"),
-        sa.UniqueConstraint("call_id", name="uq_effect_receipts_call_id"),
+        sa.UniqueConstraint("session_id", "call_id", name="uq_effect_receipts_session_call"),
     )
     op.create_index(
         "ix_effect_receipts_session_id_status", "effect_receipts", ["session_id", "status"]

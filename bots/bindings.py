@@ -1,0 +1,135 @@
+"""Bindings: which channels are served, and under which DAEMON policy.
+
+A binding matches by exact platform + channel id (and workspace / guild when the binding
+names one); there is no wildcard. Unbound channels are ignored and logged at debug: a bot
+added to a random group must not answer there.
+
+Bindings come from ``[[bindings]]`` in config.toml plus those added with
+``geode bindings add`` (stored in ``channel_bindings``; re-read every ``refresh_s``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from sqlalchemy import delete, insert, select
+from sqlalchemy.exc import IntegrityError
+
+from bots._tables import bindings_table
+from geode.errors import ConfigError
+from geode.settings import BindingSettings
+
+if TYPE_CHECKING:
+    from geode.store import Store
+
+__all__ = ["BindingTable", "StoredBindings"]
+
+log = structlog.get_logger(__name__)
+_B = bindings_table
+
+
+class StoredBindings:
+    """The ``geode bindings add/remove`` rows."""
+
+    def __init__(self, *, store: Store) -> None:
+        self._store = store
+
+    async def list(self) -> list[BindingSettings]:
+        async with self._store.read() as conn:
+            rows = (await conn.execute(select(_B).order_by(_B.c.id))).all()
+        out = []
+        for r in rows:
+            try:
+                out.append(BindingSettings.model_validate(dict(r.settings)))
+            except ValueError:
+                log.warning("bindings.stored_invalid", platform=r.platform, channel=r.channel)
+        return out
+
+    async def add(self, binding: BindingSettings) -> None:
+        """Store a binding. Raises ConfigError if that channel is bound already."""
+        try:
+            async with self._store.write() as conn:
+                await conn.execute(
+                    insert(_B).values(
+                        platform=binding.platform,
+                        workspace=binding.workspace,
+                        channel=binding.channel,
+                        settings=binding.model_dump(mode="json"),
+                    )
+                )
+        except IntegrityError as exc:
+            raise ConfigError(
+                f"{binding.platform} channel {binding.channel} is bound already; "
+                "`geode bindings remove` it first."
+            ) from exc
+
+    async def remove(self, platform: str, channel: str, workspace: str = "") -> bool:
+        async with self._store.write() as conn:
+            result = await conn.execute(
+                delete(_B).where(
+                    _B.c.platform == platform, _B.c.channel == channel,
+                    _B.c.workspace == workspace,
+                )
+            )
+        return bool(result.rowcount)
+
+
+class BindingTable:
+    """Exact-match lookup over config bindings + stored ones.
+
+    Config bindings win over a stored binding for the same channel (the operator's file is
+    the source of truth; the CLI refuses to add a duplicate of it anyway).
+    """
+
+    def __init__(
+        self,
+        *,
+        configured: Sequence[BindingSettings],
+        stored: StoredBindings | None = None,
+        refresh_s: float = 5.0,
+    ) -> None:
+        self._configured = list(configured)
+        self._stored = stored
+        self._refresh_s = refresh_s
+        self._loaded_at = float("-inf")
+        self._index: dict[tuple[str, str], list[BindingSettings]] = {}
+        self._rebuild([])
+
+    def _rebuild(self, stored: list[BindingSettings]) -> None:
+        index: dict[tuple[str, str], list[BindingSettings]] = {}
+        for b in [*self._configured, *stored]:
+            index.setdefault((b.platform, b.channel), []).append(b)
+        self._index = index
+
+    async def refresh(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if self._stored is None or (not force and now - self._loaded_at < self._refresh_s):
+            return
+        self._loaded_at = now
+        try:
+            self._rebuild(await self._stored.list())
+        except Exception:  # the last good table stays in force
+            log.warning("bindings.refresh_failed", exc_info=True)
+
+    async def lookup(self, platform: str, workspace: str, channel: str) -> BindingSettings | None:
+        """The binding of exactly this channel, or None (ignored, debug-logged)."""
+        await self.refresh()
+        for b in self._index.get((platform, channel), ()):
+            if not b.workspace or b.workspace == workspace:
+                return b
+        log.debug("channel.unbound", platform=platform, workspace=workspace, channel=channel)
+        return None
+
+    def channels(self, platform: str) -> list[BindingSettings]:
+        return [b for (p, _c), bs in self._index.items() if p == platform for b in bs]
+
+
+def parse_binding(data: dict[str, Any]) -> BindingSettings:
+    """Validate a binding from the CLI; a bad field is a ConfigError naming it."""
+    try:
+        return BindingSettings.model_validate(data)
+    except ValueError as exc:
+        raise ConfigError(f"invalid binding: {exc}") from exc

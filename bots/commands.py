@@ -1,0 +1,119 @@
+"""Thread commands: /new, /reset, /status, /stop, /help.
+
+Commands act on the thread they are written in and answer there (as an outbox notice).
+They run at once, not behind the thread's queued turns: ``/stop`` must reach the turn it
+stops, and ``/status`` must describe it while it runs.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from bots.events import InboundEvent
+from geode.settings import BindingSettings
+
+if TYPE_CHECKING:
+    from bots.layer import ChannelLayer
+    from geode.daemon.factory import Session
+
+__all__ = ["COMMANDS", "ActiveTurn", "parse_command", "run_command"]
+
+COMMANDS = ("new", "reset", "status", "stop", "help", "start")
+_CMD = re.compile(r"^/([A-Za-z_]+)(?:@([A-Za-z0-9_]+))?(?:\s|$)")
+
+HELP = (
+    "Mention me (or reply to me) in a bound chat and I work on it in this thread; "
+    "follow-ups in the thread need no mention.\n"
+    "/status  session, model, running turn, last result\n"
+    "/stop    stop the running turn of this thread\n"
+    "/new     start a new session in this thread (the old one is kept as its parent)\n"
+    "/reset   same as /new\n"
+    "/help    this text"
+)
+
+
+@dataclass(kw_only=True)
+class ActiveTurn:
+    """A turn running now in a thread (what /stop and /status act on)."""
+
+    session_id: str
+    event_id: int
+    started: float
+    model: str = ""
+    loop_turn_id: str = ""
+    session: Session | None = None  # once open
+    stop_requested: bool = False
+
+    def cancel(self) -> None:
+        """Stop the turn; if it has not started yet it stops as soon as it does."""
+        self.stop_requested = True
+        if self.session is not None:
+            self.session.cancel()
+
+
+def parse_command(text: str, bot_username: str | None) -> str | None:
+    """The command name if ``text`` is one of ours (``/cmd`` or ``/cmd@thisbot``)."""
+    m = _CMD.match(text.strip())
+    if m is None:
+        return None
+    name, target = m.group(1).lower(), m.group(2)
+    if target is not None and (bot_username is None or target.lower() != bot_username.lower()):
+        return None  # addressed to another bot
+    return name if name in COMMANDS else None
+
+
+async def run_command(
+    layer: ChannelLayer, name: str, event: InboundEvent, binding: BindingSettings
+) -> str:
+    """Carry out a command; returns the text to answer with."""
+    if name in ("help", "start"):
+        return HELP
+    if name == "stop":
+        active = layer.active.get(event.thread_key)
+        if active is None:
+            return "Nothing is running in this thread."
+        active.cancel()
+        return f"Stopping the running turn (session {active.session_id})."
+    if name in ("new", "reset"):
+        previous, new = await layer.threads.start_new(event, model=binding.model or "")
+        lineage = f" (previous: {previous})" if previous else ""
+        return f"🆕 New session {new}{lineage}."
+    if name == "status":
+        return await _status(layer, event, binding)
+    return HELP
+
+
+async def _status(layer: ChannelLayer, event: InboundEvent, binding: BindingSettings) -> str:
+    state = await layer.threads.get(event.thread_key)
+    session_id = state.session_id if state is not None else event.thread_key
+    record = await layer.store.sessions.get(session_id)
+    model = (record.model if record is not None and record.model else None) or binding.model
+    lines = [f"session: {session_id}", f"model: {model or 'default'}"]
+    if record is not None and record.parent_session_id:
+        lines.append(f"parent: {record.parent_session_id}")
+    active = layer.active.get(event.thread_key)
+    if active is not None:
+        lines.append(
+            f"running: turn {active.loop_turn_id or '(starting)'} for "
+            f"{time.monotonic() - active.started:.0f}s"
+        )
+    else:
+        lines.append("running: nothing")
+    queued = layer.processor.pending(event.thread_key)
+    if queued:
+        lines.append(f"queued: {queued}")
+    last = await _last_termination(layer, session_id)
+    lines.append(f"last turn: {last or '-'}")
+    return "\n".join(lines)
+
+
+async def _last_termination(layer: ChannelLayer, session_id: str) -> str | None:
+    rows = await layer.store.checkpoints.list(session_id, limit=100)
+    for row in sorted(rows, key=lambda r: r.seq, reverse=True):
+        term = row.state.get("last_termination")
+        if term:
+            return str(term)
+    return None

@@ -1,0 +1,218 @@
+"""BaseConnector: what a platform must provide; the shared layer does the rest.
+
+A platform subclass implements four methods: ``connect`` (log in, learn its identity,
+start its intake, which hands events to :meth:`BaseConnector.submit`), ``disconnect``,
+``send`` and ``edit``. ``react``, ``typing``, ``fetch_thread_history`` and ``catch_up``
+have harmless defaults. Bindings, sender policy, sessions, durability, progress,
+formatting and commands live in the layer (:mod:`bots.layer`) and are the same for every
+platform.
+
+SDK errors are translated once, in the subclass, into :class:`DeliveryError` kinds; the
+layer's retry and fallback logic only sees those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+
+import structlog
+
+from bots.events import InboundEvent, ReplyTarget
+from bots.format import TELEGRAM_LIMIT, Chunk
+from geode.settings import BindingSettings
+
+if TYPE_CHECKING:
+    from bots.layer import ChannelLayer, LayerOptions
+    from geode.daemon.factory import Runtime, SessionContext
+    from geode.daemon.lanes import LaneKind
+    from geode.loop import TurnResult
+
+__all__ = ["BaseConnector", "DeliveryError", "DeliveryErrorKind", "TurnHost"]
+
+log = structlog.get_logger(__name__)
+
+DeliveryErrorKind = Literal["markup", "not_modified", "not_found", "retry", "unknown", "fatal"]
+
+
+class DeliveryError(Exception):
+    """A send/edit the platform refused or whose outcome is unknown.
+
+    Kinds: ``markup`` (rejected formatting: resend as plain text), ``not_modified`` (an edit
+    that changed nothing: the content is already there), ``not_found`` (the message to edit
+    is gone), ``retry`` (rate limited beyond the limiter's patience; ``retry_after``),
+    ``unknown`` (network failure after the request left: it may have taken effect),
+    ``fatal`` (forbidden, chat gone: do not retry).
+    """
+
+    def __init__(
+        self, kind: DeliveryErrorKind, message: str = "", *, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message or kind)
+        self.kind = kind
+        self.retry_after = retry_after
+
+
+class TurnHost(Protocol):
+    """What the layer needs from ``geode serve`` (``geode.daemon.Daemon`` is one)."""
+
+    runtime: Runtime | None
+    workspace: Path
+
+    async def run_turn(
+        self,
+        ctx: SessionContext,
+        prompt: str,
+        *,
+        kind: LaneKind,
+        lane_key: str | None = None,
+        on_session: Any = None,
+    ) -> TurnResult: ...
+
+
+async def reap(task: asyncio.Task[Any] | None) -> None:
+    """Cancel ``task`` and wait for it, retrieving whatever it ended with (never raises)."""
+    if task is None:
+        return
+    task.cancel()
+    await asyncio.wait({task})
+    if not task.cancelled():
+        exc = task.exception()
+        if exc is not None and not isinstance(exc, asyncio.CancelledError):
+            log.debug("task.ended_with", task=task.get_name(), error=repr(exc))
+
+
+def instance_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class BaseConnector(ABC):
+    """A platform connector hosted by the daemon (``Daemon.add_connector``).
+
+    Args:
+        host: the daemon (runs turns under its lanes; owns the store).
+        bindings: the configured ``[[bindings]]`` (stored ones are added by the layer).
+        options: layer behaviour (progress cadence, catch-up age, ...).
+    """
+
+    platform: ClassVar[str]
+    #: the platform's message length limit (UTF-16 units for Telegram)
+    text_limit: ClassVar[int] = TELEGRAM_LIMIT
+
+    def __init__(
+        self,
+        *,
+        host: TurnHost,
+        bindings: Sequence[BindingSettings] = (),
+        options: LayerOptions | None = None,
+    ) -> None:
+        from bots.layer import LayerOptions
+
+        self.host = host
+        self.bindings = [b for b in bindings if b.platform == self.platform]
+        self.options = options or LayerOptions()
+        self.owner = instance_name()
+        #: identity inside the platform (Telegram: the bot id); part of session ids
+        self.workspace = ""
+        self.layer: ChannelLayer | None = None
+        #: test seam: called with a pipeline point name (a test raises there = a crash)
+        self.fault: Callable[[str], None] | None = None
+        self._ready = False
+
+    # -- lifecycle (the daemon's Connector protocol) ----------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    async def start(self) -> None:
+        """Build the layer on the daemon's store, connect, recover, then take events."""
+        from bots.layer import ChannelLayer
+
+        runtime = self.host.runtime
+        if runtime is None or runtime.store is None:
+            raise RuntimeError("connectors start after the daemon opened its store")
+        self.layer = ChannelLayer(connector=self, store=runtime.store, host=self.host,
+                                  bindings=self.bindings, options=self.options)
+        await self.connect()
+        self._ready = True
+        log.info("connector.started", platform=self.platform, workspace=self.workspace)
+
+    async def stop(self) -> None:
+        """Stop taking events, stop processing (turns in flight are left to the daemon)."""
+        self._ready = False
+        try:
+            await self.disconnect()
+        finally:
+            if self.layer is not None:
+                await self.layer.stop()
+        log.info("connector.stopped", platform=self.platform)
+
+    async def submit(
+        self, events: Sequence[tuple[InboundEvent, str]], *, cursor: tuple[str, str] | None = None
+    ) -> list[int]:
+        """Record events durably (and move ``cursor``) before the caller acknowledges them."""
+        assert self.layer is not None
+        return await self.layer.submit(events, cursor=cursor)
+
+    # -- platform I/O -------------------------------------------------------------------------
+
+    @abstractmethod
+    async def connect(self) -> None:
+        """Log in, set :attr:`workspace`, start the intake (which calls :meth:`submit`).
+
+        The intake must call ``self.layer.start_processing()`` once it owns the bot's
+        processing (e.g. after taking the poller lease).
+        """
+
+    @abstractmethod
+    async def disconnect(self) -> None:
+        """Stop the intake and release platform resources."""
+
+    @abstractmethod
+    async def send(self, target: ReplyTarget, chunk: Chunk, *, plain: bool = False) -> str:
+        """Post ``chunk`` (``plain``: its plain text) into the thread; returns the message id.
+
+        Raises:
+            DeliveryError: translated platform failure.
+        """
+
+    @abstractmethod
+    async def edit(
+        self, target: ReplyTarget, message_id: str, chunk: Chunk, *, plain: bool = False
+    ) -> None:
+        """Replace the text of one of the bot's messages.
+
+        Raises:
+            DeliveryError: translated platform failure (``not_modified`` included).
+        """
+
+    def bot_user_id(self) -> str | None:
+        """The bot's own user id on the platform (self-ignore)."""
+        return None
+
+    def bot_username(self) -> str | None:
+        """The bot's handle, for ``/cmd@handle`` commands."""
+        return None
+
+    async def react(self, target: ReplyTarget, message_id: str, emoji: str | None) -> None:
+        """Set (or clear, with None) the bot's reaction on a message. Default: nothing."""
+        return None
+
+    async def typing(self, target: ReplyTarget) -> None:
+        """Show a typing / working indicator in the thread. Default: nothing."""
+        return None
+
+    async def fetch_thread_history(self, event: InboundEvent) -> list[InboundEvent]:
+        """Earlier messages of the event's thread the platform API exposes. Default: none."""
+        return []
+
+    async def catch_up(self) -> None:
+        """Fetch what was missed while down (history APIs). Default: the intake's backlog."""
+        return None

@@ -1,0 +1,219 @@
+"""Dispatch of recorded events: a middleware chain, then a command or a turn.
+
+Order (each step either calls ``next`` or ends the event with a recorded decision):
+
+1. **dedupe** — claim the recorded event (``received`` -> ``processing``); a second claimer
+   (replica, restart race) loses. Claiming first means every later decision is recorded
+   exactly once.
+2. **self-ignore** — the bot's own messages (and other bots unless the binding allows).
+3. **binding** — exact channel match, else ignored (debug log).
+4. **mention gate** — addressed = mention / reply to the bot / DM / command, or any message
+   in a thread the bot is engaged in (follow-ups need no new mention).
+5. **sender policy** — allow-list or approved pairing; an unknown sender gets one pairing
+   code per hour, and the model is never called.
+6. **route** — a command runs at once; a turn goes to the per-thread processor.
+
+Per-thread ordering lives behind :class:`BaseEventProcessor` (like PTB's
+``BaseUpdateProcessor``): turns of one thread run one after another in arrival order,
+threads run concurrently up to a bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from bots.commands import parse_command
+from bots.events import InboundEvent
+from bots.inbound import StoredEvent
+from bots.sessions import ThreadState
+from geode.settings import BindingSettings
+
+if TYPE_CHECKING:
+    from bots.layer import ChannelLayer
+
+__all__ = [
+    "BaseEventProcessor",
+    "Dispatch",
+    "Dispatcher",
+    "Middleware",
+    "ThreadOrderedProcessor",
+]
+
+log = structlog.get_logger(__name__)
+
+Job = Callable[[], Awaitable[None]]
+
+
+@dataclass(kw_only=True)
+class Dispatch:
+    """What the chain learns about one event as it passes through."""
+
+    stored: StoredEvent
+    binding: BindingSettings | None = None
+    thread: ThreadState | None = None
+    command: str | None = None
+
+    @property
+    def event(self) -> InboundEvent:
+        return self.stored.event
+
+
+Next = Callable[[], Awaitable[None]]
+Middleware = Callable[["ChannelLayer", Dispatch, Next], Awaitable[None]]
+
+
+# -- processors ---------------------------------------------------------------------------------
+
+
+class BaseEventProcessor(ABC):
+    """Runs jobs keyed by thread: one at a time per key, in submission order."""
+
+    @abstractmethod
+    def submit(self, key: str, job: Job) -> None: ...
+
+    @abstractmethod
+    def pending(self, key: str) -> int:
+        """Jobs of ``key`` waiting behind the running one."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Cancel everything (the daemon is stopping or the lease was lost)."""
+
+
+class ThreadOrderedProcessor(BaseEventProcessor):
+    """Per-key FIFO, keys in parallel, at most ``max_concurrent`` jobs running."""
+
+    def __init__(self, *, max_concurrent: int = 64) -> None:
+        self._queues: dict[str, deque[Job]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._slots = asyncio.Semaphore(max_concurrent)
+
+    def submit(self, key: str, job: Job) -> None:
+        self._queues.setdefault(key, deque()).append(job)
+        if key not in self._workers:
+            self._workers[key] = asyncio.create_task(self._work(key), name=f"thread:{key}")
+
+    def pending(self, key: str) -> int:
+        q = self._queues.get(key)
+        return max(0, len(q) - 1) if q else 0
+
+    async def _work(self, key: str) -> None:
+        queue = self._queues[key]
+        try:
+            while queue:
+                job = queue[0]
+                async with self._slots:
+                    try:
+                        await job()
+                    except Exception:  # one failed job must not stall the thread
+                        log.exception("processor.job_failed", thread=key)
+                queue.popleft()
+        finally:
+            self._workers.pop(key, None)
+            if not queue:
+                self._queues.pop(key, None)
+
+    async def aclose(self) -> None:
+        from bots.connector import reap
+
+        for w in list(self._workers.values()):
+            await reap(w)
+        self._queues.clear()
+
+
+# -- middleware -----------------------------------------------------------------------------------
+
+
+async def dedupe(layer: ChannelLayer, d: Dispatch, nxt: Next) -> None:
+    if d.stored.status == "received" and not await layer.inbound.claim(d.stored.id,
+                                                                        owner=layer.owner):
+        log.debug("dispatch.already_claimed", event_id=d.stored.id)
+        return
+    await nxt()
+
+
+async def self_ignore(layer: ChannelLayer, d: Dispatch, nxt: Next) -> None:
+    ev = d.event
+    if ev.sender == layer.connector.bot_user_id():
+        await layer.ignore(d, "self")
+        return
+    await nxt()
+
+
+async def binding(layer: ChannelLayer, d: Dispatch, nxt: Next) -> None:
+    ev = d.event
+    d.binding = await layer.bindings.lookup(ev.platform, ev.workspace, ev.channel)
+    if d.binding is None:
+        await layer.ignore(d, "unbound")
+        return
+    if ev.sender_is_bot and not d.binding.allow_bots:
+        await layer.ignore(d, "bot_sender")
+        return
+    await nxt()
+
+
+async def mention_gate(layer: ChannelLayer, d: Dispatch, nxt: Next) -> None:
+    ev = d.event
+    assert d.binding is not None
+    if ev.is_edit:
+        await layer.ignore(d, "edit")
+        return
+    d.command = parse_command(ev.text, layer.connector.bot_username())
+    d.thread = await layer.threads.get(ev.thread_key)
+    engaged = d.thread is not None and d.thread.engaged
+    addressed = (
+        ev.mentions_bot or ev.reply_to_bot or ev.is_dm or d.command is not None or engaged
+        or not d.binding.require_mention
+    )
+    if not addressed:
+        await layer.ignore(d, "not_addressed")
+        return
+    await nxt()
+
+
+async def sender_policy(layer: ChannelLayer, d: Dispatch, nxt: Next) -> None:
+    assert d.binding is not None
+    verdict = await layer.senders.verdict(d.event, d.binding)
+    if verdict == "allowed":
+        await nxt()
+        return
+    if verdict == "bot":
+        await layer.ignore(d, "bot_sender")
+        return
+    await layer.pairing_notice(d)
+
+
+DEFAULT_CHAIN: tuple[Middleware, ...] = (dedupe, self_ignore, binding, mention_gate,
+                                         sender_policy)
+
+
+class Dispatcher:
+    """Runs the middleware chain for each recorded event, then routes it."""
+
+    def __init__(self, *, layer: ChannelLayer, chain: Sequence[Middleware] = DEFAULT_CHAIN):
+        self.layer = layer
+        self.chain = tuple(chain)
+
+    async def dispatch(self, stored: StoredEvent) -> None:
+        d = Dispatch(stored=stored)
+        structlog.contextvars.bind_contextvars(
+            platform=stored.event.platform, channel=stored.event.channel,
+            thread=stored.event.thread_root,
+        )
+        try:
+            await self._run(d, 0)
+        finally:
+            structlog.contextvars.unbind_contextvars("platform", "channel", "thread")
+
+    async def _run(self, d: Dispatch, i: int) -> None:
+        if i == len(self.chain):
+            await self.layer.route(d)
+            return
+        await self.chain[i](self.layer, d, lambda: self._run(d, i + 1))

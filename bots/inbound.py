@@ -1,0 +1,206 @@
+"""Durable inbound: record first, acknowledge after.
+
+Invariant: an event is committed to ``channel_events`` (unique ``dedupe_key``) in the same
+transaction that moves the connector's cursor, and *before* the platform learns that it was
+received (Telegram's next ``getUpdates`` offset, a webhook's 200). A crash before the commit
+means the platform redelivers; a crash after it means the event is in the store and is
+processed on restart; a redelivery of a recorded event is refused by the unique key. So an
+event is never lost and never processed twice.
+
+Status of an event: ``received`` (recorded, not looked at) -> ``processing`` (claimed by the
+dispatcher) -> ``running`` (a turn was accepted for it; its outbox row exists) -> ``done``;
+or ``ignored`` / ``expired`` (too old for catch-up) / ``failed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from bots._tables import cursors_table, events_table, messages_table
+from bots.events import InboundEvent
+from geode.store.models import utcnow
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from geode.store import Store
+
+__all__ = ["Cursors", "InboundLog", "StoredEvent"]
+
+log = structlog.get_logger(__name__)
+_E = events_table
+_C = cursors_table
+_M = messages_table
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredEvent:
+    id: int
+    status: str
+    event: InboundEvent
+    session_id: str | None = None
+
+
+def _stored(row: Any) -> StoredEvent:
+    return StoredEvent(id=int(row.id), status=str(row.status),
+                       event=InboundEvent.from_json(dict(row.payload)),
+                       session_id=row.session_id)
+
+
+def _insert_ignore(store: Store, table: Any, keys: list[str]) -> Any:
+    """``INSERT ... ON CONFLICT DO NOTHING`` for the store's dialect."""
+    if store.is_postgres:
+        return postgresql.insert(table).on_conflict_do_nothing(index_elements=keys)
+    return sqlite.insert(table).on_conflict_do_nothing(index_elements=keys)
+
+
+class Cursors:
+    """Named durable read positions (``channel_cursors``)."""
+
+    def __init__(self, *, store: Store) -> None:
+        self._store = store
+
+    async def get(self, name: str) -> str | None:
+        async with self._store.read() as conn:
+            row = (await conn.execute(select(_C.c.value).where(_C.c.name == name))).first()
+        return None if row is None else str(row.value)
+
+    async def put(self, conn: AsyncConnection, name: str, value: str) -> None:
+        """Upsert inside the caller's transaction."""
+        stmt = _insert_ignore(self._store, _C, ["name"]).values(
+            name=name, value=value, updated_at=utcnow()
+        )
+        await conn.execute(stmt)
+        await conn.execute(
+            update(_C).where(_C.c.name == name).values(value=value, updated_at=utcnow())
+        )
+
+
+class InboundLog:
+    """The ``channel_events`` table."""
+
+    def __init__(self, *, store: Store) -> None:
+        self._store = store
+        self.cursors = Cursors(store=store)
+
+    async def record(
+        self,
+        events: Sequence[tuple[InboundEvent, str]],
+        *,
+        cursor: tuple[str, str] | None = None,
+    ) -> list[int]:
+        """Record ``(event, status)`` pairs and move ``cursor`` in one transaction.
+
+        Returns the ids of the rows that were new (a duplicate key is skipped silently:
+        that event was recorded before). Each message is also entered in the message
+        index under its thread, so replies to it resolve to the same thread.
+        """
+        new_ids: list[int] = []
+        async with self._store.write() as conn:
+            for event, status in events:
+                stmt = _insert_ignore(self._store, _E, ["dedupe_key"]).values(
+                    dedupe_key=event.dedupe_key[:300], platform=event.platform,
+                    workspace=event.workspace, channel=event.channel,
+                    thread_root=event.thread_root, message_id=event.message_id,
+                    sender=event.sender, payload=event.to_json(), status=status,
+                    decision="", session_id=None, owner="",
+                    created_at=utcnow(), updated_at=utcnow(),
+                )
+                result = await conn.execute(stmt)
+                if not result.rowcount:
+                    log.debug("inbound.duplicate", key=event.dedupe_key)
+                    continue
+                row = (
+                    await conn.execute(select(_E.c.id).where(_E.c.dedupe_key == event.dedupe_key))
+                ).first()
+                assert row is not None
+                new_ids.append(int(row.id))
+                if event.message_id and not event.is_edit:
+                    await conn.execute(
+                        _insert_ignore(
+                            self._store, _M, ["platform", "workspace", "channel", "message_id"]
+                        ).values(
+                            platform=event.platform, workspace=event.workspace,
+                            channel=event.channel, message_id=event.message_id,
+                            thread_root=event.thread_root, from_bot=False, created_at=utcnow(),
+                        )
+                    )
+            if cursor is not None:
+                await self.cursors.put(conn, *cursor)
+        return new_ids
+
+    async def received(
+        self, platform: str, workspace: str, *, limit: int = 100
+    ) -> list[StoredEvent]:
+        """Recorded events nobody looked at yet, oldest first."""
+        async with self._store.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(_E).where(
+                        _E.c.platform == platform, _E.c.workspace == workspace,
+                        _E.c.status == "received",
+                    ).order_by(_E.c.id).limit(limit)
+                )
+            ).all()
+        return [_stored(r) for r in rows]
+
+    async def unfinished(self, platform: str, workspace: str) -> list[StoredEvent]:
+        """Events claimed by a previous run that did not finish (recovery after a crash)."""
+        async with self._store.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(_E).where(
+                        _E.c.platform == platform, _E.c.workspace == workspace,
+                        _E.c.status.in_(("processing", "running")),
+                    ).order_by(_E.c.id)
+                )
+            ).all()
+        return [_stored(r) for r in rows]
+
+    async def claim(self, event_id: int, *, owner: str) -> bool:
+        """received -> processing; False if somebody else claimed it (the dedupe step)."""
+        async with self._store.write() as conn:
+            result = await conn.execute(
+                update(_E).where(_E.c.id == event_id, _E.c.status == "received")
+                .values(status="processing", owner=owner, updated_at=utcnow())
+            )
+        return bool(result.rowcount)
+
+    async def set_status(
+        self, event_id: int, status: str, *, decision: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        values: dict[str, Any] = {"status": status, "updated_at": utcnow()}
+        if decision is not None:
+            values["decision"] = decision[:64]
+        if session_id is not None:
+            values["session_id"] = session_id
+        async with self._store.write() as conn:
+            await conn.execute(update(_E).where(_E.c.id == event_id).values(**values))
+
+    async def get(self, event_id: int) -> StoredEvent | None:
+        async with self._store.read() as conn:
+            row = (await conn.execute(select(_E).where(_E.c.id == event_id))).first()
+        return None if row is None else _stored(row)
+
+    async def thread_history(
+        self, event: InboundEvent, *, before_id: int, limit: int = 50
+    ) -> list[InboundEvent]:
+        """Earlier recorded messages of the event's thread (oldest first)."""
+        async with self._store.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(_E.c.payload).where(
+                        _E.c.platform == event.platform, _E.c.workspace == event.workspace,
+                        _E.c.channel == event.channel, _E.c.thread_root == event.thread_root,
+                        _E.c.id < before_id,
+                    ).order_by(_E.c.id.desc()).limit(limit)
+                )
+            ).all()
+        return [InboundEvent.from_json(dict(r.payload)) for r in reversed(rows)]

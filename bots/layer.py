@@ -1,0 +1,261 @@
+"""ChannelLayer: the platform-neutral part every connector shares.
+
+It owns the store-backed parts (inbound log, outbox, threads, message index, pairing,
+bindings), the dispatcher and the per-thread processor, and the two loops:
+
+* the **pump** takes recorded events in id order and dispatches them (cheap checks run
+  inline, in order; turns go to the per-thread processor, commands run at once);
+* **recovery** (at :meth:`start_processing`) finishes what a previous run left: events
+  claimed but not decided are dispatched again, accepted turns are resumed or delivered,
+  ready outbox rows are sent.
+
+Processing starts only when the connector owns the bot (the poller lease), so two
+replicas never answer the same event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from pydantic import BaseModel, ConfigDict
+
+from bots.bindings import BindingTable, StoredBindings
+from bots.commands import ActiveTurn, run_command
+from bots.connector import reap
+from bots.dispatcher import BaseEventProcessor, Dispatch, Dispatcher, ThreadOrderedProcessor
+from bots.events import InboundEvent
+from bots.format import chunk_markdown
+from bots.inbound import InboundLog
+from bots.outbound import Deliverer, Outbox
+from bots.senders import PairingStore, SenderPolicy
+from bots.sessions import MessageIndex, ThreadSessions
+from bots.turns import TurnRunner
+from geode.redact import redact_text
+from geode.settings import BindingSettings
+
+if TYPE_CHECKING:
+    from bots.connector import BaseConnector, TurnHost
+    from geode.store import Store
+
+__all__ = ["ChannelLayer", "LayerOptions"]
+
+log = structlog.get_logger(__name__)
+
+
+class LayerOptions(BaseModel):
+    """Behaviour of the shared layer (``[channels.<platform>]`` keys of the same names)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    progress_edit_interval_s: float = 1.0
+    typing_interval_s: float = 4.0
+    ack_emoji: str | None = "👀"
+    #: events older than this when first seen (downtime backlog) are not answered
+    catch_up_max_age_s: float = 24 * 3600
+    max_concurrent_threads: int = 64
+    pairing_max_new_per_hour: int = 20
+    pump_interval_s: float = 1.0
+
+
+class ChannelLayer:
+    """See the module docstring. Built by :meth:`BaseConnector.start`."""
+
+    def __init__(
+        self,
+        *,
+        connector: BaseConnector,
+        store: Store,
+        host: TurnHost,
+        bindings: Sequence[BindingSettings],
+        options: LayerOptions,
+        processor: BaseEventProcessor | None = None,
+    ) -> None:
+        self.connector = connector
+        self.store = store
+        self.host = host
+        self.options = options
+        self.owner = connector.owner
+        self.inbound = InboundLog(store=store)
+        self.outbox = Outbox(store=store)
+        self.threads = ThreadSessions(store=store)
+        self.index = MessageIndex(store=store)
+        self.pairing = PairingStore(store=store,
+                                    max_new_per_hour=options.pairing_max_new_per_hour)
+        self.senders = SenderPolicy(pairing=self.pairing)
+        self.bindings = BindingTable(configured=bindings, stored=StoredBindings(store=store))
+        self.processor = processor or ThreadOrderedProcessor(
+            max_concurrent=options.max_concurrent_threads)
+        self.dispatcher = Dispatcher(layer=self)
+        #: test seam: called with a point name; a test raises there to simulate a crash
+        self.fault: Callable[[str], None] = getattr(connector, "fault", None) or _no_fault
+        self.deliverer = Deliverer(connector=connector, outbox=self.outbox, index=self.index,
+                                   fault=self.fault)
+        self.turns = TurnRunner(layer=self)
+        self.active: dict[str, ActiveTurn] = {}
+        self._wake = asyncio.Event()
+        self._pump_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.processing = False
+
+    # -- intake -----------------------------------------------------------------------------
+
+    async def submit(
+        self, events: Sequence[tuple[InboundEvent, str]], *, cursor: tuple[str, str] | None = None
+    ) -> list[int]:
+        now = time.time()
+        max_age = self.options.catch_up_max_age_s
+        events = [
+            (ev, "expired" if status == "received" and ev.date and now - ev.date > max_age
+             else status)
+            for ev, status in events
+        ]
+        ids = await self.inbound.record(events, cursor=cursor)
+        self.fault("recorded")
+        if ids:
+            self._wake.set()
+        return ids
+
+    # -- processing ---------------------------------------------------------------------------
+
+    async def start_processing(self) -> None:
+        """Recover what a previous run left, then pump new events (lease holder only)."""
+        if self.processing:
+            return
+        self.processing = True
+        await self.bindings.refresh(force=True)
+        await self.recover()
+        await self.connector.catch_up()
+        self._pump_task = asyncio.create_task(self._pump(), name="channel-pump")
+
+    async def stop_processing(self) -> None:
+        self.processing = False
+        await reap(self._pump_task)
+        self._pump_task = None
+        await self.processor.aclose()
+        for t in list(self._tasks):
+            await reap(t)
+
+    async def stop(self) -> None:
+        await self.stop_processing()
+
+    async def _pump(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.options.pump_interval_s):
+                    await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self.pump_once()
+            except Exception:
+                log.exception("channel.pump_failed")
+                await asyncio.sleep(self.options.pump_interval_s)
+
+    async def pump_once(self) -> None:
+        c = self.connector
+        while True:
+            batch = await self.inbound.received(c.platform, c.workspace, limit=100)
+            if not batch:
+                return
+            for stored in batch:
+                await self.dispatcher.dispatch(stored)
+
+    async def recover(self) -> None:
+        c = self.connector
+        for stored in await self.inbound.unfinished(c.platform, c.workspace):
+            row = await self.outbox.for_event(stored.id)
+            if row is None:
+                # Claimed, never decided (no reply row): decide again from the start.
+                await self.inbound.set_status(stored.id, "received")
+                continue
+            if row.kind != "turn":
+                continue  # notices are swept below
+            binding = await self.bindings.lookup(stored.event.platform, stored.event.workspace,
+                                                 stored.event.channel)
+            log.info("recover.turn", event_id=stored.id, row_status=row.status)
+            self.processor.submit(stored.event.thread_key, _bind(self.turns.recover, stored,
+                                                                  row, binding))
+        for row in await self.outbox.open_rows(c.platform, c.workspace):
+            if row.kind == "notice":
+                self._spawn(self.deliverer.deliver(row))
+        self._wake.set()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- decisions (called by the dispatcher's middleware) --------------------------------------
+
+    async def ignore(self, d: Dispatch, decision: str) -> None:
+        log.debug("channel.ignored", decision=decision, event_id=d.stored.id)
+        await self.inbound.set_status(d.stored.id, "ignored", decision=decision)
+
+    async def notice(self, d: Dispatch, text: str, *, decision: str, conn: Any = None) -> bool:
+        """Queue a short answer in the event's thread (finishing the event) and send it."""
+        ev = d.event
+        queued = await self.outbox.add_notice(
+            session_key=ev.thread_key, turn_key=f"ev{d.stored.id}", event_id=d.stored.id,
+            platform=ev.platform, workspace=ev.workspace, target=ev.target(),
+            chunks=chunk_markdown(redact_text(text), limit=self.connector.text_limit),
+            decision=decision, conn=conn,
+        )
+        if queued and conn is None:
+            await self._send_notice(ev.thread_key, f"ev{d.stored.id}")
+        return queued
+
+    async def _send_notice(self, session_key: str, turn_key: str) -> None:
+        row = await self.outbox.get(session_key, turn_key)
+        if row is not None:
+            await self.deliverer.deliver(row)
+
+    async def pairing_notice(self, d: Dispatch) -> None:
+        text = await self.senders.pairing_text(d.event)
+        if text is None:  # one code per sender per hour: stay quiet
+            await self.ignore(d, "unknown_sender")
+            return
+        self.fault("pairing_issued")
+        await self.notice(d, text, decision="pairing")
+
+    async def route(self, d: Dispatch) -> None:
+        ev = d.event
+        assert d.binding is not None
+        if d.command is not None:
+            self._spawn(self._command(d, d.command, d.binding))
+            return
+        thread = d.thread or await self.threads.engage(ev)
+        row = await self.outbox.open_turn(
+            event_id=d.stored.id, session_id=thread.session_id, turn_key=f"ev{d.stored.id}",
+            platform=ev.platform, workspace=ev.workspace, target=ev.target(),
+        )
+        if row is None:
+            return  # accepted before; recovery owns it
+        self.fault("turn_accepted")
+        active = self.active.get(ev.thread_key)
+        if active is not None and d.binding.busy_policy == "interrupt":
+            log.info("channel.interrupt", thread=ev.thread_key)
+            active.cancel()
+        self.processor.submit(ev.thread_key, _bind(self.turns.run, d.stored, row, d.binding))
+
+    async def _command(self, d: Dispatch, name: str, binding: BindingSettings) -> None:
+        try:
+            text = await run_command(self, name, d.event, binding)
+        except Exception as exc:
+            log.exception("command.failed", command=name)
+            text = f"⚠️ /{name} failed ({type(exc).__name__})."
+        await self.notice(d, text, decision=f"command:{name}")
+
+
+def _no_fault(point: str) -> None:
+    return None
+
+
+def _bind(fn: Any, *args: Any) -> Callable[[], Any]:
+    async def job() -> None:
+        await fn(*args)
+
+    return job

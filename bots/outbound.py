@@ -1,0 +1,323 @@
+"""Durable outbound: one visible final reply per inbound message.
+
+Each reply owed is a ``channel_outbox`` row keyed by (session, turn), written *before*
+anything is sent. A turn's row records its progress message id as soon as that message
+exists; the final answer is then delivered by **editing** recorded messages (the progress
+message for the first chunk, recorded placeholders for the rest). An edit is idempotent
+("message is not modified" means it is already there), so after a crash the deliverer just
+runs again: a reply whose send outcome is unknown is reconciled through the recorded
+message id, never re-sent blindly.
+
+Short notices (pairing codes, command answers) have no progress message: their row is
+marked ``sending`` before the single send; a crash inside that window leaves the row
+``uncertain`` and it is not re-sent (at most once; the Bot API cannot read history to check).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from bots._tables import events_table, outbox_table
+from bots.connector import BaseConnector, DeliveryError
+from bots.events import ReplyTarget
+from bots.format import Chunk
+from bots.sessions import MessageIndex
+from geode.store.models import utcnow
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from geode.store import Store
+
+__all__ = ["PLACEHOLDER", "Deliverer", "Outbox", "OutboxRow"]
+
+log = structlog.get_logger(__name__)
+_O = outbox_table
+_E = events_table
+PLACEHOLDER = "…"
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutboxRow:
+    id: int
+    session_key: str
+    turn_key: str
+    event_id: int | None
+    kind: str
+    platform: str
+    workspace: str
+    target: ReplyTarget
+    status: str
+    loop_turn_id: str
+    progress_message_id: str | None
+    progress_state: str
+    message_ids: list[str]
+    chunks: list[Chunk]
+    edited: int
+    attempts: int
+
+
+def _row(r: Any) -> OutboxRow:
+    return OutboxRow(
+        id=int(r.id), session_key=r.session_key, turn_key=r.turn_key, event_id=r.event_id,
+        kind=r.kind, platform=r.platform, workspace=r.workspace,
+        target=ReplyTarget.from_json(dict(r.target)), status=r.status,
+        loop_turn_id=r.loop_turn_id, progress_message_id=r.progress_message_id,
+        progress_state=r.progress_state, message_ids=[str(m) for m in r.message_ids or []],
+        chunks=[Chunk(html=c["html"], plain=c["plain"]) for c in r.chunks or []],
+        edited=int(r.edited), attempts=int(r.attempts),
+    )
+
+
+class Outbox:
+    """The ``channel_outbox`` table."""
+
+    def __init__(self, *, store: Store) -> None:
+        self._store = store
+
+    async def _insert(
+        self, conn: AsyncConnection, *, session_key: str, turn_key: str, event_id: int | None,
+        kind: str, platform: str, workspace: str, target: ReplyTarget, status: str,
+        chunks: list[Chunk],
+    ) -> None:
+        await conn.execute(
+            insert(_O).values(
+                session_key=session_key, turn_key=turn_key, event_id=event_id, kind=kind,
+                platform=platform, workspace=workspace, channel=target.channel,
+                thread_root=target.thread_root, target=target.to_json(), status=status,
+                loop_turn_id="", progress_message_id=None, progress_state="",
+                message_ids=[], chunks=[{"html": c.html, "plain": c.plain} for c in chunks],
+                edited=0, attempts=0, error="", created_at=utcnow(), updated_at=utcnow(),
+            )
+        )
+
+    async def open_turn(
+        self, *, event_id: int, session_id: str, turn_key: str, platform: str,
+        workspace: str, target: ReplyTarget,
+    ) -> OutboxRow | None:
+        """Accept a turn: its outbox row and the event's ``running`` status, atomically.
+
+        Returns None if the row existed already (the turn was accepted before a restart).
+        """
+        try:
+            async with self._store.write() as conn:
+                await self._insert(
+                    conn, session_key=session_id, turn_key=turn_key, event_id=event_id,
+                    kind="turn", platform=platform, workspace=workspace, target=target,
+                    status="pending", chunks=[],
+                )
+                await conn.execute(
+                    update(_E).where(_E.c.id == event_id).values(
+                        status="running", decision="turn", session_id=session_id,
+                        updated_at=utcnow(),
+                    )
+                )
+        except IntegrityError:
+            return None
+        return await self.get(session_id, turn_key)
+
+    async def add_notice(
+        self, *, session_key: str, turn_key: str, event_id: int | None, platform: str,
+        workspace: str, target: ReplyTarget, chunks: list[Chunk], event_status: str = "done",
+        decision: str = "", conn: AsyncConnection | None = None,
+    ) -> bool:
+        """Queue a notice (and finish its event) atomically; False if it was queued before."""
+
+        async def write(c: AsyncConnection) -> None:
+            await self._insert(
+                c, session_key=session_key, turn_key=turn_key, event_id=event_id,
+                kind="notice", platform=platform, workspace=workspace, target=target,
+                status="ready", chunks=chunks,
+            )
+            if event_id is not None:
+                await c.execute(
+                    update(_E).where(_E.c.id == event_id).values(
+                        status=event_status, decision=decision[:64], updated_at=utcnow()
+                    )
+                )
+
+        try:
+            if conn is not None:
+                # Inside the caller's transaction: a duplicate must fail that whole
+                # transaction, so no savepoint here.
+                await write(conn)
+            else:
+                async with self._store.write() as c:
+                    await write(c)
+        except IntegrityError:
+            return False
+        return True
+
+    async def get(self, session_key: str, turn_key: str) -> OutboxRow | None:
+        async with self._store.read() as conn:
+            r = (
+                await conn.execute(
+                    select(_O).where(_O.c.session_key == session_key, _O.c.turn_key == turn_key)
+                )
+            ).first()
+        return None if r is None else _row(r)
+
+    async def by_id(self, row_id: int) -> OutboxRow:
+        async with self._store.read() as conn:
+            r = (await conn.execute(select(_O).where(_O.c.id == row_id))).first()
+        assert r is not None
+        return _row(r)
+
+    async def for_event(self, event_id: int) -> OutboxRow | None:
+        async with self._store.read() as conn:
+            r = (await conn.execute(select(_O).where(_O.c.event_id == event_id))).first()
+        return None if r is None else _row(r)
+
+    async def open_rows(self, platform: str, workspace: str) -> list[OutboxRow]:
+        """Rows not finished: ready to deliver, notices caught mid-send."""
+        async with self._store.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(_O).where(
+                        _O.c.platform == platform, _O.c.workspace == workspace,
+                        _O.c.status.in_(("ready", "sending")),
+                    ).order_by(_O.c.id)
+                )
+            ).all()
+        return [_row(r) for r in rows]
+
+    async def update(self, row_id: int, **values: Any) -> None:
+        if "chunks" in values:
+            values["chunks"] = [{"html": c.html, "plain": c.plain} for c in values["chunks"]]
+        values["updated_at"] = utcnow()
+        async with self._store.write() as conn:
+            await conn.execute(update(_O).where(_O.c.id == row_id).values(**values))
+
+    async def finish(self, row: OutboxRow, *, status: str, error: str = "") -> None:
+        """Mark the row (and its event) finished, in one transaction."""
+        async with self._store.write() as conn:
+            await conn.execute(
+                update(_O).where(_O.c.id == row.id).values(
+                    status=status, error=error[:2000], updated_at=utcnow()
+                )
+            )
+            if row.event_id is not None and row.kind == "turn":
+                await conn.execute(
+                    update(_E).where(_E.c.id == row.event_id).values(
+                        status="done" if status == "sent" else "failed", updated_at=utcnow()
+                    )
+                )
+
+
+class Deliverer:
+    """Sends outbox rows through a connector, reconcilably."""
+
+    def __init__(
+        self, *, connector: BaseConnector, outbox: Outbox, index: MessageIndex,
+        fault: Any = None, max_attempts: int = 5,
+    ) -> None:
+        self.connector = connector
+        self.outbox = outbox
+        self.index = index
+        self._fault = fault or (lambda point: None)
+        self.max_attempts = max_attempts
+
+    async def deliver(self, row: OutboxRow) -> OutboxRow:
+        """Deliver a ``ready`` row (idempotent: safe to call again after any crash)."""
+        if row.status == "sent":
+            return row
+        if row.kind == "notice":
+            return await self._notice(row)
+        return await self._turn(row)
+
+    async def _notice(self, row: OutboxRow) -> OutboxRow:
+        if row.status == "sending":
+            # Crashed inside the send window: it may be visible already. Never re-send.
+            await self.outbox.finish(row, status="uncertain", error="send outcome unknown")
+            log.warning("outbox.notice_uncertain", row=row.id)
+            return await self.outbox.by_id(row.id)
+        await self.outbox.update(row.id, status="sending")
+        ids: list[str] = []
+        try:
+            for chunk in row.chunks:
+                ids.append(await self._send_chunk(row.target, chunk))
+        except DeliveryError as exc:
+            status = "uncertain" if exc.kind == "unknown" else "failed"
+            await self.outbox.update(row.id, message_ids=ids)
+            await self.outbox.finish(row, status=status, error=str(exc))
+            return await self.outbox.by_id(row.id)
+        self._fault("notice_sent_before_record")
+        await self.outbox.update(row.id, message_ids=ids)
+        await self.outbox.finish(row, status="sent")
+        await self._remember(row, ids)
+        return await self.outbox.by_id(row.id)
+
+    async def _send_chunk(self, target: ReplyTarget, chunk: Chunk) -> str:
+        try:
+            return await self.connector.send(target, chunk)
+        except DeliveryError as exc:
+            if exc.kind != "markup":
+                raise
+            log.info("outbox.markup_rejected_plain_fallback")
+            return await self.connector.send(target, chunk, plain=True)
+
+    async def _edit_chunk(self, target: ReplyTarget, message_id: str, chunk: Chunk) -> str:
+        """Edit, falling back to plain text; returns the id now holding the chunk."""
+        for plain in (False, True):
+            try:
+                await self.connector.edit(target, message_id, chunk, plain=plain)
+                return message_id
+            except DeliveryError as exc:
+                if exc.kind == "not_modified":
+                    return message_id  # already there: the reconciliation case
+                if exc.kind == "markup" and not plain:
+                    continue
+                if exc.kind == "not_found":
+                    # The message was deleted (by a person): nothing to duplicate, send anew.
+                    return await self._send_chunk(target, chunk)
+                raise
+        raise AssertionError("unreachable")
+
+    async def _turn(self, row: OutboxRow) -> OutboxRow:
+        ids = list(row.message_ids)
+        if not ids and row.progress_message_id:
+            ids = [row.progress_message_id]
+        attempt = 0
+        while True:
+            try:
+                # Placeholders first, each recorded before the next: every final chunk is then
+                # delivered by an edit of a recorded message (idempotent on retry).
+                while len(ids) < len(row.chunks):
+                    mid = await self.connector.send(row.target, Chunk(html=PLACEHOLDER,
+                                                                       plain=PLACEHOLDER))
+                    self._fault("placeholder_sent_before_record")
+                    ids.append(mid)
+                    await self.outbox.update(row.id, message_ids=ids)
+                edited = row.edited
+                for i in range(edited, len(row.chunks)):
+                    held = await self._edit_chunk(row.target, ids[i], row.chunks[i])
+                    self._fault("final_edited_before_record")
+                    if held != ids[i]:
+                        ids[i] = held
+                    await self.outbox.update(row.id, message_ids=ids, edited=i + 1)
+                break
+            except DeliveryError as exc:
+                attempt += 1
+                if exc.kind == "fatal" or attempt >= self.max_attempts:
+                    await self.outbox.update(row.id, attempts=row.attempts + attempt)
+                    await self.outbox.finish(row, status="failed", error=str(exc))
+                    log.warning("outbox.delivery_failed", row=row.id, error=str(exc))
+                    return await self.outbox.by_id(row.id)
+                await asyncio.sleep(min(30.0, exc.retry_after or 0.2 * 2**attempt))
+                row = await self.outbox.by_id(row.id)
+                ids = list(row.message_ids) or ids
+        await self.outbox.finish(row, status="sent")
+        await self._remember(row, ids)
+        return await self.outbox.by_id(row.id)
+
+    async def _remember(self, row: OutboxRow, ids: list[str]) -> None:
+        await self.index.remember(
+            platform=row.platform, workspace=row.workspace, channel=row.target.channel,
+            message_ids=ids, thread_root=row.target.thread_root, from_bot=True,
+        )

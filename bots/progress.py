@@ -1,0 +1,150 @@
+"""Progress while a turn runs: ack reaction, typing, one progress message edited as tools run.
+
+The progress message is sent when the turn starts and its id is recorded in the outbox row
+right away: it is both the user's "working on it" and the handle the final answer is
+delivered through (see :mod:`bots.outbound`). Edits are throttled to ``edit_interval_s``
+(Telegram allows roughly one edit per second per chat); the last state always lands,
+unless the final answer replaces it first. A failing indicator never fails the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import structlog
+
+from bots.connector import BaseConnector, DeliveryError
+from bots.events import ReplyTarget
+from bots.format import Chunk
+from bots.outbound import Outbox, OutboxRow
+from bots.sessions import MessageIndex
+from geode.loop import LoopEvent
+
+__all__ = ["ProgressReporter"]
+
+log = structlog.get_logger(__name__)
+
+WORKING = "⏳ Working…"
+_MAX_LINES = 12
+
+
+class ProgressReporter:
+    """One turn's progress indicators."""
+
+    def __init__(
+        self, *, connector: BaseConnector, outbox: Outbox, row: OutboxRow, target: ReplyTarget,
+        inbound_message_id: str, edit_interval_s: float = 1.0, typing_interval_s: float = 4.0,
+        ack_emoji: str | None = "👀", fault: Any = None, index: MessageIndex | None = None,
+    ) -> None:
+        self.connector = connector
+        self.outbox = outbox
+        self.row = row
+        self.target = target
+        self.inbound_message_id = inbound_message_id
+        self.edit_interval_s = edit_interval_s
+        self.typing_interval_s = typing_interval_s
+        self.ack_emoji = ack_emoji
+        self._fault = fault or (lambda point: None)
+        self._index = index
+        self.message_id: str | None = row.progress_message_id
+        self.lines: list[str] = []
+        self._last_edit = 0.0
+        self._dirty = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    async def start(self) -> None:
+        """Ack, progress message (recorded), typing loop."""
+        if self.ack_emoji:
+            await self._quiet(self.connector.react(self.target, self.inbound_message_id,
+                                                   self.ack_emoji))
+        if self.message_id is None:
+            await self._send_progress()
+        self._tasks.append(asyncio.create_task(self._typing_loop()))
+        self._tasks.append(asyncio.create_task(self._edit_loop()))
+
+    async def _send_progress(self) -> None:
+        # Recorded as "sending" first: after a crash in this window the row shows that a
+        # stray progress message may exist (it carries no answer, so a new one is fine).
+        await self.outbox.update(self.row.id, progress_state="sending")
+        try:
+            mid = await self.connector.send(self.target, Chunk(html=WORKING, plain=WORKING))
+        except DeliveryError as exc:
+            log.info("progress.send_failed", error=str(exc))
+            return
+        self._fault("progress_sent_before_record")
+        self.message_id = mid
+        await self.outbox.update(self.row.id, progress_message_id=mid, progress_state="sent")
+        if self._index is not None:  # a reply to the progress/answer message stays in thread
+            await self._index.remember(
+                platform=self.row.platform, workspace=self.row.workspace,
+                channel=self.target.channel, message_ids=[mid],
+                thread_root=self.target.thread_root, from_bot=True,
+            )
+
+    async def on_event(self, event: LoopEvent) -> None:
+        if event.kind == "tool_call":
+            self.lines.append(f"🔧 {event.data.get('name', '?')}")
+        elif event.kind == "tool_result":
+            status = str(event.data.get("status", ""))
+            mark = {"ok": "✓", "denied": "⛔ denied", "error": "✗"}.get(status, status)
+            name = str(event.data.get("name", "?"))
+            for i in range(len(self.lines) - 1, -1, -1):
+                if self.lines[i] == f"🔧 {name}":
+                    self.lines[i] = f"🔧 {name} {mark}"
+                    break
+        else:
+            return
+        self._dirty.set()
+
+    def _text(self) -> str:
+        shown = self.lines[-_MAX_LINES:]
+        more = len(self.lines) - len(shown)
+        head = [WORKING] + ([f"… {more} earlier"] if more else [])
+        return "\n".join(head + shown)
+
+    async def _edit_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            wait = self.edit_interval_s - (time.monotonic() - self._last_edit)
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._dirty.clear()
+            if self.message_id is None or self._closed:
+                continue
+            text = self._text()
+            self._last_edit = time.monotonic()
+            await self._quiet(self.connector.edit(self.target, self.message_id,
+                                                  Chunk(html=_esc(text), plain=text)))
+
+    async def _typing_loop(self) -> None:
+        while True:
+            await self._quiet(self.connector.typing(self.target))
+            await asyncio.sleep(self.typing_interval_s)
+
+    async def close(self) -> None:
+        """Stop the indicators before the final answer replaces the progress message."""
+        self._closed = True
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    @staticmethod
+    async def _quiet(coro: Any) -> None:
+        try:
+            await coro
+        except DeliveryError as exc:
+            log.debug("progress.indicator_failed", error=str(exc))
+        except Exception:
+            log.debug("progress.indicator_failed", exc_info=True)
+
+
+def _esc(text: str) -> str:
+    import html
+
+    return html.escape(text, quote=False)

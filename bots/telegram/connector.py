@@ -1,0 +1,429 @@
+"""The Telegram connector, on python-telegram-bot's ``ExtBot``.
+
+Intake (one of):
+
+* **long polling** (default): ``getUpdates`` with the offset kept in the store. A batch is
+  recorded (events + new offset in one transaction) *before* the next ``getUpdates``
+  confirms it to Telegram, so a crash loses nothing and replays nothing. Only the holder of
+  the store lease ``telegram:<bot id>`` polls: a second ``geode serve`` on the same token
+  waits as a standby instead of fighting over ``getUpdates`` (409).
+* **webhook**: an aiohttp endpoint checks ``X-Telegram-Bot-Api-Secret-Token`` (constant
+  time), records the update, and only then answers 200 (a failure answers 500, and
+  Telegram redelivers).
+
+Pending updates are never dropped at start: the backlog is the catch-up (bounded by
+``catch_up_max_age_s``). Rate limits: :class:`~bots.telegram._ratelimit.PerChatRateLimiter`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import random
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import structlog
+from aiohttp import web
+from telegram import LinkPreviewOptions, ReactionTypeEmoji, ReplyParameters
+from telegram.error import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
+from telegram.ext import ExtBot
+from telegram.request import HTTPXRequest
+
+from bots.connector import BaseConnector, DeliveryError, TurnHost, reap
+from bots.events import InboundEvent, ReplyTarget
+from bots.format import Chunk
+from bots.layer import LayerOptions
+from bots.leases import Lease
+from bots.telegram._convert import convert_update, update_key
+from bots.telegram._ratelimit import PerChatRateLimiter, retry_after_seconds
+from geode.errors import ConfigError
+from geode.settings import BindingSettings
+
+__all__ = ["TelegramConnector", "TelegramOptions"]
+
+log = structlog.get_logger(__name__)
+
+ALLOWED_UPDATES = ["message", "edited_message"]
+
+
+class TelegramOptions(LayerOptions):
+    """``[channels.telegram]`` (CONTRACT.md): secrets are named by ``*_env`` keys."""
+
+    token_env: str = "TELEGRAM_BOT_TOKEN"
+    base_url: str = "https://api.telegram.org/bot"
+    base_file_url: str = "https://api.telegram.org/file/bot"
+    mode: Literal["polling", "webhook"] = "polling"
+    poll_timeout_s: float = 25.0
+    poll_limit: int = 100
+    lease_ttl_s: float = 30.0
+    webhook_url: str | None = None
+    webhook_listen: str = "127.0.0.1"
+    webhook_port: int = 8443
+    webhook_path: str = "/telegram"
+    webhook_secret_env: str = "TELEGRAM_WEBHOOK_SECRET"
+    rate_overall_per_s: float = 30.0
+    rate_group_per_min: float = 20.0
+    max_retry_after_s: float = 30.0
+    connection_pool_size: int = 128
+
+
+class _Bot(ExtBot[Any]):
+    """ExtBot plus ``getUpdates`` returning raw JSON (parsed one update at a time by us)."""
+
+    async def get_raw_updates(
+        self, *, offset: int | None, poll_s: float, limit: int, allowed: list[str]
+    ) -> list[Any]:
+        data: dict[str, Any] = {"timeout": int(poll_s), "limit": limit,
+                                "allowed_updates": allowed}
+        if offset is not None:
+            data["offset"] = offset
+        result = await self._post("getUpdates", data, read_timeout=poll_s + 10.0)
+        return result if isinstance(result, list) else []
+
+
+class TelegramConnector(BaseConnector):
+    """Telegram via python-telegram-bot. See the module docstring.
+
+    Args:
+        host: the daemon.
+        token: the bot token (from ``Secrets``, never from the config file).
+        bindings: configured bindings (non-Telegram ones are dropped).
+        options: ``[channels.telegram]``.
+        webhook_secret: the ``secret_token`` Telegram must send (webhook mode).
+        fault: test seam, called at named points of the pipeline.
+    """
+
+    platform = "telegram"
+
+    def __init__(
+        self,
+        *,
+        host: TurnHost,
+        token: str,
+        bindings: Sequence[BindingSettings] = (),
+        options: TelegramOptions | None = None,
+        webhook_secret: str | None = None,
+        fault: Callable[[str], None] | None = None,
+    ) -> None:
+        opts = options or TelegramOptions()
+        super().__init__(host=host, bindings=bindings, options=opts)
+        self.opts = opts
+        self.token = token
+        self.webhook_secret = webhook_secret
+        self.fault = fault
+        self.bot: _Bot | None = None
+        self.rate_limiter = PerChatRateLimiter(
+            overall_max_rate=opts.rate_overall_per_s, group_max_rate=opts.rate_group_per_min,
+            max_retry_after_s=opts.max_retry_after_s,
+        )
+        self.bot_id = ""
+        self.username = ""
+        self.standby = False
+        self.polls = 0
+        self._main: asyncio.Task[None] | None = None
+        self._web: web.AppRunner | None = None
+        self.lease: Lease | None = None
+
+    # -- identity -----------------------------------------------------------------------------
+
+    def bot_user_id(self) -> str | None:
+        return self.bot_id or None
+
+    def bot_username(self) -> str | None:
+        return self.username or None
+
+    @property
+    def cursor_name(self) -> str:
+        return f"telegram:{self.bot_id}:offset"
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        o = self.opts
+        self.bot = _Bot(
+            token=self.token, base_url=o.base_url, base_file_url=o.base_file_url,
+            request=HTTPXRequest(connection_pool_size=o.connection_pool_size, read_timeout=20.0,
+                                 write_timeout=20.0, connect_timeout=5.0, pool_timeout=30.0),
+            get_updates_request=HTTPXRequest(connection_pool_size=2,
+                                             read_timeout=o.poll_timeout_s + 10.0),
+            rate_limiter=self.rate_limiter,
+        )
+        try:
+            await self.bot.initialize()
+        except InvalidToken as exc:
+            raise ConfigError(
+                f"Telegram rejected the bot token in ${o.token_env}. Copy it again from "
+                "@BotFather (/token) into the environment or $GEODE_HOME/.env."
+            ) from exc
+        except TelegramError as exc:
+            raise ConfigError(
+                f"cannot reach the Telegram Bot API at {o.base_url} ({exc}). Check the "
+                "network, or [channels.telegram] base_url."
+            ) from exc
+        self.bot_id = str(self.bot.id)
+        self.username = self.bot.username or ""
+        self.workspace = self.bot_id
+        assert self.layer is not None
+        self.lease = Lease(store=self.layer.store, name=f"telegram:{self.bot_id}",
+                           owner=self.owner, ttl_s=o.lease_ttl_s)
+        if o.mode == "webhook":
+            await self._start_webhook()
+        self._main = asyncio.create_task(self._supervise(), name="telegram-main")
+
+    async def disconnect(self) -> None:
+        await reap(self._main)
+        self._main = None
+        if self._web is not None:
+            await self._web.cleanup()
+            self._web = None
+        if self.layer is not None:
+            await self.layer.stop_processing()
+        if self.lease is not None and self.lease.held:
+            with contextlib.suppress(Exception):
+                await self.lease.release()
+        if self.bot is not None:
+            with contextlib.suppress(Exception):
+                await self.bot.shutdown()
+
+    async def _supervise(self) -> None:
+        """Hold the lease (or wait for it), and while held: process (and poll)."""
+        assert self.lease is not None and self.layer is not None
+        period = max(0.05, self.opts.lease_ttl_s / 3)
+        while True:
+            if not await self.lease.try_acquire():
+                if not self.standby:
+                    log.info("telegram.standby", holder=await self.lease.holder())
+                self.standby = True
+                await asyncio.sleep(period)
+                continue
+            self.standby = False
+            log.info("telegram.lease_acquired", bot=self.bot_id, mode=self.opts.mode)
+            work = asyncio.create_task(self._work())
+            try:
+                while not work.done():
+                    await asyncio.wait({work}, timeout=period)
+                    if work.done():
+                        break
+                    if not await self.lease.try_acquire():
+                        log.warning("telegram.lease_lost", bot=self.bot_id)
+                        break
+            finally:
+                failed = work.done() and not work.cancelled() and work.exception() is not None
+                await reap(work)
+                await self.layer.stop_processing()
+            if failed:
+                log.error("telegram.worker_failed", error=repr(work.exception()))
+                await asyncio.sleep(period)
+
+    async def _work(self) -> None:
+        assert self.layer is not None
+        await self.layer.start_processing()
+        if self.opts.mode == "polling":
+            await self._poll_loop()
+        else:
+            await asyncio.Event().wait()  # webhook intake runs in the web server
+
+    # -- polling --------------------------------------------------------------------------------
+
+    async def _poll_loop(self) -> None:
+        assert self.bot is not None and self.layer is not None
+        saved = await self.layer.inbound.cursors.get(self.cursor_name)
+        offset = int(saved) if saved is not None else None
+        failures = 0
+        while True:
+            try:
+                updates = await self.bot.get_raw_updates(
+                    offset=offset, poll_s=self.opts.poll_timeout_s, limit=self.opts.poll_limit,
+                    allowed=ALLOWED_UPDATES,
+                )
+                failures = 0
+            except RetryAfter as exc:
+                await asyncio.sleep(retry_after_seconds(exc))
+                continue
+            except (Conflict, TimedOut, NetworkError) as exc:
+                failures += 1
+                delay = min(30.0, 0.1 * 2 ** min(failures, 9)) * (0.5 + random.random())
+                log.warning("telegram.poll_failed", error=str(exc), retry_in=round(delay, 2))
+                await asyncio.sleep(delay)
+                continue
+            self.polls += 1
+            if not updates:
+                continue
+            offset = await self.ingest(updates, offset)
+
+    async def ingest(self, updates: list[Any], offset: int | None) -> int | None:
+        """Convert and record one batch; returns the next offset (after the durable record)."""
+        events = await self._convert_batch(updates)
+        ids = [u["update_id"] for u in updates
+               if isinstance(u, dict) and isinstance(u.get("update_id"), int)
+               and not isinstance(u.get("update_id"), bool)]
+        next_offset = max(ids) + 1 if ids else offset
+        cursor = (self.cursor_name, str(next_offset)) if next_offset is not None else None
+        # Recorded with the new offset in one transaction, before the next getUpdates
+        # confirms the batch to Telegram.
+        await self.submit(events, cursor=cursor)
+        return next_offset
+
+    async def _convert_batch(self, updates: list[Any]) -> list[tuple[InboundEvent, str]]:
+        assert self.layer is not None
+        events: list[tuple[InboundEvent, str]] = []
+        roots: dict[tuple[str, str], str] = {}  # this batch's messages, not yet in the index
+        for u in updates:
+            try:
+                draft = convert_update(u, bot_id=self.bot_id, username=self.username)
+            except Exception:  # a converter bug must not stop the intake
+                log.warning("telegram.convert_failed", exc_info=True)
+                draft = None
+            if draft is None:
+                events.append((self._marker(u), "ignored"))
+                continue
+            ev = draft.event
+            if draft.needs_root and ev.reply_to is not None:
+                root = roots.get((ev.channel, ev.reply_to)) or await self.layer.index.thread_of(
+                    ev.platform, ev.workspace, ev.channel, ev.reply_to)
+                ev = ev.with_thread(root or ev.reply_to)
+            roots[(ev.channel, ev.message_id)] = ev.thread_root
+            events.append((ev, "received"))
+        return events
+
+    def _marker(self, update: Any) -> InboundEvent:
+        kinds = sorted(k for k in update if k != "update_id")[:5] if isinstance(update,
+                                                                                dict) else []
+        return InboundEvent(platform="telegram", workspace=self.bot_id, channel="",
+                            thread_root="", message_id="", sender="",
+                            dedupe_key=update_key(self.bot_id, update),
+                            extra={"kinds": [str(k)[:40] for k in kinds]})
+
+    # -- webhook --------------------------------------------------------------------------------
+
+    async def _start_webhook(self) -> None:
+        o = self.opts
+        if not o.webhook_url:
+            raise ConfigError("[channels.telegram] mode = \"webhook\" needs webhook_url "
+                              "(the public HTTPS URL Telegram posts to).")
+        if not self.webhook_secret:
+            raise ConfigError(f"webhook mode needs a secret: set ${o.webhook_secret_env} "
+                              "(1-256 characters A-Z a-z 0-9 _ -).")
+        app = web.Application()
+        app.router.add_post(o.webhook_path, self._on_webhook)
+        self._web = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._web.setup()
+        site = web.TCPSite(self._web, o.webhook_listen, o.webhook_port)
+        await site.start()
+        if o.webhook_port == 0:
+            server = getattr(site, "_server", None)
+            sockets = getattr(server, "sockets", None) or []
+            if sockets:
+                self.webhook_port = int(sockets[0].getsockname()[1])
+        else:
+            self.webhook_port = o.webhook_port
+        assert self.bot is not None
+        await self.bot.set_webhook(url=o.webhook_url, secret_token=self.webhook_secret,
+                                   allowed_updates=ALLOWED_UPDATES)
+
+    webhook_port: int = 0
+
+    async def _on_webhook(self, request: web.Request) -> web.Response:
+        got = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
+        if not self.webhook_secret or not hmac.compare_digest(got.encode(),
+                                                              self.webhook_secret.encode()):
+            log.warning("telegram.webhook_bad_secret", remote=request.remote)
+            return web.Response(status=401, text="bad secret token")
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        try:
+            events = await self._convert_batch([body])
+            await self.submit(events)
+        except Exception:
+            log.exception("telegram.webhook_record_failed")
+            return web.Response(status=500, text="not recorded; retry")
+        return web.Response(status=200, text="ok")
+
+    # -- sending --------------------------------------------------------------------------------
+
+    def _route(self, target: ReplyTarget) -> dict[str, Any]:
+        kw: dict[str, Any] = {"chat_id": int(target.channel)}
+        thread = target.extra.get("message_thread_id")
+        if isinstance(thread, int):
+            kw["message_thread_id"] = thread
+        return kw
+
+    async def send(self, target: ReplyTarget, chunk: Chunk, *, plain: bool = False) -> str:
+        assert self.bot is not None
+        kw = self._route(target)
+        if target.reply_to is not None and target.reply_to.lstrip("-").isdigit():
+            kw["reply_parameters"] = ReplyParameters(message_id=int(target.reply_to),
+                                                     allow_sending_without_reply=True)
+        try:
+            msg = await self.bot.send_message(
+                text=chunk.plain if plain else chunk.html, parse_mode=None if plain else "HTML",
+                link_preview_options=LinkPreviewOptions(is_disabled=True), **kw,
+            )
+        except TelegramError as exc:
+            raise _map_error(exc, sending=True) from exc
+        return str(msg.message_id)
+
+    async def edit(
+        self, target: ReplyTarget, message_id: str, chunk: Chunk, *, plain: bool = False
+    ) -> None:
+        assert self.bot is not None
+        try:
+            await self.bot.edit_message_text(
+                chat_id=int(target.channel), message_id=int(message_id),
+                text=chunk.plain if plain else chunk.html, parse_mode=None if plain else "HTML",
+                link_preview_options=LinkPreviewOptions(is_disabled=True),
+            )
+        except TelegramError as exc:
+            raise _map_error(exc, sending=False) from exc
+
+    async def react(self, target: ReplyTarget, message_id: str, emoji: str | None) -> None:
+        assert self.bot is not None
+        try:
+            await self.bot.set_message_reaction(
+                chat_id=int(target.channel), message_id=int(message_id),
+                reaction=[ReactionTypeEmoji(emoji)] if emoji else None,
+            )
+        except TelegramError as exc:
+            raise _map_error(exc, sending=False) from exc
+
+    async def typing(self, target: ReplyTarget) -> None:
+        assert self.bot is not None
+        try:
+            await self.bot.send_chat_action(action="typing", **self._route(target))
+        except TelegramError as exc:
+            raise _map_error(exc, sending=False) from exc
+
+
+def _map_error(exc: TelegramError, *, sending: bool) -> DeliveryError:
+    """The one place Telegram errors become DeliveryError kinds."""
+    text = str(exc)
+    low = text.lower()
+    if isinstance(exc, RetryAfter):
+        return DeliveryError("retry", text, retry_after=retry_after_seconds(exc))
+    if isinstance(exc, BadRequest):
+        if "can't parse entities" in low or "unsupported start tag" in low:
+            return DeliveryError("markup", text)
+        if "not modified" in low:
+            return DeliveryError("not_modified", text)
+        if "not found" in low and ("to edit" in low or "to delete" in low or "to react" in low):
+            return DeliveryError("not_found", text)
+        return DeliveryError("fatal", text)
+    if isinstance(exc, Forbidden | InvalidToken):
+        return DeliveryError("fatal", text)
+    if isinstance(exc, TimedOut | NetworkError):
+        # The request may have reached Telegram: for a send the outcome is unknown.
+        return DeliveryError("unknown" if sending else "retry", text)
+    return DeliveryError("fatal", text)

@@ -1,0 +1,240 @@
+"""One channel turn: from an accepted event to its recorded final reply.
+
+Points where a crash can happen, and what the restart does (``recover``):
+
+- outbox row ``pending``, no loop turn recorded: the turn never started -> run it.
+- loop turn recorded, the checkpoint shows it finished (``last_termination`` saved with
+  that turn id): the answer is in the checkpoint -> deliver it, no model call.
+- loop turn recorded, unfinished: the user's message is in the chain (or not, if the
+  crash came before its first save) -> continue the session with a short note (or the
+  original prompt); tool calls left open were marked uncertain by the factory and are
+  never re-run.
+- row ``ready``: the answer is known -> deliver (idempotent edits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from bots.commands import ActiveTurn
+from bots.events import InboundEvent
+from bots.format import chunk_markdown
+from bots.inbound import StoredEvent
+from bots.outbound import OutboxRow
+from bots.progress import ProgressReporter
+from geode.daemon.factory import Session, SessionContext
+from geode.errors import ConfigError, GeodeError
+from geode.loop import LoopEvent, TurnResult
+from geode.redact import redact_text
+from geode.settings import BindingSettings
+
+if TYPE_CHECKING:
+    from bots.layer import ChannelLayer
+
+__all__ = ["CONTINUE_NOTE", "TurnRunner", "compose_prompt", "friendly_failure"]
+
+log = structlog.get_logger(__name__)
+
+CONTINUE_NOTE = (
+    "[GEODE restarted while this turn was running. Tool calls that were in flight are "
+    "marked uncertain and were not re-run. Continue with the user's last request and give "
+    "the final answer.]"
+)
+
+
+class _StoppedBeforeStart(Exception):
+    """/stop arrived before the turn's session was open."""
+
+
+def compose_prompt(event: InboundEvent, history: list[InboundEvent]) -> str:
+    """The model's input for one message: thread context (first contact), sender, text."""
+    parts: list[str] = []
+    context = [*event.context, *(f"{h.sender_name or h.sender}: {h.text}" for h in history
+                                 if h.text and h.message_id != event.message_id)]
+    if context:
+        parts.append("[Earlier messages in this thread]\n" + "\n".join(context)
+                     + "\n[End of earlier messages]")
+    who = event.sender_name or event.sender
+    parts.append(f"{who} (id {event.sender}): {event.text}".rstrip())
+    for a in event.attachments:
+        parts.append(f"[attachment: {a.name or 'file'} {a.mime} {a.size} bytes, ref {a.ref}]")
+    return "\n\n".join(parts)
+
+
+def friendly_failure(result: TurnResult) -> str:
+    """A short, useful text for a turn that did not end naturally (never a traceback)."""
+    reason = result.termination.value.replace("_", " ")
+    if result.termination.value == "cancelled":
+        return "⏹ Stopped." + (f"\n\n{result.text}" if result.text and "[turn ended" not in
+                              result.text else "")
+    detail = (result.detail or "").strip().splitlines()
+    hint = f": {detail[0][:300]}" if detail else ""
+    body = result.text if result.text and not result.text.startswith("[turn ended") else ""
+    return f"⚠️ I could not finish ({reason}{hint})." + (f"\n\n{body}" if body else "")
+
+
+class TurnRunner:
+    """Runs accepted turns of one layer."""
+
+    def __init__(self, *, layer: ChannelLayer) -> None:
+        self.layer = layer
+
+    async def run(
+        self, stored: StoredEvent, row: OutboxRow, binding: BindingSettings, *,
+        prompt: str | None = None,
+    ) -> None:
+        layer = self.layer
+        event = stored.event
+        opts = layer.options
+        progress = ProgressReporter(
+            connector=layer.connector, outbox=layer.outbox, row=row, target=row.target,
+            inbound_message_id=event.message_id, edit_interval_s=opts.progress_edit_interval_s,
+            typing_interval_s=opts.typing_interval_s, ack_emoji=opts.ack_emoji,
+            fault=layer.fault, index=layer.index,
+        )
+        active = ActiveTurn(session_id=row.session_key, event_id=stored.id,
+                            started=time.monotonic())
+        layer.active[event.thread_key] = active
+        try:
+            await progress.start()
+            layer.fault("progress_started")
+            if prompt is None:
+                prompt = await self._prompt(stored)
+            text = await self._run_turn(stored, row, binding, prompt, progress, active)
+        finally:
+            if layer.active.get(event.thread_key) is active:
+                del layer.active[event.thread_key]
+            await progress.close()
+        await self.finish(row, text)
+
+    async def finish(self, row: OutboxRow, text: str) -> None:
+        """Record the final answer (redacted, chunked), then deliver it."""
+        layer = self.layer
+        chunks = chunk_markdown(redact_text(text), limit=layer.connector.text_limit)
+        await layer.outbox.update(row.id, status="ready", chunks=chunks)
+        layer.fault("final_recorded")
+        row = await layer.outbox.by_id(row.id)
+        await layer.deliverer.deliver(row)
+        layer.fault("delivered")
+
+    async def _prompt(self, stored: StoredEvent) -> str:
+        layer = self.layer
+        event = stored.event
+        history: list[InboundEvent] = []
+        if not event.starts_thread and stored.session_id is None:
+            state = await layer.threads.get(event.thread_key)
+            fresh = state is None or not await layer.store.sessions.exists(state.session_id)
+            if fresh:  # first contact with an existing thread: bootstrap its context
+                history = await layer.inbound.thread_history(event, before_id=stored.id)
+                try:
+                    history = [*await layer.connector.fetch_thread_history(event), *history]
+                except Exception:
+                    log.warning("thread_history.fetch_failed", exc_info=True)
+        return compose_prompt(event, history)
+
+    async def _run_turn(
+        self, stored: StoredEvent, row: OutboxRow, binding: BindingSettings, prompt: str,
+        progress: ProgressReporter, active: ActiveTurn,
+    ) -> str:
+        layer = self.layer
+        event = stored.event
+
+        async def sink(ev: LoopEvent) -> None:
+            if ev.kind == "turn_started":
+                active.loop_turn_id = str(ev.data.get("turn_id", ""))
+                # Recorded before the model is asked: recovery can tell "never started"
+                # from "started, find it in the checkpoint".
+                await layer.outbox.update(row.id, loop_turn_id=active.loop_turn_id)
+                layer.fault("turn_started")
+                if active.stop_requested and active.session is not None:
+                    active.session.cancel()  # /stop came while the session was opening
+            elif ev.kind == "tool_call":
+                layer.fault("tool_call")
+            await progress.on_event(ev)
+
+        async def bind(session: Session) -> None:
+            active.session = session
+            active.model = session.model
+            # Who said what, on each message of a collaborative thread.
+            await layer.store.timeline.append(
+                session_id=session.session_id, turn_id="", kind="channel.message",
+                payload={"platform": event.platform, "channel": event.channel,
+                         "thread": event.thread_root, "message_id": event.message_id,
+                         "sender": event.sender, "sender_name": event.sender_name,
+                         "event_id": stored.id},
+            )
+            if active.stop_requested:
+                raise _StoppedBeforeStart
+
+        ctx = SessionContext(
+            mode="DAEMON", workspace=layer.host.workspace, session_id=row.session_key,
+            binding=binding, user=event.sender, on_event=sink,
+            title=f"{event.platform} thread {event.thread_key}",
+        )
+        try:
+            result = await layer.host.run_turn(ctx, prompt, kind="channel",
+                                                lane_key=row.session_key, on_session=bind)
+        except asyncio.CancelledError:
+            raise
+        except _StoppedBeforeStart:
+            return "⏹ Stopped."
+        except ConfigError as exc:
+            return f"⚠️ GEODE is not configured for this: {str(exc).splitlines()[0][:300]}"
+        except GeodeError as exc:
+            return f"⚠️ Something went wrong: {str(exc).splitlines()[0][:300]}"
+        except Exception as exc:
+            name = type(exc).__name__
+            if name in ("LaneBusy", "ShuttingDown"):
+                if name == "ShuttingDown":
+                    raise  # not answered now: recovered on the next start
+                return f"⏳ I am busy right now; please try again in a moment. ({exc})"
+            log.exception("turn.failed")
+            return f"⚠️ Something went wrong ({name}). The operator can find details in the logs."
+        layer.fault("turn_finished")
+        if result.ok:
+            return result.text or "(no answer)"
+        return friendly_failure(result)
+
+    # -- recovery -------------------------------------------------------------------------------
+
+    async def recover(self, stored: StoredEvent, row: OutboxRow,
+                      binding: BindingSettings | None) -> None:
+        """Finish a turn a previous run accepted but did not finish (see module docstring)."""
+        layer = self.layer
+        if row.status == "ready":
+            await layer.deliverer.deliver(row)
+            return
+        if row.status != "pending":
+            await layer.outbox.finish(row, status=row.status)
+            return
+        prompt: str | None = None
+        if row.loop_turn_id:
+            restored = await layer.store.checkpointer(row.session_key).load()
+            state: dict[str, Any] = restored.state if restored is not None else {}
+            if restored is not None and state.get("turn_id") == row.loop_turn_id:
+                if state.get("last_termination"):
+                    text = _last_assistant_text(restored.messages) or (
+                        f"[turn ended: {state['last_termination']}]")
+                    log.info("recover.answer_from_checkpoint", row=row.id)
+                    await self.finish(row, text)
+                    return
+                prompt = CONTINUE_NOTE
+        if binding is None:
+            await layer.outbox.finish(row, status="failed", error="binding removed")
+            return
+        await self.run(stored, row, binding, prompt=prompt)
+
+
+def _last_assistant_text(messages: list[Any]) -> str:
+    for m in reversed(messages):
+        if getattr(m, "role", "") == "assistant":
+            text = str(getattr(m, "text", "") or "")
+            if text:
+                return text
+        elif getattr(m, "role", "") == "user":
+            break
+    return ""

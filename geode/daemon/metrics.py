@@ -1,0 +1,93 @@
+"""Prometheus metrics of a running daemon, fed by the Runtime's observation hooks.
+
+The loop sends every lifecycle event to the Runtime's :class:`~geode.hooks.HookSystem`
+(``turn_started``, ``assistant_text``, ``tool_call``, ``tool_result``, ``turn_finished``,
+each with ``session_id``) and the executor sends ``tool.denied`` (with the ``check``);
+:meth:`DaemonMetrics.observe` turns them into counters. It
+decides nothing and is synchronous (the HookSystem runs sync observers inline).
+
+Model latency is measured between the moment the loop hands work to the model (turn
+started, a repair round, or the last result of a tool batch delivered) and the
+``model_response`` event; it includes building the request and retries.
+
+Each daemon owns a :class:`~prometheus_client.CollectorRegistry` (not the global one), so
+several daemons (tests) never collide.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["CONTENT_TYPE", "DaemonMetrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120)
+_WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
+
+
+class DaemonMetrics:
+    """The daemon's counters and histograms, and the observer that feeds them."""
+
+    def __init__(self, *, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.turns = Counter("geode_turns", "Turns finished, by termination reason.",
+                             ["termination"], registry=r)
+        self.tool_calls = Counter("geode_tool_calls", "Tool calls, by result status.",
+                                  ["status"], registry=r)
+        self.denials = Counter("geode_tool_denials", "Denied tool calls, by the check that denied.",
+                               ["check"], registry=r)
+        self.model_latency = Histogram("geode_model_latency_seconds",
+                                       "Time from handing a request to the model to its answer.",
+                                       buckets=_LATENCY_BUCKETS, registry=r)
+        self.lane_wait = Histogram("geode_lane_wait_seconds", "Time spent waiting for lanes.",
+                                   ["kind"], buckets=_WAIT_BUCKETS, registry=r)
+        self.lane_busy = Counter("geode_lane_busy", "Requests refused after the lane wait bound.",
+                                 ["kind"], registry=r)
+        self.turns_running = Gauge("geode_turns_running", "Turns running now.", registry=r)
+        self.schedule_runs = Counter("geode_schedule_runs", "Scheduled job runs, by outcome.",
+                                     ["outcome"], registry=r)
+        self.ipc_errors = Counter("geode_ipc_protocol_errors",
+                                  "IPC connections closed for a bad frame.", registry=r)
+        # session_id -> monotonic time the model was handed work
+        self._model_started: dict[str, float] = {}
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def lane_waited(self, kind: str, waited_s: float, outcome: str) -> None:
+        """The LaneQueue's ``on_wait`` observer."""
+        self.lane_wait.labels(kind=kind).observe(waited_s)
+        if outcome == "busy":
+            self.lane_busy.labels(kind=kind).inc()
+
+    def observe(self, event: str, data: Mapping[str, Any]) -> None:
+        """The HookSystem observer (sync, quick)."""
+        sid = str(data.get("session_id", ""))
+        if event == "turn_started":
+            self.turns_running.inc()
+            self._model_started[sid] = time.monotonic()
+        elif event == "verify_failed":  # a repair round: the model is asked again
+            self._model_started[sid] = time.monotonic()
+        elif event in ("model_response", "assistant_text", "tool_call"):
+            started = self._model_started.pop(sid, None)
+            if started is not None:
+                self.model_latency.observe(time.monotonic() - started)
+        elif event == "tool_result":
+            status = str(data.get("status", "unknown"))
+            self.tool_calls.labels(status=status).inc()
+            # the next model call starts when the batch's results are in; the last result
+            # of the batch sets the final value
+            self._model_started[sid] = time.monotonic()
+        elif event == "tool.denied":  # the executor's event names the check that denied
+            self.denials.labels(check=str(data.get("check", "unknown"))).inc()
+        elif event == "turn_finished":
+            self.turns_running.dec()
+            self._model_started.pop(sid, None)
+            self.turns.labels(termination=str(data.get("termination", "unknown"))).inc()
+

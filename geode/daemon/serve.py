@@ -1,0 +1,390 @@
+"""``geode serve``: the daemon that hosts every unattended and remote entry point.
+
+One asyncio process, one :class:`~geode.daemon.factory.Runtime` and one
+:class:`~geode.daemon.lanes.LaneQueue` shared by all of:
+
+* the IPC socket ``$GEODE_HOME/cli.sock`` for ``geode ask`` (IPC mode);
+* the channel connectors slot (DAEMON mode; objects with ``async start()``,
+  ``async stop()`` and a ``ready`` flag, added with :meth:`Daemon.add_connector`);
+* the scheduler (SCHEDULER mode);
+* the loopback health endpoint (``/healthz``, ``/readyz``, ``/metrics``).
+
+Every turn goes through :meth:`Daemon.run_turn`: lanes first, then the session factory,
+then the loop. Connectors call it too, so their turns count against the same global cap.
+
+Shutdown (SIGTERM / SIGINT): stop intake (socket closed for new connections, scheduler
+stops claiming, connectors stop), let running turns finish for up to ``drain_timeout_s``,
+then stop the rest (each ends ``cancelled`` and is checkpointed ``paused``), close the
+store, remove the socket, exit 0. A SIGKILL loses no record: every round is checkpointed
+and effects carry receipts (the records issue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import secrets
+import signal
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import structlog
+
+from geode.daemon.factory import Runtime, Session, SessionContext
+from geode.daemon.health import HealthServer
+from geode.daemon.ipc import Connection, HomeLock, IPCServer, RunRequest, ShuttingDown
+from geode.daemon.lanes import LaneKind, LaneQueue
+from geode.daemon.metrics import DaemonMetrics
+from geode.daemon.scheduler import Job, JobStore, Scheduler
+from geode.loop import TurnResult
+from geode.providers.base import BaseProvider
+from geode.settings import Secrets, Settings
+
+__all__ = ["Connector", "Daemon", "ProviderFactory"]
+
+log = structlog.get_logger(__name__)
+
+#: builds a fresh model adapter per session (``--demo``, GEODE_SCRIPTED_MODEL)
+ProviderFactory = Callable[[], BaseProvider]
+OnSession = Callable[[Session], Awaitable[None]]
+
+
+@runtime_checkable
+class Connector(Protocol):
+    """A channel connector hosted by the daemon (Slack, Discord, Telegram issues)."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class Daemon:
+    """The ``geode serve`` process. ``await daemon.start()``, then ``serve_forever()``."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        secrets: Secrets,
+        provider_factory: ProviderFactory | None = None,
+        workspace: Path | None = None,
+        drain_timeout_s: float = 30.0,
+        approval_timeout_s: float = 120.0,
+        scheduler_tick_s: float = 1.0,
+        runtime_kw: dict[str, Any] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.secrets = secrets
+        self.provider_factory = provider_factory
+        self.workspace = (workspace or settings.home / "workspace").resolve()
+        self.drain_timeout_s = drain_timeout_s
+        self.approval_timeout_s = approval_timeout_s
+        self.scheduler_tick_s = scheduler_tick_s
+        self.runtime_kw = runtime_kw or {}
+        self.metrics = DaemonMetrics()
+        self.lanes = LaneQueue.from_settings(settings.lanes, on_wait=self.metrics.lane_waited)
+        self.socket_path = settings.home / "cli.sock"
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets_token()}"
+        self.connectors: list[Connector] = []
+        self.runtime: Runtime | None = None
+        self.ipc: IPCServer | None = None
+        self.health: HealthServer | None = None
+        self.scheduler: Scheduler | None = None
+        self.draining = False
+        self._lock = HomeLock(home=settings.home, socket_path=self.socket_path)
+        self._stop: asyncio.Event | None = None
+        self._active: dict[asyncio.Task[Any], Session | None] = {}
+        self._started = False
+
+    # -- wiring ------------------------------------------------------------------------
+
+    def add_connector(self, connector: Connector) -> None:
+        """Host a channel connector; started with the daemon, stopped first at shutdown."""
+        if self._started:
+            raise RuntimeError("add connectors before Daemon.start()")
+        self.connectors.append(connector)
+
+    async def start(self) -> None:
+        """Take the home lock, open the store (migrating it), then open every intake."""
+        self._stop = asyncio.Event()
+        self._lock.acquire()
+        self._started = True
+        try:
+            self.workspace.mkdir(parents=True, exist_ok=True)
+            kw = dict(self.runtime_kw)
+            if "mcp" not in kw and self.settings.mcp:
+                from geode.mcp import MCPServerManager
+
+                kw["mcp"] = MCPServerManager.from_settings(self.settings, self.secrets)
+            self.runtime = await Runtime.create(settings=self.settings, secrets=self.secrets,
+                                                **kw)
+            self.runtime.observers.subscribe(self.metrics.observe)
+            self.ipc = IPCServer(
+                path=self.socket_path, handler=self._handle_ipc,
+                approval_timeout_s=self.approval_timeout_s,
+                on_protocol_error=self.metrics.ipc_errors.inc,
+            )
+            await self.ipc.start()
+            self.health = HealthServer(
+                metrics=self.metrics,
+                checks={"store": self._store_ready, "connectors": self._connectors_ready,
+                        "intake": self._intake_ready},
+                port=self.settings.health_port,
+            )
+            await self.health.start()
+            for c in self.connectors:
+                await c.start()
+            assert self.runtime.store is not None  # Runtime.create opened it
+            self.scheduler = Scheduler(
+                jobs=JobStore(store=self.runtime.store), run_job=self._run_job,
+                owner=self.owner, tick_s=self.scheduler_tick_s,
+            )
+            await self.scheduler.start()
+        except BaseException:
+            await self._close_all()
+            raise
+        log.info("daemon.started", socket=str(self.socket_path),
+                 health_port=self.health.port if self.health else None)
+
+    def request_stop(self) -> None:
+        """Begin a graceful shutdown (the SIGTERM/SIGINT handler)."""
+        if self._stop is not None:
+            self._stop.set()
+
+    async def serve_forever(self) -> None:
+        """Run until SIGTERM/SIGINT (or :meth:`request_stop`), then shut down gracefully."""
+        assert self._stop is not None, "call start() first"
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        try:
+            await self._stop.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Stop intake, drain running turns (bounded), stop the rest, release the home."""
+        if self.draining:
+            return
+        self.draining = True
+        log.info("daemon.draining", running=len(self._active))
+        if self.ipc is not None:
+            await self.ipc.stop_accepting()
+        if self.scheduler is not None:
+            await self.scheduler.stop()
+        for c in reversed(self.connectors):
+            try:
+                await c.stop()
+            except Exception:
+                log.warning("connector.stop_failed", connector=type(c).__name__, exc_info=True)
+        finished = await self._wait_active(self.drain_timeout_s)
+        if not finished:
+            # Past the bound: stop each turn; the loop ends it `cancelled` and checkpoints
+            # it `paused`, so the next turn of the session resumes from there.
+            log.warning("daemon.drain_timeout", still_running=len(self._active))
+            for session in list(self._active.values()):
+                if session is not None:
+                    session.cancel()
+            await self._wait_active(10.0)
+        if self.ipc is not None:
+            await self.ipc.wait_runs(2.0)  # let final result frames go out
+        await self._close_all()
+        log.info("daemon.stopped")
+
+    async def _wait_active(self, timeout_s: float) -> bool:
+        if not self._active:
+            return True
+        _done, pending = await asyncio.wait(set(self._active), timeout=timeout_s)
+        return not pending
+
+    async def _close_all(self) -> None:
+        if self.ipc is not None:
+            for task in list(self.ipc.runs):
+                task.cancel()  # only lane waiters are left here; cancelling frees them
+            await self.ipc.close()
+        if self.scheduler is not None:
+            await self.scheduler.stop()
+        if self.health is not None:
+            await self.health.stop()
+        if self.runtime is not None:
+            await self.runtime.observers.drain()
+            with contextlib.suppress(Exception):
+                await self.runtime.aclose()
+            self.runtime = None
+        self._lock.release()
+
+    # -- readiness -----------------------------------------------------------------------
+
+    async def _store_ready(self) -> tuple[bool, str]:
+        store = self.runtime.store if self.runtime is not None else None
+        if store is None:
+            return False, "no store"
+        ok = bool(await store.ping())
+        return ok, store.where if ok else f"{store.where} does not answer"
+
+    async def _connectors_ready(self) -> tuple[bool, str]:
+        down = [type(c).__name__ for c in self.connectors if not c.ready]
+        if down:
+            return False, "not ready: " + ", ".join(down)
+        return True, f"{len(self.connectors)} connector(s)"
+
+    async def _intake_ready(self) -> tuple[bool, str]:
+        return (False, "draining") if self.draining else (True, "accepting")
+
+    # -- turns ---------------------------------------------------------------------------
+
+    async def run_turn(
+        self,
+        ctx: SessionContext,
+        prompt: str,
+        *,
+        kind: LaneKind,
+        lane_key: str | None = None,
+        on_session: OnSession | None = None,
+    ) -> TurnResult:
+        """Run one turn under the lanes; the entry point for IPC, scheduler and connectors.
+
+        Args:
+            ctx: the session context (mode, session id, approver, event sink, ...).
+            prompt: the user's message.
+            kind: lane kind (``cli``, ``channel``, ``scheduler``) for the sub-limit.
+            lane_key: session lane key when ``ctx.session_id`` is None (a new session).
+            on_session: awaited once the session is open (e.g. to learn its id).
+
+        Raises:
+            LaneBusy: the lanes stayed full for the wait bound.
+            ShuttingDown: the daemon is draining.
+        """
+        if self.draining or self.runtime is None:
+            raise ShuttingDown()
+        key = ctx.session_id or lane_key or f"new-{secrets_token()}"
+        async with self.lanes.acquire(key, kind=kind):
+            if self.draining or self.runtime is None:
+                raise ShuttingDown()
+            if ctx.provider is None and self.provider_factory is not None:
+                ctx = dataclasses.replace(ctx, provider=self.provider_factory())
+            task = asyncio.current_task()
+            assert task is not None
+            self._active[task] = None
+            try:
+                session = await self.runtime.open_session(ctx)
+                self._active[task] = session
+                if on_session is not None:
+                    await on_session(session)
+                return await session.run(prompt)
+            finally:
+                self._active.pop(task, None)
+
+    async def _handle_ipc(self, req: RunRequest, conn: Connection) -> dict[str, Any]:
+        workspace = Path(req.cwd) if req.cwd else self.workspace
+        ctx = SessionContext(
+            mode="IPC", workspace=workspace, session_id=req.session_id, model=req.model,
+            allow_tools=req.allow_tools, deny_tools=req.deny_tools, max_rounds=req.max_rounds,
+            time_budget_s=req.time_budget_s, approver=conn.approver(req.id),
+            on_event=conn.event_sink(req.id), stream=req.stream,
+            title=" ".join(req.prompt.split())[:80],
+        )
+
+        async def bind(session: Session) -> None:
+            conn.cancel_run = session.cancel
+
+        # a new session gets a private lane key: the client-chosen id must not collide
+        result = await self.run_turn(ctx, req.prompt, kind="cli", on_session=bind)
+        return result.to_json()
+
+    async def _run_job(self, job: Job, due: int) -> tuple[str, str | None]:
+        runtime = self.runtime
+        assert runtime is not None and runtime.store is not None
+        timeline = runtime.store.timeline
+        ctx = SessionContext(mode="SCHEDULER", workspace=self.workspace,
+                             session_id=job.session_id, model=job.model,
+                             title=f"schedule {job.id}")
+
+        async def started(session: Session) -> None:
+            await timeline.append(
+                session_id=session.session_id, turn_id="", kind="schedule.run_started",
+                payload={"job_id": job.id, "cron": job.cron, "due": due, "owner": self.owner},
+            )
+
+        result = await self.run_turn(ctx, job.prompt, kind="scheduler",
+                                     lane_key=f"job-{job.id}", on_session=started)
+        await timeline.append(
+            session_id=result.session_id, turn_id=result.turn_id, kind="schedule.run_finished",
+            payload={"job_id": job.id, "due": due, "termination": result.termination.value,
+                     "tool_calls": result.tool_calls},
+        )
+        self.metrics.schedule_runs.labels(outcome=result.termination.value).inc()
+        log.info("scheduler.ran", job_id=job.id, termination=result.termination.value,
+                 session_id=result.session_id)
+        return result.termination.value, result.session_id
+
+
+def secrets_token() -> str:
+    return secrets.token_hex(4)
+
+
+def describe(daemon: Daemon) -> Sequence[str]:
+    """Lines printed when ``geode serve`` is up."""
+    port = daemon.health.port if daemon.health else daemon.settings.health_port
+    store = daemon.runtime.store if daemon.runtime else None
+    return [
+        f"geode serve: socket {daemon.socket_path}",
+        f"  health  http://127.0.0.1:{port}/healthz  /readyz  /metrics",
+        f"  store   {store.where if store is not None else '-'}",
+        f"  lanes   global {daemon.lanes.global_cap}, "
+        + ", ".join(f"{k} {v}" for k, v in daemon.lanes.caps.items()),
+        f"  connectors {len(daemon.connectors)}",
+    ]
+
+
+def scripted_factory(path: Path) -> ProviderFactory:
+    """A testing aid: every session replays the JSON script at ``path`` from the start.
+
+    The file holds a JSON list (or ``{"latency": SECONDS, "script": [...]}``): a string is a
+    text answer; ``{"tool": NAME, "input": {...}}`` is a tool call; a list of those is one
+    batch of parallel calls. Used via ``GEODE_SCRIPTED_MODEL=/path/script.json``.
+    """
+    import json
+
+    from geode.errors import ConfigError
+    from geode.providers.scripted import ScriptedProvider, ToolCall
+
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the scripted model {path}: {exc}") from exc
+    latency = 0.0
+    if isinstance(raw, dict):
+        latency = float(raw.get("latency", 0.0))
+        raw = raw.get("script")
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"the scripted model {path} must be a non-empty JSON list")
+
+    def call(item: Any) -> ToolCall:
+        if not isinstance(item, dict) or not isinstance(item.get("tool"), str):
+            raise ConfigError(f"bad scripted item {item!r}: use a string or "
+                              '{"tool": NAME, "input": {...}}')
+        return ToolCall(item["tool"], dict(item.get("input") or {}))
+
+    script: list[Any] = []
+    for item in raw:
+        if isinstance(item, str):
+            script.append(item)
+        elif isinstance(item, list):
+            script.append([call(x) for x in item])
+        else:
+            script.append(call(item))
+
+    def build() -> BaseProvider:
+        return ScriptedProvider(list(script), latency=latency)
+
+    return build

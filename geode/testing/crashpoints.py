@@ -1,0 +1,36 @@
+"""Freeze a GEODE process at a named point of a turn, so a test can SIGKILL it there.
+
+Enabled only by ``GEODE_TEST_PAUSE_AT=<point>`` (with ``GEODE_TEST_PAUSE_MARKER=<file>``),
+read by the settings module. At the point the process writes the marker file and blocks
+its event loop, exactly as a process would look to the outside if it died there. Points:
+
+- ``turn_start``      the user message is checkpointed, the model not yet asked
+- ``model_response``  the model answered; its tool batch is not saved yet
+- ``batch_proposed``  the batch is saved; no tool has started
+- ``batch_done``      the tool results are saved; the next model call not yet made
+- ``turn_finished``   the turn's final checkpoint is written
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["POINTS", "install_pause"]
+
+POINTS = ("turn_start", "model_response", "batch_proposed", "batch_done", "turn_finished")
+
+
+def install_pause(observers: Any, point: str, marker: Path) -> None:
+    if point not in POINTS:
+        raise ValueError(f"unknown pause point {point!r}; expected one of {POINTS}")
+
+    def observe(event: str, data: Any) -> None:
+        name = data.get("point") if event == "checkpoint" else event
+        if name == point:
+            marker.write_text(point)
+            # Deliberately block the whole process: the test kills it here.
+            time.sleep(3600)
+
+    observers.subscribe(observe)

@@ -1,0 +1,89 @@
+"""`geode schedule`, `geode sessions`, `geode db upgrade` in-process (typer's CliRunner)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import geode.cli.cmd_serve  # noqa: F401 - registers the commands on the app
+from geode.cli.app import app
+from geode.errors import ConfigError
+from geode.logging import configure_logging
+from geode.store import open_store
+
+
+@pytest.fixture
+def cli(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
+    monkeypatch.setenv("GEODE_HOME", str(home))
+    monkeypatch.delenv("GEODE_STORE__URL", raising=False)
+    yield CliRunner()
+    # the commands configured logging onto CliRunner's captured (now closed) stderr
+    configure_logging(stream=sys.stderr)
+
+
+def test_db_upgrade_reports_the_head_revision(cli: CliRunner, home: Path) -> None:
+    done = cli.invoke(app, ["db", "upgrade"])
+    assert done.exit_code == 0, done.output
+    assert done.output.startswith("store at revision ")
+    assert (home / "geode.db").exists()
+
+
+def test_schedule_add_list_remove(cli: CliRunner) -> None:
+    added = cli.invoke(app, ["schedule", "add", "*/15 * * * *", "check the build",
+                             "--session", "s-ops"])
+    assert added.exit_code == 0, added.output
+    job_id = added.output.split()[0]
+    assert job_id.startswith("job-") and "next run" in added.output
+
+    listed = cli.invoke(app, ["schedule", "list", "--json"])
+    jobs = json.loads(listed.output)
+    assert [(j["id"], j["cron"], j["prompt"], j["session_id"]) for j in jobs] == [
+        (job_id, "*/15 * * * *", "check the build", "s-ops")
+    ]
+    assert "never ran" in cli.invoke(app, ["schedule", "list"]).output
+
+    assert cli.invoke(app, ["schedule", "remove", job_id]).exit_code == 0
+    again = cli.invoke(app, ["schedule", "remove", job_id])
+    assert again.exit_code == 2 and "no scheduled prompt" in again.output
+    assert json.loads(cli.invoke(app, ["schedule", "list", "--json"]).output) == []
+
+    bad = cli.invoke(app, ["schedule", "add", "now", "x"])
+    assert isinstance(bad.exception, ConfigError)  # main() turns it into exit 2
+    assert "invalid cron" in str(bad.exception)
+
+
+def test_sessions_list_show_timeline_and_a_missing_id(cli: CliRunner, home: Path) -> None:
+    async def seed() -> str:
+        async with await open_store(f"sqlite:///{home / 'geode.db'}") as store:
+            sid = await store.sessions.create(mode="IPC", model="m", title="seeded")
+            await store.receipts.intend(session_id=sid, turn_id="t1", call_id="c1",
+                                        tool="write_file", args_hash="h")
+            await store.receipts.mark_uncertain_open(sid)
+            await store.timeline.append(session_id=sid, turn_id="t1", kind="tool.denied",
+                                        payload={"check": "approval"})
+            return sid
+
+    configure_logging(stream=sys.stderr)
+    sid = asyncio.run(seed())
+    listed = cli.invoke(app, ["sessions", "list", "--json"])
+    assert [s["id"] for s in json.loads(listed.output)] == [sid]
+
+    shown = cli.invoke(app, ["sessions", "show", sid])
+    assert shown.exit_code == 0, shown.output
+    assert "c1  write_file  uncertain  UNCERTAIN: check the outcome by hand" in shown.output
+    info = json.loads(cli.invoke(app, ["sessions", "show", sid, "--json"]).output)
+    assert info["uncertain"] == ["c1"] and info["checkpoints"] == 0
+
+    timeline = cli.invoke(app, ["sessions", "timeline", sid, "--json"])
+    rows = [json.loads(line) for line in timeline.output.splitlines()]
+    assert [(r["kind"], r["payload"]) for r in rows] == [("tool.denied", {"check": "approval"})]
+
+    for cmd in (["sessions", "show", "s-none"], ["sessions", "timeline", "s-none"]):
+        missing = cli.invoke(app, cmd)
+        assert missing.exit_code == 2 and "no session 's-none'" in missing.output

@@ -1,0 +1,128 @@
+"""The thin CLI end to end: real `geode serve` and `geode ask` subprocesses, scripted model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from geode.store import open_store
+from tests.daemon.conftest import CLI, env_for, geode, start_serve, write_script
+
+pytestmark = pytest.mark.slow
+
+WRITE = {"tool": "write_file", "input": {"path": "e2e.txt", "content": "x"}}
+CORE = {"turn_started", "tool_call", "tool_result", "assistant_text", "turn_finished"}
+
+
+def _frames(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def _flow(frames: list[dict[str, Any]]) -> list[str]:
+    return [f["kind"] if f["type"] == "event" else f["type"] for f in frames
+            if f["type"] != "event" or f["kind"] in CORE]
+
+
+async def _wait_checkpointed(home: Path, sid: str, *, messages: int) -> None:
+    async with await open_store(f"sqlite:///{home / 'geode.db'}", migrate=False) as store:
+        for _ in range(200):
+            rows = await store.checkpoints.list(sid, limit=1)
+            if rows and rows[-1].message_count >= messages:
+                denied = [r for r in await store.timeline.list(sid) if r.kind == "tool.denied"]
+                assert len(denied) == 2  # the "n", and the client that vanished
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError("the turn of the vanished client was not checkpointed")
+
+
+def test_ask_without_a_daemon_says_how_to_start_one(home: Path) -> None:
+    done = geode(home, "ask", "hello")
+    assert done.returncode == 2
+    assert f"no daemon at {home / 'cli.sock'}; start one with `geode serve`" in done.stderr
+
+
+def test_ask_streams_in_order_denies_on_n_and_survives_a_vanished_client(home: Path) -> None:
+    script = write_script(home / "s.json", [{"tool": "list_dir", "input": {}}, WRITE, "done"])
+    serve = start_serve(home, script=script)
+    try:
+        # 1. events in order; the approval prompt answered "n" denies write_file
+        done = geode(home, "ask", "--jsonl", "do it", stdin="n\n")
+        assert done.returncode == 0, done.stderr
+        frames = _frames(done.stdout)
+        assert _flow(frames) == [
+            "turn_started", "tool_call", "tool_result",          # list_dir
+            "tool_call", "approval_request", "tool_result",      # write_file, asked, denied
+            "assistant_text", "turn_finished", "result",
+        ]
+        seqs = [f["seq"] for f in frames if f["type"] == "event"]
+        assert seqs == sorted(seqs)
+        denied = [f for f in frames if f.get("kind") == "tool_result"][1]["data"]
+        assert denied["status"] == "denied" and denied["text"].startswith("denied by approval")
+        assert "? approve write_file" in done.stderr
+        assert not (home / "e2e.txt").exists()
+        sid = frames[-1]["session_id"]
+
+        # 2. a client that vanishes while asked: the turn goes on and is checkpointed
+        proc = subprocess.Popen([*CLI, "ask", "--jsonl", "--session", sid, "again"],
+                                env=env_for(home), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, cwd=str(home))
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if json.loads(line)["type"] == "approval_request":
+                break
+        proc.kill()
+        proc.wait(10)
+        asyncio.run(_wait_checkpointed(home, sid, messages=12))  # 2 turns x 6 messages
+        shown = geode(home, "sessions", "show", sid, "--json")
+        info = json.loads(shown.stdout)
+        assert info["status"] == "active" and info["mode"] == "IPC"
+        assert info["last_checkpoint"]["last_termination"] == "natural"
+        assert info["last_checkpoint"]["message_count"] == 12
+
+        # 3. the daemon still serves
+        again = geode(home, "ask", "--json", "once more", stdin="y\n")
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["tool_calls"][1] == {"name": "write_file",
+                                                             "status": "ok"}
+        assert (home / "e2e.txt").read_text() == "x"  # the client's cwd is the workspace
+    finally:
+        assert serve.stop() == 0, serve.output()
+
+
+def test_sigterm_during_a_turn_finishes_it_exits_0_and_removes_the_socket(home: Path) -> None:
+    script = write_script(home / "slow.json", ["slow answer"], latency=0.8)
+    serve = start_serve(home, script=script)
+    proc = subprocess.Popen([*CLI, "ask", "--jsonl", "wait for it"], env=env_for(home),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+                            cwd=str(home))
+    assert proc.stdout is not None
+    first = json.loads(proc.stdout.readline())
+    assert first["kind"] == "turn_started"  # the turn is running now
+    code = serve.stop(signal.SIGTERM)
+    rest = _frames(proc.stdout.read())
+    assert proc.wait(10) == 0
+    assert code == 0, serve.output()
+    assert rest[-1]["type"] == "result" and rest[-1]["text"] == "slow answer"
+    assert not (home / "cli.sock").exists()
+    assert serve.output().rstrip().endswith("geode serve: stopped")
+
+
+def test_repl_runs_turns_in_process_with_approvals_and_commands(home: Path) -> None:
+    script = write_script(home / "r.json", [WRITE, "tried to write"])
+    done = geode(home, "repl", "--cwd", str(home),
+                 stdin="write it\nn\n/status\n/model\n/new\nwrite again\ny\n/exit\n",
+                 GEODE_SCRIPTED_MODEL=str(script))
+    assert done.returncode == 0, done.stderr
+    err = done.stderr
+    assert err.count("? approve write_file") == 2
+    assert "✗ denied: denied by approval" in err  # the "n"
+    assert "mode REPL" in err and "messages 4" in err  # /status after one turn
+    assert "new session" in err
+    assert done.stdout.count("tried to write") == 2
+    assert (home / "e2e.txt").read_text() == "x"  # the "y" in the new session wrote it
