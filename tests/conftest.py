@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import structlog
 
 # PTB 22 warns on every RetryAfter unless timedelta mode is on; warnings are errors here.
 os.environ.setdefault("PTB_TIMEDELTA", "1")
@@ -44,6 +45,14 @@ def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(socket.socket, "connect", _guarded(_real_connect))
     monkeypatch.setattr(socket.socket, "connect_ex", _guarded(_real_connect_ex))
     yield
+
+
+@pytest.fixture(autouse=True)
+def _fresh_structlog() -> Iterator[None]:
+    # In-process CLI tests call configure_logging(level=WARNING); its level filter would
+    # hide INFO events from later tests' structlog.testing.capture_logs().
+    yield
+    structlog.reset_defaults()
 
 
 def _pg_url() -> str | None:

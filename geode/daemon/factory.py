@@ -126,6 +126,14 @@ class Runtime:
             from geode.testing.crashpoints import install_pause
 
             install_pause(self.observers, settings.test_pause_at, settings.test_pause_marker)
+        if store is not None:
+            from geode.daemon.evidence import LedgerObserver
+            from geode.store.ledger import EvidenceLedger
+
+            self.ledger: EvidenceLedger | None = EvidenceLedger(settings.home)
+            LedgerObserver(self.ledger).attach(self.observers)
+        else:
+            self.ledger = None
         self.registry = ToolRegistry()
         for t in tools if tools is not None else builtin_tools():
             self.registry.register(t)
@@ -142,9 +150,23 @@ class Runtime:
 
             settings.home.mkdir(parents=True, exist_ok=True)
             store = await open_store(settings.store_url)
-        return cls(settings=settings, secrets=secrets, store=store, **kw)
+        runtime = cls(settings=settings, secrets=secrets, store=store, **kw)
+        await runtime.prune()
+        return runtime
+
+    async def prune(self) -> None:
+        """Apply the retention settings to the timeline and the ledger (observation only)."""
+        if self.store is None:
+            return
+        try:
+            await self.store.timeline.prune(self.settings.store.timeline_retention_days)
+            if self.ledger is not None:
+                await self.ledger.prune(self.settings.store.ledger_retention_days)
+        except Exception:  # noqa: BLE001 - retention must never stop a run
+            log.warning("retention prune failed", exc_info=True)
 
     async def aclose(self) -> None:
+        await self.observers.drain()  # let ledger rows land before the process ends
         if self.mcp is not None:
             await self.mcp.aclose()
         if self.store is not None:

@@ -143,6 +143,7 @@ class AgenticLoop:
         await emit(
             self.deps,
             "turn_finished",
+            turn_id=state.turn_id,
             termination=finish.reason.value,
             detail=finish.detail,
             rounds=result.rounds,

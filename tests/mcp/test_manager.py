@@ -226,6 +226,11 @@ async def test_env_only_as_configured_and_stderr_redacted(
             assert (await show(ctx, name="ECHO_TOKEN"))[0].text == token
             assert (await show(ctx, name="PLAIN"))[0].text == "x-dflt"
             assert (await show(ctx, name="PATH"))[0].text == os.environ["PATH"]
+            # stderr is drained by its own task: wait for the line rather than race it
+            for _ in range(200):
+                if any(e["event"] == "mcp server stderr" for e in logs):
+                    break
+                await asyncio.sleep(0.025)
     lines = [e["line"] for e in logs if e["event"] == "mcp server stderr"]
     assert any("starting with token [REDACTED]" in ln for ln in lines)
     assert not any(token in str(e) for e in logs)
