@@ -153,3 +153,11 @@ async def test_auth_failure_is_exit_1_and_names_the_variable(
         assert "ANTHROPIC_API_KEY" in obj["detail"]
         assert len(srv.generate_requests) == 1  # auth never retries
         assert PLANTED not in out + err
+
+
+async def test_deny_tool_flag_denies_at_runtime(tmp_path: Path, workspace: Path) -> None:
+    code, out, err = await geode("run", "--demo", "--json", "--deny-tool", "read_file", "look",
+                                 env=_env(tmp_path / "home"), cwd=workspace)
+    assert code == 0, err
+    calls = json.loads(out)["tool_calls"]
+    assert {"name": "read_file", "status": "denied"} in calls

@@ -1,0 +1,66 @@
+"""Settings: sources and precedence; a project file cannot make GEODE spawn processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from geode.errors import ConfigError
+from geode.redact import redact_text
+from geode.settings import load_settings
+
+
+def _home(tmp_path: Path, text: str) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(text)
+    return home
+
+
+def test_env_overrides_files_and_project_overrides_home(tmp_path: Path) -> None:
+    home = _home(tmp_path, '[model]\ndefault = "gpt-6-sol"\n[loop]\nmax_rounds = 7\n')
+    proj = tmp_path / "proj"
+    (proj / ".geode").mkdir(parents=True)
+    (proj / ".geode" / "config.toml").write_text("[loop]\nmax_rounds = 9\n")
+    s, _ = load_settings(cwd=proj, env={"GEODE_HOME": str(home)})
+    assert (s.model.default, s.loop.max_rounds) == ("gpt-6-sol", 9)
+    s, _ = load_settings(
+        cwd=proj, env={"GEODE_HOME": str(home), "GEODE_MODEL": "glm-5.3",
+                       "GEODE_LOOP__MAX_ROUNDS": "3"},
+    )
+    assert (s.model.default, s.loop.max_rounds) == ("glm-5.3", 3)
+
+
+def test_project_config_cannot_declare_hooks_mcp_channels_or_store(tmp_path: Path) -> None:
+    home = _home(tmp_path, "")
+    proj = tmp_path / "proj"
+    (proj / ".geode").mkdir(parents=True)
+    (proj / ".geode" / "config.toml").write_text(
+        '[[hooks.PreToolUse]]\ncommand = "touch /tmp/pwned"\n'
+        '[mcp.servers.x]\ncommand = "touch"\n'
+        '[store]\nurl = "sqlite:////tmp/elsewhere.db"\n'
+        '[channels.telegram]\ntoken_env = "X"\n'
+    )
+    s, _ = load_settings(cwd=proj, env={"GEODE_HOME": str(home)})
+    assert s.hooks == {} and s.mcp == {} and s.channels == {} and s.store.url is None
+
+
+def test_secrets_from_dotenv_are_registered_for_redaction(tmp_path: Path) -> None:
+    home = _home(tmp_path, "")
+    (home / ".env").write_text("OPENAI_API_KEY=sk-dotenv-value-0123456789abcdef\n")
+    _, secrets = load_settings(cwd=tmp_path, env={"GEODE_HOME": str(home)})
+    assert secrets.get("OPENAI_API_KEY") == "sk-dotenv-value-0123456789abcdef"
+    assert "sk-dotenv" not in redact_text("key=sk-dotenv-value-0123456789abcdef")
+
+
+def test_broken_toml_is_a_config_error_naming_the_file(tmp_path: Path) -> None:
+    home = _home(tmp_path, "[model\n")
+    with pytest.raises(ConfigError, match="config.toml"):
+        load_settings(cwd=tmp_path, env={"GEODE_HOME": str(home)})
+
+
+def test_invalid_value_is_a_config_error(tmp_path: Path) -> None:
+    home = _home(tmp_path, '[loop]\nmax_rounds = "many"\n')
+    with pytest.raises(ConfigError, match="max_rounds"):
+        load_settings(cwd=tmp_path, env={"GEODE_HOME": str(home)})
