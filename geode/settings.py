@@ -58,6 +58,8 @@ class ModelSettings(_Section):
     max_tokens: int = 8192
     request_timeout_s: float = 120.0
     max_retries: int = 4
+    #: USD per million tokens, [input, output], by model id; needed for a cost budget
+    prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
 
 
 class ProviderSettings(_Section):
@@ -75,6 +77,8 @@ class LoopSettings(_Section):
     max_rounds: int = 30
     time_budget_s: float | None = None
     repair_budget: int = 2
+    #: spend cap per turn in USD (needs [model.prices] for the model); None = no cap
+    cost_budget_usd: float | None = None
     repeated_error_limit: int = 3
     max_result_chars: int = 50_000
 

@@ -218,9 +218,17 @@ class Runtime:
             budget = loop.time_budget_s
         if budget is None:
             budget = MODE_POLICIES[ctx.mode].time_budget_s
+        price = self.settings.model.prices.get(ref.id) or self.settings.model.prices.get(ref.model)
+        if loop.cost_budget_usd is not None and price is None and ref.provider != "scripted":
+            raise ConfigError(
+                f"[loop] cost_budget_usd is set but model {ref.id!r} has no price: add "
+                f'[model.prices] "{ref.id}" = [input_usd_per_mtok, output_usd_per_mtok].'
+            )
         return LoopLimits(
             max_rounds=ctx.max_rounds or loop.max_rounds,
             time_budget_s=budget,
+            cost_budget_usd=loop.cost_budget_usd,
+            price_per_mtok=price,
             context_window=ref.context_window,
             repeated_error_limit=loop.repeated_error_limit,
             repair_budget=loop.repair_budget,
