@@ -51,5 +51,5 @@ class LedgerObserver:
                     summary=f"{data.get('tool')}: {data.get('status') or data.get('check')}",
                     payload={k: v for k, v in payload.items() if v is not None},
                 )
-        except Exception:  # noqa: BLE001 - the ledger is diagnostics; a run never fails on it
+        except Exception:
             log.warning("ledger append failed", event=event, exc_info=True)

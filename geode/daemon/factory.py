@@ -162,7 +162,7 @@ class Runtime:
             await self.store.timeline.prune(self.settings.store.timeline_retention_days)
             if self.ledger is not None:
                 await self.ledger.prune(self.settings.store.ledger_retention_days)
-        except Exception:  # noqa: BLE001 - retention must never stop a run
+        except Exception:
             log.warning("retention prune failed", exc_info=True)
 
     async def aclose(self) -> None:

@@ -56,7 +56,7 @@ def test_secrets_from_dotenv_are_registered_for_redaction(tmp_path: Path) -> Non
 
 def test_broken_toml_is_a_config_error_naming_the_file(tmp_path: Path) -> None:
     home = _home(tmp_path, "[model\n")
-    with pytest.raises(ConfigError, match="config.toml"):
+    with pytest.raises(ConfigError, match=r"config\.toml"):
         load_settings(cwd=tmp_path, env={"GEODE_HOME": str(home)})
 
 

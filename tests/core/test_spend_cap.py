@@ -38,7 +38,7 @@ async def test_cost_budget_stops_the_turn(tmp_path: Path) -> None:
 async def test_cost_budget_without_a_price_is_a_config_error(tmp_path: Path) -> None:
     settings, secrets = _settings(tmp_path, "[loop]\ncost_budget_usd = 1.0\n")
     async with Runtime(settings=settings, secrets=secrets) as rt:  # type: ignore[arg-type]
-        with pytest.raises(ConfigError, match="model.prices"):
+        with pytest.raises(ConfigError, match=r"model\.prices"):
             await rt.open_session(
                 SessionContext(mode="HEADLESS", workspace=tmp_path, model="gpt-6-sol")
             )
