@@ -66,4 +66,57 @@ def build_connectors(
             host=host, token=token, bindings=settings.bindings, options=opts,
             webhook_secret=secrets.get(opts.webhook_secret_env),
         ))
+    raw = settings.channels.get("slack")
+    if raw is not None and raw.get("enabled", True):
+        out.append(_slack_connector(host, settings, secrets, raw))
+    raw = settings.channels.get("discord")
+    if raw is not None and raw.get("enabled", True):
+        out.append(_discord_connector(host, settings, secrets, raw))
     return out
+
+
+def _slack_connector(
+    host: TurnHost, settings: Settings, secrets: Secrets, raw: dict[str, object]
+) -> BaseConnector:
+    from pydantic import ValidationError
+
+    from bots.slack import SlackConnector, SlackOptions
+    from geode.errors import ConfigError
+
+    try:
+        opts = SlackOptions.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid [channels.slack]: {exc}") from exc
+    token = secrets.get(opts.bot_token_env)
+    if not token:
+        raise ConfigError(
+            f"[channels.slack] is configured but ${opts.bot_token_env} is not set: put the Bot "
+            "User OAuth Token (xoxb-…) in the environment or $GEODE_HOME/.env."
+        )
+    return SlackConnector(
+        host=host, bot_token=token, app_token=secrets.get(opts.app_token_env),
+        signing_secret=secrets.get(opts.signing_secret_env), bindings=settings.bindings,
+        options=opts,
+    )
+
+
+def _discord_connector(
+    host: TurnHost, settings: Settings, secrets: Secrets, raw: dict[str, object]
+) -> BaseConnector:
+    from pydantic import ValidationError
+
+    from bots.discord import DiscordConnector, DiscordOptions
+    from geode.errors import ConfigError
+
+    try:
+        opts = DiscordOptions.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid [channels.discord]: {exc}") from exc
+    token = secrets.get(opts.token_env)
+    if not token:
+        raise ConfigError(
+            f"[channels.discord] is configured but ${opts.token_env} is not set: put the bot "
+            "token (Developer Portal -> Bot -> Reset Token) in the environment or "
+            "$GEODE_HOME/.env."
+        )
+    return DiscordConnector(host=host, token=token, bindings=settings.bindings, options=opts)

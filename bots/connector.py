@@ -193,6 +193,17 @@ class BaseConnector(ABC):
             DeliveryError: translated platform failure (``not_modified`` included).
         """
 
+    def render(self, markdown: str) -> list[Chunk]:
+        """The model's Markdown as this platform's message chunks (formatted text + plain twin).
+
+        Default: Telegram HTML chunked at :attr:`text_limit`. A platform with another markup
+        (Slack mrkdwn, Discord Markdown) overrides this; the layer stores and delivers the
+        chunks as they are.
+        """
+        from bots.format import chunk_markdown
+
+        return chunk_markdown(markdown, limit=self.text_limit)
+
     def bot_user_id(self) -> str | None:
         """The bot's own user id on the platform (self-ignore)."""
         return None

@@ -29,7 +29,6 @@ from bots.commands import ActiveTurn, run_command
 from bots.connector import reap
 from bots.dispatcher import BaseEventProcessor, Dispatch, Dispatcher, ThreadOrderedProcessor
 from bots.events import InboundEvent
-from bots.format import chunk_markdown
 from bots.inbound import InboundLog
 from bots.outbound import Deliverer, Outbox
 from bots.senders import PairingStore, SenderPolicy
@@ -201,7 +200,7 @@ class ChannelLayer:
         queued = await self.outbox.add_notice(
             session_key=ev.thread_key, turn_key=f"ev{d.stored.id}", event_id=d.stored.id,
             platform=ev.platform, workspace=ev.workspace, target=ev.target(),
-            chunks=chunk_markdown(redact_text(text), limit=self.connector.text_limit),
+            chunks=self.connector.render(redact_text(text)),
             decision=decision, conn=conn,
         )
         if queued and conn is None:
@@ -214,12 +213,20 @@ class ChannelLayer:
             await self.deliverer.deliver(row)
 
     async def pairing_notice(self, d: Dispatch) -> None:
-        text = await self.senders.pairing_text(d.event)
+        # The code and its message (outbox row + event done) commit in ONE transaction: a
+        # crash can never leave a code issued whose message was not queued (the sender
+        # would then get nothing for an hour).
+        async with self.store.write() as conn:
+            text = await self.senders.pairing_text(d.event, conn=conn)
+            if text is not None:
+                queued = await self.notice(d, text, decision="pairing", conn=conn)
+                if not queued:
+                    raise RuntimeError("pairing notice queued twice")  # rolls the code back
         if text is None:  # one code per sender per hour: stay quiet
             await self.ignore(d, "unknown_sender")
             return
         self.fault("pairing_issued")
-        await self.notice(d, text, decision="pairing")
+        await self._send_notice(d.event.thread_key, f"ev{d.stored.id}")
 
     async def route(self, d: Dispatch) -> None:
         ev = d.event

@@ -21,6 +21,8 @@ from geode.errors import ConfigError
 from geode.settings import BindingSettings
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
     from geode.store import Store
 
 __all__ = ["PairingRecord", "PairingStore", "SenderPolicy", "SenderVerdict"]
@@ -74,38 +76,50 @@ class PairingStore:
 
     async def issue(
         self, *, platform: str, sender: str, sender_name: str, channel: str,
-        now: int | None = None,
+        now: int | None = None, conn: AsyncConnection | None = None,
     ) -> str | None:
-        """A new code for ``sender``, or None when one is still pending or the cap is hit."""
+        """A new code for ``sender``, or None when one is still pending or the cap is hit.
+
+        With ``conn`` the code is written inside the caller's transaction (the layer queues
+        the pairing message in the same one, so a code is never issued without its message).
+        """
         now = int(time.time()) if now is None else now
-        async with self._store.write() as conn:
-            pending = (
-                await conn.execute(
-                    select(_P.c.code).where(
-                        _P.c.platform == platform, _P.c.sender == sender,
-                        _P.c.status == "pending", _P.c.expires_at > now,
-                    ).limit(1)
-                )
-            ).first()
-            if pending is not None:
-                return None
-            recent = (
-                await conn.execute(
-                    select(func.count()).select_from(_P).where(
-                        _P.c.platform == platform, _P.c.issued_at > now - CODE_TTL_S
-                    )
-                )
-            ).scalar_one()
-            if int(recent) >= self.max_new_per_hour:
-                return None
-            code = "".join(secrets.choice(_ALPHABET) for _ in range(8))
+        if conn is not None:
+            return await self._issue(conn, platform, sender, sender_name, channel, now)
+        async with self._store.write() as c:
+            return await self._issue(c, platform, sender, sender_name, channel, now)
+
+    async def _issue(
+        self, conn: AsyncConnection, platform: str, sender: str, sender_name: str,
+        channel: str, now: int,
+    ) -> str | None:
+        pending = (
             await conn.execute(
-                insert(_P).values(
-                    code=code, platform=platform, sender=sender, sender_name=sender_name[:200],
-                    channel=channel, status="pending", issued_at=now,
-                    expires_at=now + CODE_TTL_S, approved_at=None,
+                select(_P.c.code).where(
+                    _P.c.platform == platform, _P.c.sender == sender,
+                    _P.c.status == "pending", _P.c.expires_at > now,
+                ).limit(1)
+            )
+        ).first()
+        if pending is not None:
+            return None
+        recent = (
+            await conn.execute(
+                select(func.count()).select_from(_P).where(
+                    _P.c.platform == platform, _P.c.issued_at > now - CODE_TTL_S
                 )
             )
+        ).scalar_one()
+        if int(recent) >= self.max_new_per_hour:
+            return None
+        code = "".join(secrets.choice(_ALPHABET) for _ in range(8))
+        await conn.execute(
+            insert(_P).values(
+                code=code, platform=platform, sender=sender, sender_name=sender_name[:200],
+                channel=channel, status="pending", issued_at=now,
+                expires_at=now + CODE_TTL_S, approved_at=None,
+            )
+        )
         return code
 
     async def list(self, *, status: str | None = None) -> list[PairingRecord]:
@@ -152,11 +166,13 @@ class SenderPolicy:
             return "allowed"
         return "unknown"
 
-    async def pairing_text(self, event: InboundEvent) -> str | None:
+    async def pairing_text(
+        self, event: InboundEvent, *, conn: AsyncConnection | None = None
+    ) -> str | None:
         """The one pairing message for an unknown sender, or None (already sent / capped)."""
         code = await self.pairing.issue(
             platform=event.platform, sender=event.sender, sender_name=event.sender_name,
-            channel=event.channel,
+            channel=event.channel, conn=conn,
         )
         if code is None:
             return None

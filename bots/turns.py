@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from bots.commands import ActiveTurn
 from bots.events import InboundEvent
-from bots.format import chunk_markdown
 from bots.inbound import StoredEvent
 from bots.outbound import OutboxRow
 from bots.progress import ProgressReporter
@@ -53,8 +53,11 @@ class _StoppedBeforeStart(Exception):
 def compose_prompt(event: InboundEvent, history: list[InboundEvent]) -> str:
     """The model's input for one message: thread context (first contact), sender, text."""
     parts: list[str] = []
-    context = [*event.context, *(f"{h.sender_name or h.sender}: {h.text}" for h in history
-                                 if h.text and h.message_id != event.message_id)]
+    # Recorded/fetched history is chronological; the payload's quoted message (the one
+    # replied to) goes after it unless the history holds it already.
+    context = [f"{h.sender_name or h.sender}: {h.text}" for h in history
+               if h.text and h.message_id != event.message_id]
+    context += [c for c in event.context if c not in context]
     if context:
         parts.append("[Earlier messages in this thread]\n" + "\n".join(context)
                      + "\n[End of earlier messages]")
@@ -114,7 +117,7 @@ class TurnRunner:
     async def finish(self, row: OutboxRow, text: str) -> None:
         """Record the final answer (redacted, chunked), then deliver it."""
         layer = self.layer
-        chunks = chunk_markdown(redact_text(text), limit=layer.connector.text_limit)
+        chunks = layer.connector.render(redact_text(text))
         await layer.outbox.update(row.id, status="ready", chunks=chunks)
         layer.fault("final_recorded")
         row = await layer.outbox.by_id(row.id)
@@ -125,15 +128,20 @@ class TurnRunner:
         layer = self.layer
         event = stored.event
         history: list[InboundEvent] = []
-        if not event.starts_thread and stored.session_id is None:
-            state = await layer.threads.get(event.thread_key)
-            fresh = state is None or not await layer.store.sessions.exists(state.session_id)
-            if fresh:  # first contact with an existing thread: bootstrap its context
-                history = await layer.inbound.thread_history(event, before_id=stored.id)
-                try:
-                    history = [*await layer.connector.fetch_thread_history(event), *history]
-                except Exception:
-                    log.warning("thread_history.fetch_failed", exc_info=True)
+        if event.starts_thread:
+            return compose_prompt(event, history)
+        state = await layer.threads.get(event.thread_key)
+        fresh = state is None or not await layer.store.sessions.exists(state.session_id)
+        if fresh:  # first contact with an existing thread: bootstrap its context
+            history = await layer.inbound.thread_history(event, before_id=stored.id)
+            try:
+                history = [*await layer.connector.fetch_thread_history(event), *history]
+            except Exception:
+                log.warning("thread_history.fetch_failed", exc_info=True)
+        elif event.context and event.reply_to is not None and await layer.index.thread_of(
+                event.platform, event.workspace, event.channel, event.reply_to) is not None:
+            # The quoted message was seen (or sent) by the bot: the session has it already.
+            event = replace(event, context=())
         return compose_prompt(event, history)
 
     async def _run_turn(

@@ -53,11 +53,12 @@ def redact_text(text: str, extra: Iterable[str] = ()) -> str:
         key=len,
         reverse=True,
     )
+    # Shapes first: a whole key is masked even when a registered literal is a fragment of it.
+    for pat in _PATTERNS:
+        text = pat.sub(MASK, text)
     for lit in literals:
         if lit in text:
             text = text.replace(lit, MASK)
-    for pat in _PATTERNS:
-        text = pat.sub(MASK, text)
     return text
 
 

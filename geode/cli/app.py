@@ -44,7 +44,7 @@ def _root(
 
 def _register() -> None:
     # Each module adds its commands to ``app``; imports stay light (no SDKs at import time).
-    from geode.cli import cmd_info, cmd_mcp, cmd_run, cmd_serve  # noqa: F401
+    from geode.cli import cmd_channels, cmd_info, cmd_mcp, cmd_run, cmd_serve  # noqa: F401
 
 
 def main() -> None:

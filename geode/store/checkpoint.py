@@ -5,28 +5,39 @@ that changed since this process's previous save, and moves the session's head
 (``last_seq``, ``message_count``, ``status``). Messages are diffed against what this
 checkpointer last wrote, so a round of a 500-message session writes one or two rows; a
 rewrite (compaction) or a chain moved by another writer falls back to rewriting the rows.
+
+The transaction runs in one worker-thread hop (:meth:`Store.run_write`), with no
+event-loop round trip between its statements. The usual save is three: move the head
+*if* it is where this checkpointer left it, insert the new message rows, insert the link.
+Otherwise (first save, another writer, a status set meanwhile) it reads the head under
+the lock and checks the transition first, as before.
 """
 
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from geode.errors import CheckpointSaveError, StoreError
 from geode.loop.protocols import BatchSaveFailed, TurnInfo
 from geode.messages import Message
 from geode.store.models import checkpoints_table, messages_table, sessions_table, utcnow
-from geode.store.sessions import SessionNotFoundError, check_transition
+from geode.store.sessions import (
+    IllegalTransitionError,
+    SessionNotFoundError,
+    check_transition,
+)
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection
+    from sqlalchemy.engine import Connection
 
     from geode.store.engine import Store
 
@@ -35,6 +46,29 @@ __all__ = ["CheckpointRow", "CheckpointStore", "Restored", "SessionCheckpointer"
 log = structlog.get_logger(__name__)
 
 _S, _M, _C = sessions_table, messages_table, checkpoints_table
+
+# The save's statements, built once: building and cache-keying a Core statement costs
+# about as much as SQLite executing it. Bind names start with ``b_`` so they cannot clash
+# with the columns an UPDATE sets from its parameters.
+_HEAD = select(_S.c.status, _S.c.last_seq, _S.c.message_count).where(_S.c.id == bindparam("b_sid"))
+_HEAD_LOCKED = _HEAD.with_for_update()
+_INSERT_MESSAGE = insert(_M)
+_INSERT_LINK = insert(_C)
+_DROP_MESSAGES = delete(_M).where(
+    _M.c.session_id == bindparam("b_sid"), _M.c.idx >= bindparam("b_keep")
+)
+# SET columns come from the parameters: last_seq, message_count, updated_at (+ status).
+_MOVE_HEAD = update(_S).where(_S.c.id == bindparam("b_sid"))
+# The usual save: move the head only if it is exactly where this checkpointer left it
+# (seq, message count and status), so the transition was checked against the true current
+# status. One statement instead of read-then-write; on PostgreSQL the UPDATE takes the row
+# lock and re-checks the condition after waiting for it. No row matched -> checked path.
+_ADVANCE_HEAD = update(_S).where(
+    _S.c.id == bindparam("b_sid"),
+    _S.c.last_seq == bindparam("b_seq"),
+    _S.c.message_count == bindparam("b_count"),
+    _S.c.status == bindparam("b_status"),
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,16 +97,27 @@ class CheckpointRow:
 
 @dataclass(frozen=True)
 class _Written:
-    """What this checkpointer last committed: the chain head and the messages it covers."""
+    """What this checkpointer last committed (or loaded): the chain head it left."""
 
     seq: int
     messages: tuple[Message, ...]
+    status: str
+
+
+def _legal(session_id: str, current: str, target: str) -> bool:
+    try:
+        check_transition(session_id, current, target)
+    except IllegalTransitionError:
+        return False
+    return True
 
 
 def _first_difference(old: Sequence[Message], new: Sequence[Message]) -> int:
-    # Identity first: the loop appends to the same list, so unchanged messages are the
-    # very same (frozen) objects and the scan costs a pointer compare each.
     limit = min(len(old), len(new))
+    # The loop appends to the same list, so unchanged messages are the very same (frozen)
+    # objects: one C-level identity pass settles the usual case without a Python loop.
+    if all(map(operator.is_, old[:limit], new[:limit])):
+        return limit
     for i in range(limit):
         if old[i] is not new[i] and old[i] != new[i]:
             return i
@@ -161,48 +206,48 @@ class SessionCheckpointer:
     async def load(self) -> Restored | None:
         """The latest checkpoint, or None if the session has none (or does not exist)."""
         try:
-            async with self._store.read() as conn:
-                head = (
-                    await conn.execute(
-                        select(_S.c.status, _S.c.last_seq).where(_S.c.id == self.session_id)
-                    )
-                ).first()
-                if head is None or head.last_seq == 0:
-                    return None
-                cp = (
-                    await conn.execute(
-                        select(_C.c.seq, _C.c.kind, _C.c.turn_id, _C.c.message_count, _C.c.state)
-                        .where(_C.c.session_id == self.session_id)
-                        .order_by(_C.c.seq.desc())
-                        .limit(1)
-                    )
-                ).first()
-                if cp is None:
-                    return None
-                payloads = (
-                    (
-                        await conn.execute(
-                            select(_M.c.payload)
-                            .where(_M.c.session_id == self.session_id, _M.c.idx < cp.message_count)
-                            .order_by(_M.c.idx)
-                        )
-                    )
-                    .scalars()
-                    .all()
-                )
+            # Parsing 500 messages costs a few ms of CPU: done in the worker, not the loop.
+            loaded = await self._store.run_read(self._read_head)
         except SQLAlchemyError as exc:
             raise StoreError(
                 f"loading session {self.session_id!r} failed: {_describe(exc)}"
             ) from exc
+        if loaded is not None:
+            self._written = _Written(
+                seq=loaded.seq, messages=tuple(loaded.messages), status=loaded.status
+            )
+        return loaded
+
+    def _read_head(self, conn: Connection) -> Restored | None:
+        head = conn.execute(
+            select(_S.c.status, _S.c.last_seq).where(_S.c.id == self.session_id)
+        ).first()
+        if head is None or head.last_seq == 0:
+            return None
+        cp = conn.execute(
+            select(_C.c.seq, _C.c.kind, _C.c.turn_id, _C.c.message_count, _C.c.state)
+            .where(_C.c.session_id == self.session_id)
+            .order_by(_C.c.seq.desc())
+            .limit(1)
+        ).first()
+        if cp is None:
+            return None
+        payloads = (
+            conn.execute(
+                select(_M.c.payload)
+                .where(_M.c.session_id == self.session_id, _M.c.idx < cp.message_count)
+                .order_by(_M.c.idx)
+            )
+            .scalars()
+            .all()
+        )
         if len(payloads) != cp.message_count:
             raise StoreError(
                 f"the checkpoint chain of session {self.session_id!r} is broken: checkpoint "
                 f"{cp.seq} covers {cp.message_count} messages, the store holds {len(payloads)}"
             )
-        messages = [Message.model_validate(p) for p in payloads]
-        self._written = _Written(seq=cp.seq, messages=tuple(messages))
         return Restored(
-            messages=messages,
+            messages=[Message.model_validate(p) for p in payloads],
             state=dict(cp.state),
             status=head.status,
             seq=cp.seq,
@@ -222,84 +267,135 @@ class SessionCheckpointer:
         # Fail on unserialisable state before taking the write lock.
         state_json = json.loads(json.dumps(state))
         snapshot = tuple(messages)
+        written = self._written
+
+        def link(conn: Connection) -> _Written:
+            return self._write_link(conn, written, snapshot, state_json, status, kind, turn_id)
+
         try:
-            async with self._store.write() as conn:
-                seq = await self._write_link(conn, snapshot, state_json, status, kind, turn_id)
+            self._written = await self._store.run_write(link)
         except BaseException:
             # The transaction rolled back; what this process believes is in the store
             # may be stale now, so the next save rewrites the rows from scratch.
             self._written = None
             raise
-        self._written = _Written(seq=seq, messages=snapshot)
 
-    async def _write_link(
+    def _write_link(
         self,
-        conn: AsyncConnection,
+        conn: Connection,
+        written: _Written | None,
         messages: tuple[Message, ...],
         state: dict[str, Any],
         status: str | None,
         kind: str,
         turn_id: str,
-    ) -> int:
-        head_q = select(_S.c.status, _S.c.last_seq, _S.c.message_count).where(
-            _S.c.id == self.session_id
-        )
-        if self._store.is_postgres:
-            head_q = head_q.with_for_update()
-        head = (await conn.execute(head_q)).first()
-        if head is None:
-            raise SessionNotFoundError(self.session_id)
-        # A batch on a finished session is refused like any illegal transition.
-        check_transition(self.session_id, head.status, status or "active")
-        new_status = status or head.status
+    ) -> _Written:
+        sid = self.session_id
+        now = utcnow()
+        if written is not None and _legal(sid, written.status, status or "active"):
+            seq, new_status = written.seq + 1, status or written.status
+            advanced = conn.execute(
+                _ADVANCE_HEAD,
+                {
+                    "last_seq": seq,
+                    "message_count": len(messages),
+                    "status": new_status,
+                    "updated_at": now,
+                    "b_sid": sid,
+                    "b_seq": written.seq,
+                    "b_count": len(written.messages),
+                    "b_status": written.status,
+                },
+            )
+            if advanced.rowcount == 1:
+                keep = _first_difference(written.messages, messages)
+                self._write_rows(conn, messages, keep, len(written.messages), now)
+                self._append_link(conn, seq, messages, state, new_status, kind, turn_id, now)
+                return _Written(seq=seq, messages=messages, status=new_status)
 
-        written = self._written
+        # First save of this checkpointer, a head moved by someone else (another writer,
+        # set_status, reopen), or an illegal move: read the head (row-locked on
+        # PostgreSQL) and check against what is really there.
+        row = conn.execute(
+            _HEAD_LOCKED if self._store.is_postgres else _HEAD, {"b_sid": sid}
+        ).first()
+        if row is None:
+            raise SessionNotFoundError(sid)
+        # A batch on a finished session is refused like any illegal transition.
+        check_transition(sid, row.status, status or "active")
+        new_status = status or str(row.status)
         if (
             written is not None
-            and written.seq == head.last_seq
-            and len(written.messages) == head.message_count
+            and written.seq == row.last_seq
+            and len(written.messages) == row.message_count
         ):
-            keep = _first_difference(written.messages, messages)
-            stored = len(written.messages)
+            keep, stored = _first_difference(written.messages, messages), len(written.messages)
         else:
-            keep, stored = 0, head.message_count
+            keep, stored = 0, int(row.message_count)
+        self._write_rows(conn, messages, keep, stored, now)
+        seq = int(row.last_seq) + 1
+        self._append_link(conn, seq, messages, state, new_status, kind, turn_id, now)
+        conn.execute(
+            _MOVE_HEAD,
+            {
+                "last_seq": seq,
+                "message_count": len(messages),
+                "status": new_status,
+                "updated_at": now,
+                "b_sid": sid,
+            },
+        )
+        return _Written(seq=seq, messages=messages, status=new_status)
+
+    def _write_rows(
+        self,
+        conn: Connection,
+        messages: tuple[Message, ...],
+        keep: int,
+        stored: int,
+        now: datetime,
+    ) -> None:
+        """Make the message rows equal ``messages``: rows from ``keep`` on are replaced."""
         if keep < stored:
-            await conn.execute(
-                delete(_M).where(_M.c.session_id == self.session_id, _M.c.idx >= keep)
-            )
-        now = utcnow()
-        if keep < len(messages):
-            await conn.execute(
-                insert(_M),
-                [
-                    {
-                        "session_id": self.session_id,
-                        "idx": i,
-                        "payload": messages[i].model_dump(mode="json"),
-                        "created_at": now,
-                    }
-                    for i in range(keep, len(messages))
-                ],
-            )
-        seq = int(head.last_seq) + 1
-        await conn.execute(
-            insert(_C).values(
-                session_id=self.session_id,
-                seq=seq,
-                kind=kind,
-                status=new_status,
-                turn_id=turn_id,
-                message_count=len(messages),
-                state=state,
-                created_at=now,
-            )
+            conn.execute(_DROP_MESSAGES, {"b_sid": self.session_id, "b_keep": keep})
+        rows = [
+            {
+                "session_id": self.session_id,
+                "idx": i,
+                "payload": messages[i].model_dump(mode="json"),
+                "created_at": now,
+            }
+            for i in range(keep, len(messages))
+        ]
+        if len(rows) == 1:
+            conn.execute(_INSERT_MESSAGE, rows[0])  # the usual round: one new message
+        elif rows:
+            conn.execute(_INSERT_MESSAGE, rows)  # executemany
+
+    def _append_link(
+        self,
+        conn: Connection,
+        seq: int,
+        messages: tuple[Message, ...],
+        state: dict[str, Any],
+        status: str,
+        kind: str,
+        turn_id: str,
+        now: datetime,
+    ) -> None:
+        conn.execute(
+            _INSERT_LINK,
+            {
+                "session_id": self.session_id,
+                "seq": seq,
+                "kind": kind,
+                "status": status,
+                "turn_id": turn_id,
+                "message_count": len(messages),
+                "state": state,
+                "created_at": now,
+            },
         )
-        await conn.execute(
-            update(_S)
-            .where(_S.c.id == self.session_id)
-            .values(last_seq=seq, message_count=len(messages), status=new_status, updated_at=now)
-        )
-        return seq
 
 
 class CheckpointStore:
@@ -310,15 +406,8 @@ class CheckpointStore:
 
     async def list(self, session_id: str, *, limit: int = 100) -> list[CheckpointRow]:
         """The newest ``limit`` checkpoints, oldest first."""
-        async with self._store.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(_C)
-                    .where(_C.c.session_id == session_id)
-                    .order_by(_C.c.seq.desc())
-                    .limit(limit)
-                )
-            ).all()
+        query = select(_C).where(_C.c.session_id == session_id).order_by(_C.c.seq.desc())
+        rows = await self._store.run_read(lambda conn: conn.execute(query.limit(limit)).all())
         return [
             CheckpointRow(
                 session_id=r.session_id,

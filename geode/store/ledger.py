@@ -6,7 +6,10 @@ written, so ``payload_hash`` (sha256 of its canonical JSON) can be checked by an
 holding the file, and correlates with timeline rows carrying the same payload.
 
 Appends run in a thread under an exclusive ``flock`` on the file, so several processes
-(``geode serve`` replicas sharing a home) keep one monotonic ``seq`` per file.
+(``geode serve`` replicas sharing a home) keep one monotonic ``seq`` per file. Within one
+process, :meth:`EvidenceLedger.read` waits for the appends to that file already under way,
+so a reader sees every row whose append started before its read (observers append in
+fire-and-forget tasks; without this a read right after a run raced the last row).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class EvidenceLedger:
     def __init__(self, root: Path, *, secrets: Iterable[str] = ()) -> None:
         self.dir = Path(root) / "ledger"
         self._secrets = tuple(secrets)
+        self._inflight: dict[Path, set[asyncio.Future[dict[str, Any]]]] = {}
 
     def path_for(self, session_id: str) -> Path:
         """The session's file. Ids with unsafe characters get a hash suffix (no collisions)."""
@@ -81,7 +85,19 @@ class EvidenceLedger:
             "payload_hash": payload_hash(clean),
             "payload": clean,
         }
-        return await asyncio.to_thread(self._append_sync, self.path_for(session_id), row)
+        path = self.path_for(session_id)
+        fut = asyncio.ensure_future(asyncio.to_thread(self._append_sync, path, row))
+        pending = self._inflight.setdefault(path, set())
+        pending.add(fut)
+
+        def _done(f: asyncio.Future[dict[str, Any]]) -> None:
+            pending.discard(f)
+            if not pending and self._inflight.get(path) is pending:
+                del self._inflight[path]
+
+        fut.add_done_callback(_done)
+        # Shielded: a cancelled caller must not hide a row still being written from read().
+        return await asyncio.shield(fut)
 
     def _append_sync(self, path: Path, row: dict[str, Any]) -> dict[str, Any]:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,8 +115,15 @@ class EvidenceLedger:
         return row
 
     async def read(self, session_id: str) -> list[dict[str, Any]]:
-        """Every row of the session's file, in order (empty if none)."""
-        return await asyncio.to_thread(self._read_sync, self.path_for(session_id))
+        """Every row of the session's file, in order (empty if none).
+
+        Waits first for this process's appends to the file that are under way.
+        """
+        path = self.path_for(session_id)
+        pending = list(self._inflight.get(path, ()))
+        if pending:
+            await asyncio.wait(pending)
+        return await asyncio.to_thread(self._read_sync, path)
 
     @staticmethod
     def _read_sync(path: Path) -> list[dict[str, Any]]:

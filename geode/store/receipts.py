@@ -14,13 +14,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from geode.errors import StoreError
 from geode.store.models import receipts_table, utcnow
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
     from geode.store.engine import Store
 
 __all__ = ["DuplicateReceiptError", "Receipt", "ReceiptStore", "UnknownReceiptError"]
@@ -95,6 +97,14 @@ _COLS = (
 )
 
 
+# The hot path's statements, built once (intend and finish run around every effectful call).
+_WHERE_CALL = (_R.c.session_id == bindparam("b_sid"), _R.c.call_id == bindparam("b_call"))
+_FIND = select(_R.c.status, _R.c.args_hash).where(*_WHERE_CALL)
+_FIND_LOCKED = _FIND.with_for_update()
+_INSERT = _R.insert().inline()  # inline: no RETURNING of the new id on PostgreSQL
+_SET = update(_R).where(*_WHERE_CALL)  # SET columns come from the parameters
+
+
 class ReceiptStore:
     """Effect receipts, written by the executor (step 7 of the tool boundary)."""
 
@@ -117,45 +127,47 @@ class ReceiptStore:
             StoreError: the write failed; the executor must not dispatch.
         """
         now = utcnow()
+        postgres = self._store.is_postgres
+
+        def record(conn: Connection) -> str | None:
+            """Insert or re-arm the receipt; returns the status it was re-armed from."""
+            key = {"b_sid": session_id, "b_call": call_id}
+            existing = conn.execute(_FIND_LOCKED if postgres else _FIND, key).first()
+            if existing is None:
+                conn.execute(
+                    _INSERT,
+                    {
+                        "session_id": session_id,
+                        "turn_id": turn_id,
+                        "call_id": call_id,
+                        "tool": tool,
+                        "args_hash": args_hash,
+                        "status": "intended",
+                        "detail": "",
+                        "created_at": now,
+                        "updated_at": now,
+                    },
+                )
+                return None
+            if existing.status not in _RETRYABLE or existing.args_hash != args_hash:
+                raise DuplicateReceiptError(
+                    f"call {call_id!r} ({tool}) already has an effect receipt "
+                    f"({existing.status}); it is not run again"
+                )
+            conn.execute(
+                _SET,
+                {
+                    **key,
+                    "status": "intended",
+                    "turn_id": turn_id,
+                    "detail": f"retry after {existing.status}",
+                    "updated_at": now,
+                },
+            )
+            return str(existing.status)
+
         try:
-            async with self._store.write() as conn:
-                query = select(_R.c.status, _R.c.args_hash).where(
-                    _R.c.session_id == session_id, _R.c.call_id == call_id
-                )
-                if self._store.is_postgres:
-                    query = query.with_for_update()
-                existing = (await conn.execute(query)).first()
-                if existing is None:
-                    await conn.execute(
-                        _R.insert().values(
-                            session_id=session_id,
-                            turn_id=turn_id,
-                            call_id=call_id,
-                            tool=tool,
-                            args_hash=args_hash,
-                            status="intended",
-                            detail="",
-                            created_at=now,
-                            updated_at=now,
-                        )
-                    )
-                    return
-                if existing.status not in _RETRYABLE or existing.args_hash != args_hash:
-                    raise DuplicateReceiptError(
-                        f"call {call_id!r} ({tool}) already has an effect receipt "
-                        f"({existing.status}); it is not run again"
-                    )
-                await conn.execute(
-                    update(_R)
-                    .where(_R.c.session_id == session_id, _R.c.call_id == call_id)
-                    .values(
-                        status="intended",
-                        turn_id=turn_id,
-                        detail=f"retry after {existing.status}",
-                        updated_at=now,
-                    )
-                )
-                log.warning("receipts.retry", call_id=call_id, tool=tool, was=existing.status)
+            was = await self._store.run_write(record)
         except IntegrityError as exc:  # a concurrent intend of the same call won the insert
             raise DuplicateReceiptError(
                 f"call {call_id!r} ({tool}) already has an effect receipt; it is not run again"
@@ -164,6 +176,8 @@ class ReceiptStore:
             raise StoreError(
                 f"recording the effect receipt of call {call_id!r} failed: {type(exc).__name__}"
             ) from exc
+        if was is not None:
+            log.warning("receipts.retry", call_id=call_id, tool=tool, was=was)
 
     async def finish(
         self, *, session_id: str, call_id: str, status: FinishStatus, detail: str = ""
@@ -176,25 +190,23 @@ class ReceiptStore:
             StoreError: the write failed (the receipt stays ``intended`` and a resume
                 will mark it ``uncertain``, which is the truth from the store's view).
         """
+        postgres = self._store.is_postgres
+
+        def move(conn: Connection) -> None:
+            key = {"b_sid": session_id, "b_call": call_id}
+            current = conn.execute(_FIND_LOCKED if postgres else _FIND, key).scalar()
+            if current is None:
+                raise UnknownReceiptError(f"no effect receipt for call {call_id!r}")
+            if status not in _NEXT[current]:
+                raise UnknownReceiptError(
+                    f"effect receipt of call {call_id!r} is {current}; cannot become {status}"
+                )
+            conn.execute(
+                _SET, {**key, "status": status, "detail": detail[:4000], "updated_at": utcnow()}
+            )
+
         try:
-            async with self._store.write() as conn:
-                query = select(_R.c.status).where(
-                    _R.c.session_id == session_id, _R.c.call_id == call_id
-                )
-                if self._store.is_postgres:
-                    query = query.with_for_update()
-                current = (await conn.execute(query)).scalar()
-                if current is None:
-                    raise UnknownReceiptError(f"no effect receipt for call {call_id!r}")
-                if status not in _NEXT[current]:
-                    raise UnknownReceiptError(
-                        f"effect receipt of call {call_id!r} is {current}; cannot become {status}"
-                    )
-                await conn.execute(
-                    update(_R)
-                    .where(_R.c.session_id == session_id, _R.c.call_id == call_id)
-                    .values(status=status, detail=detail[:4000], updated_at=utcnow())
-                )
+            await self._store.run_write(move)
         except SQLAlchemyError as exc:
             raise StoreError(
                 f"finishing the effect receipt of call {call_id!r} failed: {type(exc).__name__}"
@@ -207,23 +219,32 @@ class ReceiptStore:
         effects have an unknown outcome (they are never re-run automatically).
         """
         now = utcnow()
-        async with self._store.write() as conn:
+        detail = "process ended after dispatch; outcome unknown (not re-run)"
+        postgres = self._store.is_postgres
+
+        def mark(conn: Connection) -> list[Any]:
             query = (
                 select(*_COLS)
                 .where(_R.c.session_id == session_id, _R.c.status == "intended")
                 .order_by(_R.c.id)
             )
-            if self._store.is_postgres:
+            if postgres:
                 query = query.with_for_update()
-            rows = (await conn.execute(query)).all()
-            if not rows:
-                return []
-            detail = "process ended after dispatch; outcome unknown (not re-run)"
-            await conn.execute(
-                update(_R)
-                .where(_R.c.session_id == session_id, _R.c.call_id.in_([r.call_id for r in rows]))
-                .values(status="uncertain", detail=detail, updated_at=now)
-            )
+            rows = list(conn.execute(query).all())
+            if rows:
+                conn.execute(
+                    update(_R)
+                    .where(
+                        _R.c.session_id == session_id,
+                        _R.c.call_id.in_([r.call_id for r in rows]),
+                    )
+                    .values(status="uncertain", detail=detail, updated_at=now)
+                )
+            return rows
+
+        rows = await self._store.run_write(mark)
+        if not rows:
+            return []
         out = [
             dataclasses.replace(
                 Receipt.from_row(r), status="uncertain", detail=detail, updated_at=now
@@ -239,16 +260,11 @@ class ReceiptStore:
 
     async def list_for(self, session_id: str) -> list[Receipt]:
         """Every receipt of the session, oldest first."""
-        async with self._store.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(*_COLS).where(_R.c.session_id == session_id).order_by(_R.c.id)
-                )
-            ).all()
+        query = select(*_COLS).where(_R.c.session_id == session_id).order_by(_R.c.id)
+        rows = await self._store.run_read(lambda conn: conn.execute(query).all())
         return [Receipt.from_row(r) for r in rows]
 
     async def get(self, session_id: str, call_id: str) -> Receipt | None:
-        async with self._store.read() as conn:
-            query = select(*_COLS).where(_R.c.session_id == session_id, _R.c.call_id == call_id)
-            row = (await conn.execute(query)).first()
+        query = select(*_COLS).where(_R.c.session_id == session_id, _R.c.call_id == call_id)
+        row = await self._store.run_read(lambda conn: conn.execute(query).first())
         return Receipt.from_row(row) if row is not None else None

@@ -25,6 +25,8 @@ from geode.errors import StoreError
 from geode.store.models import SESSION_STATUSES, sessions_table, utcnow
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
     from geode.store.engine import Store
 
 __all__ = [
@@ -157,25 +159,27 @@ class SessionStore:
         """
         sid = session_id or uuid.uuid4().hex
         now = utcnow()
+        row = {
+            "id": sid,
+            "created_at": now,
+            "updated_at": now,
+            "status": "active",
+            "model": model,
+            "mode": mode,
+            "title": title,
+            "parent_session_id": parent_session_id,
+            "metadata": metadata or {},
+            "last_seq": 0,
+            "message_count": 0,
+        }
+
+        def insert(conn: Connection) -> None:
+            if parent_session_id is not None and not _exists(conn, parent_session_id):
+                raise SessionNotFoundError(parent_session_id)
+            conn.execute(_T.insert(), row)
+
         try:
-            async with self._store.write() as conn:
-                if parent_session_id is not None and not await _exists(conn, parent_session_id):
-                    raise SessionNotFoundError(parent_session_id)
-                await conn.execute(
-                    _T.insert().values(
-                        id=sid,
-                        created_at=now,
-                        updated_at=now,
-                        status="active",
-                        model=model,
-                        mode=mode,
-                        title=title,
-                        parent_session_id=parent_session_id,
-                        metadata=metadata or {},
-                        last_seq=0,
-                        message_count=0,
-                    )
-                )
+            await self._store.run_write(insert)
         except IntegrityError as exc:
             raise SessionExistsError(sid) from exc
         except SQLAlchemyError as exc:
@@ -212,48 +216,64 @@ class SessionStore:
         return record
 
     async def get(self, session_id: str) -> SessionRecord | None:
-        async with self._store.read() as conn:
-            row = (await conn.execute(select(*_COLUMNS).where(_T.c.id == session_id))).first()
+        query = select(*_COLUMNS).where(_T.c.id == session_id)
+        row = await self._store.run_read(lambda conn: conn.execute(query).first())
         return SessionRecord.from_row(row) if row is not None else None
 
     async def exists(self, session_id: str) -> bool:
-        async with self._store.read() as conn:
-            return await _exists(conn, session_id)
+        return await self._store.run_read(lambda conn: _exists(conn, session_id))
 
     async def list(self, limit: int = 50, *, status: str | None = None) -> list[SessionRecord]:
         """Most recently updated first."""
         query = select(*_COLUMNS).order_by(_T.c.updated_at.desc(), _T.c.id).limit(limit)
         if status is not None:
             query = query.where(_T.c.status == status)
-        async with self._store.read() as conn:
-            rows = (await conn.execute(query)).all()
+        rows = await self._store.run_read(lambda conn: conn.execute(query).all())
         return [SessionRecord.from_row(r) for r in rows]
 
     async def count(self) -> int:
-        async with self._store.read() as conn:
-            return int((await conn.execute(select(func.count()).select_from(_T))).scalar_one())
+        query = select(func.count()).select_from(_T)
+        return await self._store.run_read(lambda conn: int(conn.execute(query).scalar_one()))
 
     async def set_status(self, session_id: str, status: str) -> None:
         """Move the session to ``status``; illegal moves raise :class:`IllegalTransitionError`."""
-        async with self._store.write() as conn:
-            current = await lock_status(conn, session_id, postgres=self._store.is_postgres)
+        postgres = self._store.is_postgres
+
+        def move(conn: Connection) -> None:
+            current = lock_status_sync(conn, session_id, postgres=postgres)
             check_transition(session_id, current, status)
-            await conn.execute(
+            conn.execute(
                 update(_T).where(_T.c.id == session_id).values(status=status, updated_at=utcnow())
             )
 
+        await self._store.run_write(move)
+
     async def reopen(self, session_id: str) -> None:
         """The explicit way out of ``completed`` / ``error``: back to ``active``."""
-        async with self._store.write() as conn:
-            await lock_status(conn, session_id, postgres=self._store.is_postgres)
-            await conn.execute(
+        postgres = self._store.is_postgres
+
+        def reopen(conn: Connection) -> None:
+            lock_status_sync(conn, session_id, postgres=postgres)
+            conn.execute(
                 update(_T).where(_T.c.id == session_id).values(status="active", updated_at=utcnow())
             )
 
+        await self._store.run_write(reopen)
 
-async def _exists(conn: Any, session_id: str) -> bool:
-    row = (await conn.execute(select(_T.c.id).where(_T.c.id == session_id))).first()
-    return row is not None
+
+def _exists(conn: Connection, session_id: str) -> bool:
+    return conn.execute(select(_T.c.id).where(_T.c.id == session_id)).first() is not None
+
+
+def lock_status_sync(conn: Connection, session_id: str, *, postgres: bool) -> str:
+    """:func:`lock_status` inside :meth:`Store.run_write` (a sync connection)."""
+    query = select(_T.c.status).where(_T.c.id == session_id)
+    if postgres:
+        query = query.with_for_update()
+    row = conn.execute(query).first()
+    if row is None:
+        raise SessionNotFoundError(session_id)
+    return str(row.status)
 
 
 async def lock_status(conn: Any, session_id: str, *, postgres: bool) -> str:

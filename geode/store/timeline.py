@@ -7,6 +7,7 @@ counted but never raised: observation must not break a run.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,8 @@ from geode.store.models import timeline_table, utcnow
 from geode.store.redact import bound, canonical_json, redact
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
     from geode.store.engine import Store
 
 __all__ = ["MAX_PAYLOAD_CHARS", "SessionTimeline", "TimelineRow"]
@@ -29,6 +32,9 @@ _T = timeline_table
 # A whole payload above this (as JSON) is replaced by a preview; one oversized tool output
 # must not bloat the table every round.
 MAX_PAYLOAD_CHARS = 64_000
+# Built once: the hot path appends several rows per round. ``inline``: no RETURNING of the
+# new id on PostgreSQL (nobody reads it back).
+_INSERT = _T.insert().inline()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +57,10 @@ def prepare_payload(payload: dict[str, Any] | None, secrets: tuple[str, ...]) ->
     return dict(cleaned) if isinstance(cleaned, dict) else {"value": cleaned}
 
 
+def _insert(conn: Connection, *, row: dict[str, Any]) -> None:
+    conn.execute(_INSERT, row)
+
+
 class SessionTimeline:
     """Append-only timeline rows in the store (``store.timeline``)."""
 
@@ -69,18 +79,15 @@ class SessionTimeline:
     ) -> None:
         """Append one row (e.g. kind ``tool.denied``). Never raises on a store failure."""
         try:
-            clean = prepare_payload(payload, self._store.secrets)
-            async with self._store.write() as conn:
-                await conn.execute(
-                    _T.insert().values(
-                        session_id=session_id,
-                        turn_id=turn_id,
-                        kind=kind[:64],
-                        correlation_id=correlation_id[:100],
-                        payload=clean,
-                        created_at=utcnow(),
-                    )
-                )
+            row = {
+                "session_id": session_id,
+                "turn_id": turn_id,
+                "kind": kind[:64],
+                "correlation_id": correlation_id[:100],
+                "payload": prepare_payload(payload, self._store.secrets),
+                "created_at": utcnow(),
+            }
+            await self._store.run_write(functools.partial(_insert, row=row))
         except (SQLAlchemyError, OSError, TypeError, ValueError) as exc:
             self.failures += 1
             log.warning(
@@ -92,12 +99,8 @@ class SessionTimeline:
 
     async def list(self, session_id: str, *, limit: int = 1000) -> list[TimelineRow]:
         """The session's first ``limit`` rows in append order."""
-        async with self._store.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(_T).where(_T.c.session_id == session_id).order_by(_T.c.id).limit(limit)
-                )
-            ).all()
+        query = select(_T).where(_T.c.session_id == session_id).order_by(_T.c.id).limit(limit)
+        rows = await self._store.run_read(lambda conn: conn.execute(query).all())
         return [
             TimelineRow(
                 id=r.id,
@@ -116,8 +119,7 @@ class SessionTimeline:
     async def prune(self, older_than_days: float) -> int:
         """Delete rows older than the retention; returns how many were deleted."""
         cutoff = utcnow() - timedelta(days=older_than_days)
-        async with self._store.write() as conn:
-            result = await conn.execute(delete(_T).where(_T.c.created_at < cutoff))
-        deleted = int(result.rowcount or 0)
+        query = delete(_T).where(_T.c.created_at < cutoff)
+        deleted = await self._store.run_write(lambda conn: int(conn.execute(query).rowcount or 0))
         log.info("timeline.pruned", deleted=deleted, older_than_days=older_than_days)
         return deleted

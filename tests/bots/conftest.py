@@ -74,6 +74,8 @@ class Stack:
     store_url: str
     options: dict[str, Any] = field(default_factory=dict)
     fault: Callable[[str], None] | None = None
+    #: extra TelegramConnector keyword arguments (e.g. ``webhook_secret``)
+    connector_kw: dict[str, Any] = field(default_factory=dict)
     daemon: Daemon | None = None
     connector: TelegramConnector | None = None
     lanes: dict[str, Any] = field(default_factory=dict)
@@ -95,7 +97,7 @@ class Stack:
         )
         self.connector = TelegramConnector(host=self.daemon, token=TOKEN,
                                            bindings=self.bindings, options=opts,
-                                           fault=self.fault)
+                                           fault=self.fault, **self.connector_kw)
         self.daemon.add_connector(self.connector)
         await self.daemon.start()
         return self.connector
@@ -120,6 +122,28 @@ class Stack:
     def store(self) -> Any:
         assert self.daemon is not None and self.daemon.runtime is not None
         return self.daemon.runtime.store
+
+
+@pytest.fixture
+def pg_store_url(pg_url: str) -> Iterator[str]:
+    """The root ``pg_url`` (skips, or fails under CI=true, when unset) in a fresh schema."""
+    import contextlib
+    from urllib.parse import quote
+
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    libpq = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    schema = f"b_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    sep = "&" if "?" in pg_url else "?"
+    try:
+        yield f"{pg_url}{sep}options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with contextlib.suppress(Exception), psycopg.connect(libpq, autocommit=True) as conn:
+            conn.execute("SET lock_timeout = '10s'")  # never hang a run on a leaked session
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def store_url_for(home: Path) -> str:

@@ -117,3 +117,17 @@ async def test_prune_removes_old_files_only(tmp_path: Path) -> None:
     os.utime(ledger.path_for("old"), (long_ago, long_ago))
     assert await ledger.prune(30) == 1
     assert not ledger.path_for("old").exists() and ledger.path_for("new").exists()
+
+
+async def test_a_read_sees_every_append_already_under_way(tmp_path: Path) -> None:
+    """Observers append in fire-and-forget tasks; a read right after must not race them."""
+    ledger = EvidenceLedger(tmp_path)
+    writers = [
+        asyncio.create_task(ledger.append(session_id="s", kind="tool_finished", summary=str(i)))
+        for i in range(20)
+    ]
+    await asyncio.sleep(0)  # every append has started (its thread may still be writing)
+    rows = await ledger.read("s")
+    assert sorted(r["summary"] for r in rows) == sorted(str(i) for i in range(20))
+    assert [r["seq"] for r in rows] == list(range(1, 21))
+    await asyncio.gather(*writers)

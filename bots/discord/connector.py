@@ -1,0 +1,707 @@
+"""The Discord connector, on discord.py's gateway client.
+
+Intake: discord.py keeps the gateway session (HELLO, heartbeats, RESUME after a drop, a
+fresh IDENTIFY when the session is invalid). Its ``MESSAGE_CREATE`` parser is wrapped so
+that each raw payload is queued, in gateway order, before discord.py parses it (a payload
+discord.py cannot parse is still logged and skipped, never fatal to the connection). One
+intake task converts queued payloads and records them durably, each channel's batch in one
+transaction with that channel's cursor (the last recorded message id). Only messages of
+bound channels (and their threads) are recorded: a bot in a large guild must not store
+every channel's traffic.
+
+Catch-up: after every READY (first start, and the re-IDENTIFY after INVALID_SESSION) and
+every RESUMED, the history of each bound channel and of its active threads after the
+persisted cursor (minus a small overlap) is read and recorded; the unique per-message key
+makes the overlap and the live/catch-up race harmless. So a message is never lost (the
+cursor moves only with a durable record) and never processed twice (unique key).
+
+Processing (the layer's pump, recovery) runs only in the holder of the store lease
+``discord:<bot id>``; other replicas record and wait.
+
+Replies: a mention in a channel starts a thread on that message (the thread has the
+message's id, so the session id is the same before and after); where threads are not
+allowed (``reply_mode = "inline"``, or creation refused with 403 / 50013) the bot replies
+in place and the reply chain is the thread. 429s are handled by discord.py's own rate
+limiter (``max_ratelimit_timeout_s`` bounds a single wait).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Literal, TypeVar
+
+import aiohttp
+import discord
+import discord.gateway
+import discord.http
+import structlog
+import yarl
+from sqlalchemy import select
+
+from bots._tables import cursors_table
+from bots.commands import COMMANDS
+from bots.connector import BaseConnector, DeliveryError, TurnHost, reap
+from bots.discord._convert import convert_message, snowflake, snowflake_seconds
+from bots.events import InboundEvent, ReplyTarget
+from bots.format import DISCORD_LIMIT, Chunk, chunk_fenced_markdown
+from bots.layer import LayerOptions
+from bots.leases import Lease
+from geode.errors import ConfigError
+from geode.settings import BindingSettings
+
+__all__ = ["DiscordConnector", "DiscordOptions"]
+
+log = structlog.get_logger(__name__)
+# GEODE never joins voice: discord.py's "PyNaCl/davey not installed" warnings are noise.
+discord.VoiceClient.warn_nacl = False
+discord.VoiceClient.warn_dave = False
+
+T = TypeVar("T")
+_THREAD_TYPES = (10, 11, 12)
+_NO_MENTIONS = discord.AllowedMentions.none()
+
+
+class DiscordOptions(LayerOptions):
+    """``[channels.discord]`` (CONTRACT.md): the token is named by ``token_env``."""
+
+    token_env: str = "DISCORD_BOT_TOKEN"
+    api_base: str = "https://discord.com/api/v10"
+    gateway_url: str = "wss://gateway.discord.gg/"
+    #: "thread": a mention in a channel opens a thread on it; "inline": reply in place
+    reply_mode: Literal["thread", "inline"] = "thread"
+    thread_auto_archive_minutes: Literal[60, 1440, 4320, 10080] = 1440
+    #: discord.py waits this long after the last GUILD_CREATE before READY is complete
+    guild_ready_timeout_s: float = 2.0
+    #: pause before a non-initial IDENTIFY (Discord's identify rate limit)
+    identify_delay_s: float = 5.0
+    #: a single 429 wait longer than this fails the request (retried by the outbox)
+    max_ratelimit_timeout_s: float = 60.0
+    lease_ttl_s: float = 30.0
+    #: catch-up re-reads this much history before each cursor (dedupe drops the overlap)
+    catch_up_overlap_s: float = 60.0
+    catch_up_max_pages: int = 20
+
+
+class _Client(discord.Client):
+    """discord.Client with the connector's hooks (ready, resumed, interactions)."""
+
+    def __init__(self, *, connector: DiscordConnector, identify_delay_s: float,
+                 **kw: Any) -> None:
+        super().__init__(**kw)
+        self._geode = connector
+        self._identify_delay_s = identify_delay_s
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        if not initial and self._identify_delay_s > 0:
+            await asyncio.sleep(self._identify_delay_s)
+
+    async def on_ready(self) -> None:
+        self._geode.on_gateway_ready("ready")
+
+    async def on_resumed(self) -> None:
+        self._geode.on_gateway_ready("resumed")
+
+    async def on_interaction(self, interaction: discord.Interaction[Any]) -> None:
+        await self._geode.on_interaction(interaction)
+
+    async def on_error(self, event_method: str, /, *args: Any, **kwargs: Any) -> None:
+        log.exception("discord.handler_failed", handler=event_method)
+
+
+class DiscordConnector(BaseConnector):
+    """Discord via discord.py. See the module docstring.
+
+    Args:
+        host: the daemon.
+        token: the bot token (from ``Secrets``).
+        bindings: configured bindings (non-Discord ones are dropped).
+        options: ``[channels.discord]``.
+        fault: test seam, called at named points of the pipeline.
+    """
+
+    platform = "discord"
+    text_limit = DISCORD_LIMIT
+
+    def __init__(
+        self,
+        *,
+        host: TurnHost,
+        token: str,
+        bindings: Sequence[BindingSettings] = (),
+        options: DiscordOptions | None = None,
+        fault: Callable[[str], None] | None = None,
+    ) -> None:
+        opts = options or DiscordOptions()
+        super().__init__(host=host, bindings=bindings, options=opts)
+        self.opts = opts
+        self.token = token
+        self.fault = fault
+        self.client: _Client | None = None
+        self.bot_id = ""
+        self.username = ""
+        self.app_id = ""
+        self.standby = False
+        self.lease: Lease | None = None
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._spawned: set[asyncio.Task[Any]] = set()
+        self._inflight: set[asyncio.Future[Any]] = set()
+        self._catch_up_lock = asyncio.Lock()
+        #: channel id -> parent channel id ("" = not a thread)
+        self._parents: dict[str, str] = {}
+        #: channel id -> highest message id recorded with its cursor
+        self._cursors: dict[str, int] = {}
+        self._threads: set[str] = set()  # roots whose thread exists
+        self._inline: set[str] = set()  # roots answered in place (threads refused)
+        self._where_sent: dict[str, str] = {}  # message id -> channel it was posted in
+        self._saved_routes: tuple[str, Any] | None = None
+        self.catch_ups = 0
+
+    # -- identity ----------------------------------------------------------------------------------
+
+    def bot_user_id(self) -> str | None:
+        return self.bot_id or None
+
+    def bot_username(self) -> str | None:
+        return self.username or None
+
+    def cursor_name(self, channel_id: str) -> str:
+        return f"discord:{self.bot_id}:ch:{channel_id}"
+
+    def render(self, markdown: str) -> list[Chunk]:
+        return chunk_fenced_markdown(markdown, limit=self.text_limit)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def _point_discord_py_at_endpoints(self) -> None:
+        # discord.py reads both from class attributes (process-wide): one Discord connector
+        # per process, restored on disconnect.
+        route, ws = discord.http.Route, discord.gateway.DiscordWebSocket
+        self._saved_routes = (route.BASE, ws.DEFAULT_GATEWAY)
+        route.BASE = self.opts.api_base.rstrip("/")
+        ws.DEFAULT_GATEWAY = yarl.URL(self.opts.gateway_url)
+
+    def _restore_endpoints(self) -> None:
+        if self._saved_routes is not None:
+            discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = (
+                self._saved_routes)
+            self._saved_routes = None
+
+    async def connect(self) -> None:
+        o = self.opts
+        self._point_discord_py_at_endpoints()
+        intents = discord.Intents.none()
+        intents.guilds = True
+        intents.guild_messages = True
+        intents.message_content = True
+        self.client = _Client(
+            connector=self, identify_delay_s=o.identify_delay_s, intents=intents,
+            guild_ready_timeout=o.guild_ready_timeout_s, max_messages=None,
+            chunk_guilds_at_startup=False, member_cache_flags=discord.MemberCacheFlags.none(),
+            max_ratelimit_timeout=o.max_ratelimit_timeout_s, allowed_mentions=_NO_MENTIONS,
+        )
+        try:
+            await self.client.login(self.token)
+        except discord.LoginFailure as exc:
+            await self._close_client()
+            raise ConfigError(
+                f"Discord rejected the bot token in ${o.token_env}. Copy it again from the "
+                "Developer Portal (Bot -> Reset Token) into the environment or $GEODE_HOME/.env."
+            ) from exc
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            await self._close_client()
+            raise ConfigError(
+                f"cannot reach the Discord API at {o.api_base} ({exc}). Check the network, "
+                "or [channels.discord] api_base."
+            ) from exc
+        user = self.client.user
+        assert user is not None
+        self.bot_id, self.username = str(user.id), user.name
+        self.app_id = str(self.client.application_id or user.id)
+        self.workspace = self.bot_id
+        self._wrap_parser()
+        assert self.layer is not None
+        self.lease = Lease(store=self.layer.store, name=f"discord:{self.bot_id}",
+                           owner=self.owner, ttl_s=o.lease_ttl_s)
+        self._tasks = [
+            asyncio.create_task(self._intake(), name="discord-intake"),
+            asyncio.create_task(self._gateway(), name="discord-gateway"),
+            asyncio.create_task(self._supervise(), name="discord-main"),
+        ]
+
+    async def disconnect(self) -> None:
+        for task in reversed(self._tasks):
+            if task.get_name() != "discord-gateway":
+                await reap(task)
+        if self.layer is not None:
+            await self.layer.stop_processing()
+        for task in list(self._spawned):
+            await reap(task)
+        if self.lease is not None and self.lease.held:
+            with contextlib.suppress(Exception):
+                await self.lease.release()
+        for pending in list(self._inflight):  # shielded REST calls still running
+            if isinstance(pending, asyncio.Task):
+                await reap(pending)
+        await self._close_client()
+        for task in self._tasks:
+            await reap(task)
+        self._tasks = []
+        self._restore_endpoints()
+
+    async def _close_client(self) -> None:
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                await self.client.close()
+
+    async def _gateway(self) -> None:
+        """Run discord.py's gateway loop (it RESUMEs / re-IDENTIFYs by itself)."""
+        assert self.client is not None
+        failures = 0
+        while not self.client.is_closed():
+            try:
+                await self.client.connect(reconnect=True)
+                return
+            except discord.PrivilegedIntentsRequired:
+                log.error("discord.intent_missing", fix="Developer Portal -> Bot -> enable "
+                          "MESSAGE CONTENT INTENT, then restart geode serve")
+                return
+            except discord.ConnectionClosed as exc:
+                if exc.code == 4004:
+                    log.error("discord.auth_failed", token_env=self.opts.token_env)
+                    return
+                failures += 1
+            except Exception as exc:
+                failures += 1
+                log.warning("discord.gateway_failed", error=repr(exc))
+            if self.client.is_closed():
+                return
+            # discord.py closes itself on a fatal close code; a closed client cannot
+            # reconnect, so a restart of the connector is the operator's call.
+            await asyncio.sleep(min(60.0, 0.5 * 2 ** min(failures, 7)) * (0.5 + random.random()))
+
+    async def _supervise(self) -> None:
+        """Hold the processing lease (or wait for it), and process while it is held."""
+        assert self.lease is not None and self.layer is not None
+        period = max(0.05, self.opts.lease_ttl_s / 3)
+        while True:
+            if not await self.lease.try_acquire():
+                if not self.standby:
+                    log.info("discord.standby", holder=await self.lease.holder())
+                self.standby = True
+                await asyncio.sleep(period)
+                continue
+            self.standby = False
+            log.info("discord.lease_acquired", bot=self.bot_id)
+            await self.layer.start_processing()
+            try:
+                held = True
+                while held:
+                    await asyncio.sleep(period)
+                    held = await self.lease.try_acquire()
+                log.warning("discord.lease_lost", bot=self.bot_id)
+            finally:
+                await self.layer.stop_processing()
+
+    async def _rest(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run one discord.py REST call to completion even if our caller is cancelled.
+
+        discord.py's per-route rate-limit bucket is not cancellation-safe: a request
+        cancelled in its post-request bookkeeping (progress indicators are cancelled
+        exactly then, when the final answer replaces them) leaves the bucket exhausted, and
+        the next request on that route (the final edit) waits 30 s. Shielded, the request
+        always finishes and releases the bucket.
+        """
+        task = asyncio.ensure_future(coro)
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return await asyncio.shield(task)
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
+
+    # -- intake ------------------------------------------------------------------------------------
+
+    def _wrap_parser(self) -> None:
+        assert self.client is not None
+        parsers: dict[str, Callable[[Any], None]] = self.client._connection.parsers
+        original = parsers["MESSAGE_CREATE"]
+
+        def message_create(data: Any) -> None:
+            # Called synchronously in gateway order: the queue keeps that order.
+            if isinstance(data, dict):
+                self._queue.put_nowait(data)
+            try:
+                original(data)
+            except Exception:
+                log.warning("discord.parse_failed", exc_info=True)
+
+        parsers["MESSAGE_CREATE"] = message_create
+
+    async def _intake(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while not self._queue.empty() and len(batch) < 100:
+                batch.append(self._queue.get_nowait())
+            delay = 0.2
+            while True:
+                try:
+                    await self.ingest(batch)
+                    break
+                except Exception:
+                    # Not recorded, so not acknowledged: retried (and catch-up re-reads it).
+                    log.warning("discord.record_failed", exc_info=True)
+                    await asyncio.sleep(delay)
+                    delay = min(10.0, delay * 2)
+
+    async def _parent_of(self, channel_id: str) -> str:
+        """The parent channel of a thread ("" when ``channel_id`` is not a thread)."""
+        if channel_id in self._parents:
+            return self._parents[channel_id]
+        assert self.client is not None
+        parent = ""
+        cached = self.client.get_channel(int(channel_id))
+        if isinstance(cached, discord.Thread):
+            parent = str(cached.parent_id)
+        elif cached is None:
+            try:
+                raw: dict[str, Any] = dict(await self.client.http.get_channel(int(channel_id)))
+                if raw.get("type") in _THREAD_TYPES and raw.get("parent_id"):
+                    parent = str(raw["parent_id"])
+            except discord.HTTPException:
+                log.debug("discord.channel_lookup_failed", channel=channel_id)
+        self._parents[channel_id] = parent
+        return parent
+
+    async def _bound(self, channel: str) -> bool:
+        assert self.layer is not None
+        return await self.layer.bindings.lookup("discord", self.bot_id, channel) is not None
+
+    async def ingest(self, payloads: list[dict[str, Any]]) -> None:
+        """Convert and record payloads; each channel's events with its cursor, atomically."""
+        assert self.layer is not None
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for data in payloads:
+            cid = snowflake(data.get("channel_id"))
+            if cid is not None and snowflake(data.get("id")) is not None:
+                groups.setdefault(cid, []).append(data)
+        for cid, items in groups.items():
+            parent = await self._parent_of(cid)
+            if not await self._bound(parent or cid):
+                log.debug("discord.unbound", channel=cid)
+                continue
+            events: list[tuple[InboundEvent, str]] = []
+            for data in sorted(items, key=lambda d: int(d["id"])):
+                event = await self._convert(data, parent or None)
+                if event is not None:
+                    events.append((event, "received"))
+            top = max(int(d["id"]) for d in items)
+            known = await self._known_cursor(cid)
+            cursor = None
+            if top > known:
+                cursor = (self.cursor_name(cid), str(top))
+            if events or cursor is not None:
+                # Recorded with the channel's cursor in one transaction.
+                await self.submit(events, cursor=cursor)
+            self._cursors[cid] = max(known, top)
+
+    async def _convert(self, data: dict[str, Any], parent: str | None) -> InboundEvent | None:
+        assert self.layer is not None
+        try:
+            draft = convert_message(data, bot_id=self.bot_id, parent_id=parent)
+        except Exception:  # a converter bug must not stop the intake
+            log.warning("discord.convert_failed", exc_info=True)
+            return None
+        if draft is None:
+            return None
+        ev = draft.event
+        if ev.sender == self.bot_id:
+            return None  # our own messages come back on the gateway
+        if draft.needs_root and ev.reply_to is not None:
+            root = await self.layer.index.thread_of("discord", self.bot_id, ev.channel,
+                                                    ev.reply_to)
+            if root is not None:  # a reply chain the bot answered in place
+                ev = ev.with_thread(root)
+                extra = {**ev.extra, "start_thread": False}
+                ev = InboundEvent.from_json({**ev.to_json(), "extra": extra})
+        return ev
+
+    async def _known_cursor(self, channel_id: str) -> int:
+        if channel_id not in self._cursors:
+            assert self.layer is not None
+            saved = await self.layer.inbound.cursors.get(self.cursor_name(channel_id))
+            self._cursors[channel_id] = int(saved) if saved and saved.isdigit() else 0
+        return self._cursors[channel_id]
+
+    # -- catch-up ----------------------------------------------------------------------------------
+
+    def on_gateway_ready(self, kind: str) -> None:
+        log.info("discord.gateway_up", how=kind, bot=self.bot_id)
+        self._spawn(self.catch_up(), name=f"discord-catch-up-{kind}")
+
+    async def catch_up(self) -> None:
+        """Record what bound channels and their active threads got after their cursors."""
+        if self.client is None or self.layer is None:
+            return
+        async with self._catch_up_lock:
+            try:
+                await self._catch_up()
+            except Exception:
+                log.warning("discord.catch_up_failed", exc_info=True)
+            self.catch_ups += 1
+
+    async def _watermark(self) -> int:
+        """The newest cursor of any channel: the lower bound for channels without one."""
+        assert self.layer is not None
+        c = cursors_table
+        async with self.layer.store.read() as conn:
+            rows = (await conn.execute(select(c.c.value).where(
+                c.c.name.like(f"discord:{self.bot_id}:ch:%")))).all()
+        values = [int(r.value) for r in rows if str(r.value).isdigit()]
+        return max(values, default=0)
+
+    async def _catch_up(self) -> None:
+        assert self.client is not None and self.layer is not None
+        await self.layer.bindings.refresh(force=True)
+        bound = {b.channel for b in self.layer.bindings.channels("discord")}
+        watermark = await self._watermark()
+        guilds: set[int] = set()
+        for cid in sorted(bound):
+            if snowflake(cid) is None:
+                continue
+            try:
+                raw: dict[str, Any] = dict(await self.client.http.get_channel(int(cid)))
+            except discord.HTTPException as exc:
+                log.warning("discord.bound_channel_unavailable", channel=cid, error=str(exc))
+                continue
+            if snowflake(raw.get("guild_id")):
+                guilds.add(int(raw["guild_id"]))
+            await self._history(cid, watermark)
+        for gid in sorted(guilds):
+            try:
+                active = await self.client.http.get_active_threads(gid)
+            except discord.HTTPException as exc:
+                log.warning("discord.active_threads_failed", guild=gid, error=str(exc))
+                continue
+            for t in active.get("threads", []):
+                tid, parent = snowflake(t.get("id")), snowflake(t.get("parent_id"))
+                if tid is None or parent not in bound:
+                    continue
+                self._parents[tid] = parent
+                await self._history(tid, watermark)
+
+    async def _history(self, channel_id: str, watermark: int) -> None:
+        assert self.client is not None
+        start = await self._known_cursor(channel_id) or watermark
+        if not start:
+            return  # first start ever: nothing was missed
+        overlap = int(self.opts.catch_up_overlap_s * 1000) << 22
+        after = max(0, start - overlap)
+        for _ in range(self.opts.catch_up_max_pages):
+            try:
+                page = await self.client.http.logs_from(int(channel_id), 100, after=after)
+            except discord.HTTPException as exc:
+                log.warning("discord.history_failed", channel=channel_id, error=str(exc))
+                return
+            items: list[dict[str, Any]] = [dict(m) for m in page
+                                           if isinstance(m, dict) and snowflake(m.get("id"))]
+            if not items:
+                return
+            await self.ingest(items)
+            after = max(int(m["id"]) for m in items)
+            if len(page) < 100:
+                return
+
+    # -- slash commands ----------------------------------------------------------------------------
+
+    async def on_interaction(self, interaction: discord.Interaction[Any]) -> None:
+        """A slash command: recorded like a message (``/name``), then acknowledged."""
+        if interaction.type is not discord.InteractionType.application_command:
+            return
+        data: dict[str, Any] = dict(interaction.data or {})
+        name = str(data.get("name", "")).lower()
+        if name not in COMMANDS or interaction.channel_id is None:
+            return
+        cid = str(interaction.channel_id)
+        parent = await self._parent_of(cid)
+        if not await self._bound(parent or cid):
+            await interaction.response.send_message(
+                "This channel is not bound to GEODE.", ephemeral=True)
+            return
+        iid = str(interaction.id)
+        extra: dict[str, Any] = {
+            "guild": str(interaction.guild_id or ""),
+            "interaction": {"token": interaction.token, "expires": time.time() + 14 * 60},
+        }
+        if parent:
+            extra["thread_id"] = cid
+        user = interaction.user
+        event = InboundEvent(
+            platform="discord", workspace=self.bot_id, channel=parent or cid, thread_root=cid,
+            message_id=iid, sender=str(user.id), sender_name=user.display_name,
+            dedupe_key=f"discord:{self.bot_id}:interaction:{iid}", text=f"/{name}",
+            mentions_bot=True, date=snowflake_seconds(iid), extra=extra,
+        )
+        try:
+            await self.submit([(event, "received")])
+        except Exception:
+            log.exception("discord.interaction_record_failed")
+            await interaction.response.send_message("⚠️ Not recorded; please try again.",
+                                                    ephemeral=True)
+            return
+        # Acknowledged only after the record (Discord allows 3 s); the answer follows.
+        with contextlib.suppress(discord.HTTPException):
+            await interaction.response.defer(thinking=True)
+
+    # -- sending -----------------------------------------------------------------------------------
+
+    async def _ensure_thread(self, parent: str, root: str, title: str) -> bool:
+        """Open the thread on ``root`` (idempotent); False when threads are refused here."""
+        if root in self._threads:
+            return True
+        assert self.client is not None
+        try:
+            await self._rest(self.client.http.start_thread_with_message(
+                int(parent), int(root), name=title[:100] or "GEODE",
+                auto_archive_duration=self.opts.thread_auto_archive_minutes,
+            ))
+        except discord.HTTPException as exc:
+            if exc.code == 160004:  # exists already (created before a restart)
+                pass
+            elif exc.status == 403 or exc.code in (50013, 50024, 50001):
+                log.info("discord.thread_refused_reply_inline", channel=parent,
+                         code=exc.code)
+                self._inline.add(root)
+                return False
+            else:
+                raise
+        self._threads.add(root)
+        self._parents[root] = parent
+        return True
+
+    async def _route(self, target: ReplyTarget, *, create: bool) -> tuple[str, str | None]:
+        """(channel to post in, message to reference) for a target."""
+        ex = target.extra
+        thread = ex.get("thread_id")
+        ref = target.reply_to if target.reply_to and "interaction" not in ex else None
+        if isinstance(thread, str) and thread:
+            return thread, (ref if ref != thread else None)
+        root = target.thread_root
+        if (ex.get("start_thread") and self.opts.reply_mode == "thread"
+                and root not in self._inline):
+            if root in self._threads:
+                return root, None
+            if create and await self._ensure_thread(target.channel, root,
+                                                    str(ex.get("title") or "")):
+                return root, None
+        return target.channel, ref
+
+    async def send(self, target: ReplyTarget, chunk: Chunk, *, plain: bool = False) -> str:
+        assert self.client is not None
+        interaction = target.extra.get("interaction")
+        if isinstance(interaction, dict) and float(interaction.get("expires", 0)) > time.time():
+            sent = await self._followup(str(interaction.get("token", "")), chunk.plain)
+            if sent is not None:
+                return sent
+        try:
+            cid, ref = await self._route(target, create=True)
+            channel = self.client.get_partial_messageable(int(cid))
+            reference = (discord.MessageReference(message_id=int(ref), channel_id=int(cid),
+                                                  fail_if_not_exists=False)
+                         if ref is not None else None)
+            if reference is not None:
+                msg = await self._rest(channel.send(chunk.plain, reference=reference,
+                                                    allowed_mentions=_NO_MENTIONS))
+            else:
+                msg = await self._rest(channel.send(chunk.plain, allowed_mentions=_NO_MENTIONS))
+        except (discord.DiscordException, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise _map_error(exc, sending=True) from exc
+        self._where_sent[str(msg.id)] = cid
+        return str(msg.id)
+
+    async def _followup(self, token: str, text: str) -> str | None:
+        assert self.client is not None
+        try:
+            hook = discord.Webhook.partial(int(self.app_id), token, client=self.client)
+            msg = await self._rest(hook.send(text, wait=True, allowed_mentions=_NO_MENTIONS))
+        except (discord.DiscordException, aiohttp.ClientError, ValueError) as exc:
+            log.info("discord.followup_failed_send_instead", error=str(exc))
+            return None
+        self._where_sent[str(msg.id)] = str(msg.channel.id)
+        return str(msg.id)
+
+    async def edit(
+        self, target: ReplyTarget, message_id: str, chunk: Chunk, *, plain: bool = False
+    ) -> None:
+        assert self.client is not None
+        known = self._where_sent.get(message_id)
+        if known is not None:
+            candidates = [known]
+        else:  # after a restart: where the route says, then the other possible place
+            routed, _ = await self._route(target, create=False)
+            candidates = list(dict.fromkeys([routed, target.thread_root, target.channel]))
+        last: DeliveryError | None = None
+        for cid in candidates:
+            msg = self.client.get_partial_messageable(int(cid)).get_partial_message(
+                int(message_id))
+            try:
+                await self._rest(msg.edit(content=chunk.plain, allowed_mentions=_NO_MENTIONS))
+                self._where_sent[message_id] = cid
+                return
+            except (discord.DiscordException, aiohttp.ClientError, TimeoutError,
+                    OSError) as exc:
+                last = _map_error(exc, sending=False)
+                if last.kind != "not_found":
+                    raise last from exc
+        assert last is not None
+        raise last
+
+    async def react(self, target: ReplyTarget, message_id: str, emoji: str | None) -> None:
+        assert self.client is not None
+        thread = target.extra.get("thread_id")
+        cid = thread if isinstance(thread, str) and thread else target.channel
+        msg = self.client.get_partial_messageable(int(cid)).get_partial_message(int(message_id))
+        try:
+            if emoji:
+                await self._rest(msg.add_reaction(emoji))
+            elif self.client.user is not None:
+                for e in (self.opts.ack_emoji,):
+                    if e:
+                        await self._rest(msg.remove_reaction(e, self.client.user))
+        except (discord.DiscordException, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise _map_error(exc, sending=False) from exc
+
+    async def typing(self, target: ReplyTarget) -> None:
+        assert self.client is not None
+        try:
+            cid, _ = await self._route(target, create=False)
+            await self._rest(self.client.http.send_typing(int(cid)))
+        except (discord.DiscordException, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise _map_error(exc, sending=False) from exc
+
+
+def _map_error(exc: BaseException, *, sending: bool) -> DeliveryError:
+    """The one place discord.py / network errors become DeliveryError kinds."""
+    text = str(exc)
+    if isinstance(exc, discord.RateLimited):
+        return DeliveryError("retry", text, retry_after=exc.retry_after)
+    if isinstance(exc, discord.NotFound):
+        return DeliveryError("fatal" if sending else "not_found", text)
+    if isinstance(exc, discord.Forbidden):
+        return DeliveryError("fatal", text)
+    if isinstance(exc, discord.DiscordServerError):
+        # The request reached Discord: for a send the outcome is unknown.
+        return DeliveryError("unknown" if sending else "retry", text)
+    if isinstance(exc, discord.HTTPException):
+        if exc.status == 429:
+            return DeliveryError("retry", text)
+        return DeliveryError("fatal", text)
+    if isinstance(exc, aiohttp.ClientError | TimeoutError | OSError):
+        return DeliveryError("unknown" if sending else "retry", text)
+    return DeliveryError("fatal", text)

@@ -1,0 +1,579 @@
+"""The Slack connector, on slack-bolt (async) and slack_sdk.
+
+Intake (both feed the same bolt app, whose one global middleware records the event):
+
+* **Socket Mode** when an app-level token is configured: bolt's ``AsyncSocketModeHandler``.
+  The envelope is acknowledged only after the bolt app answered 200, i.e. after the event
+  was committed; a failure answers 500 and bolt sends no ack, so Slack redelivers.
+* **HTTP Events API** otherwise: an aiohttp endpoint (``/slack/events``) hands the request to
+  bolt, whose ``RequestVerification`` middleware checks the v0 signature (5-minute timestamp
+  window, constant-time compare; 401 otherwise) and answers ``url_verification``. The 200
+  goes out after the record (``process_before_response``), a failure answers 500.
+
+Redeliveries (``X-Slack-Retry-Num``, ``retry_attempt``, a replayed envelope) and the
+``message`` + ``app_mention`` pair of one post map to one dedupe key (channel + ts), so the
+store keeps one row and the layer answers once.
+
+Processing (recovery, catch-up, the pump) runs only on the holder of the store lease
+``slack:<team>:<bot>``; every replica may take and record events. Catch-up after downtime
+reads ``conversations.history`` and, for engaged threads and threads with new replies,
+``conversations.replies`` from the channel's persisted cursor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import structlog
+from aiohttp import ClientError, ClientSession, web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app, send_async_response
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.middleware.async_middleware import AsyncMiddleware
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.web.async_client import AsyncWebClient
+from sqlalchemy import select
+
+from bots._tables import outbox_table, threads_table
+from bots.connector import BaseConnector, DeliveryError, TurnHost, reap
+from bots.events import InboundEvent, ReplyTarget
+from bots.format import Chunk
+from bots.layer import LayerOptions
+from bots.leases import Lease
+from bots.progress import WORKING
+from bots.slack._convert import (
+    COMMAND_NAMES,
+    SlashCommand,
+    command_event,
+    convert_message,
+    event_marker,
+    parse_slash,
+    valid_ts,
+)
+from bots.slack._history import SlackHistory
+from bots.slack._mrkdwn import SLACK_LIMIT, chunk_mrkdwn
+from geode.errors import ConfigError
+from geode.settings import BindingSettings
+
+__all__ = ["EVENTS", "SCOPES", "SLACK_HELP", "SlackConnector", "SlackOptions"]
+
+log = structlog.get_logger(__name__)
+
+#: emoji the layer asks for -> Slack reaction names
+_REACTION_NAMES = {"👀": "eyes", "✅": "white_check_mark", "⏳": "hourglass_flowing_sand",
+                   "⚠️": "warning", "⏹": "black_square_for_stop"}
+#: assistant.threads.setStatus answers meaning "not available here": fall back for the channel
+_STATUS_UNAVAILABLE = {"missing_scope", "not_allowed_token_type", "invalid_arguments",
+                       "channel_not_found", "not_allowed", "unknown_method", "no_permission",
+                       "method_not_supported_for_channel_type", "feature_not_enabled",
+                       "thread_not_found", "invalid_thread_ts"}
+_FATAL = {"channel_not_found", "not_in_channel", "is_archived", "invalid_auth", "not_authed",
+          "account_inactive", "token_revoked", "missing_scope", "restricted_action",
+          "cant_update_message", "msg_too_long", "no_text", "invalid_blocks",
+          "not_allowed_token_type", "ekm_access_denied", "team_access_not_granted"}
+
+#: what deploy/slack-manifest.yaml must grant: the bot scopes and events this module uses
+SCOPES = frozenset({
+    "chat:write",          # chat.postMessage, chat.update
+    "reactions:write",     # reactions.add / reactions.remove
+    "channels:history",    # conversations.history / .replies, message.channels
+    "groups:history",      # the same for private channels, message.groups
+    "im:history",          # the same for DMs, message.im
+    "app_mentions:read",   # app_mention
+    "commands",            # /geode
+    "assistant:write",     # assistant.threads.setStatus (optional: falls back)
+})
+EVENTS = frozenset({"app_mention", "message.channels", "message.groups", "message.im"})
+
+SLACK_HELP = (
+    "Mention me in a bound channel and I answer in a thread on your message; replies in that "
+    "thread need no mention.\n"
+    "`/geode status [thread]`  session, model, running turn, last result\n"
+    "`/geode stop [thread]`    stop the running turn\n"
+    "`/geode new [thread]`     start a new session in the thread (the old one is its parent)\n"
+    "`/geode reset [thread]`   same as new\n"
+    "`/geode help`             this text\n"
+    "[thread] is a thread's message link or ts; without it the command acts on the "
+    "channel's thread with the running (else latest) turn."
+)
+
+
+class SlackOptions(LayerOptions):
+    """``[channels.slack]`` (CONTRACT.md): secrets are named by ``*_env`` keys."""
+
+    bot_token_env: str = "SLACK_BOT_TOKEN"
+    app_token_env: str = "SLACK_APP_TOKEN"
+    signing_secret_env: str = "SLACK_SIGNING_SECRET"
+    base_url: str = "https://slack.com/api/"
+    #: auto: Socket Mode when the app token is set, else HTTP Events API
+    mode: Literal["auto", "socket", "http"] = "auto"
+    http_host: str = "127.0.0.1"
+    http_port: int = 3000
+    http_path: str = "/slack/events"
+    command: str = "/geode"
+    #: try assistant.threads.setStatus (needs assistant:write); falls back per channel
+    status_api: bool = True
+    status_text: str = "is working…"
+    chunk_limit: int = SLACK_LIMIT
+    lease_ttl_s: float = 30.0
+    rate_limit_retries: int = 3
+    history_page_size: int = 200
+    catch_up_max_threads: int = 50
+    ping_interval_s: float = 10.0
+
+
+class _RecordFirst(AsyncMiddleware):
+    """The bolt app's one global middleware: record, then let bolt acknowledge (200)."""
+
+    def __init__(self, connector: SlackConnector) -> None:
+        self.connector = connector
+
+    async def async_process(
+        self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Callable[[], Any]
+    ) -> BoltResponse:
+        body = req.body
+        if isinstance(body, dict) and body.get("type") == "event_callback":
+            await self.connector.intake_event(body)  # raises -> 500 -> no ack: redelivered
+            return BoltResponse(status=200, body="")
+        if isinstance(body, dict) and "command" in body and "trigger_id" in body:
+            text = await self.connector.intake_command(body)
+            payload = {"response_type": "ephemeral", "text": text}
+            return BoltResponse(status=200, body=json.dumps(payload),
+                                headers={"content-type": "application/json"})
+        return BoltResponse(status=200, body="")  # interactivity etc.: not used, acknowledged
+
+
+class _SocketHandler(AsyncSocketModeHandler):
+    """bolt's handler, plus: an envelope bolt cannot even parse is recorded as a marker and
+    acknowledged, instead of staying unacked forever (Slack would redeliver the poison)."""
+
+    def __init__(self, app: AsyncApp, *, connector: SlackConnector, **kw: Any) -> None:
+        super().__init__(app, **kw)
+        self.connector = connector
+
+    async def handle(
+        self, client: AsyncBaseSocketModeClient, req: SocketModeRequest
+    ) -> None:
+        start = time.time()
+        try:
+            bolt_resp = await run_async_bolt_app(self.app, req)
+        except Exception:
+            # Bolt raised while building its request (a malformed payload); its dispatch
+            # turns our own failures into 500 instead, so this is never a failed record.
+            log.warning("slack.unparseable_envelope", envelope=req.envelope_id, exc_info=True)
+            body = req.payload if isinstance(req.payload, dict) else {}
+            await self.connector.intake_event(body)  # raises -> no ack -> redelivered
+            bolt_resp = BoltResponse(status=200, body="")
+        await send_async_response(client, req, bolt_resp, start)
+
+
+class SlackConnector(BaseConnector):
+    """Slack via slack-bolt / slack_sdk. See the module docstring.
+
+    Args:
+        host: the daemon.
+        bot_token: the ``xoxb-`` bot token.
+        app_token: the ``xapp-`` app-level token (``connections:write``): Socket Mode.
+        signing_secret: the app's signing secret (HTTP Events API mode).
+        bindings: configured bindings (non-Slack ones are dropped).
+        options: ``[channels.slack]``.
+        fault: test seam, called at named points of the pipeline.
+    """
+
+    platform = "slack"
+    text_limit = SLACK_LIMIT
+
+    def __init__(
+        self,
+        *,
+        host: TurnHost,
+        bot_token: str,
+        app_token: str | None = None,
+        signing_secret: str | None = None,
+        bindings: Sequence[BindingSettings] = (),
+        options: SlackOptions | None = None,
+        fault: Callable[[str], None] | None = None,
+    ) -> None:
+        opts = options or SlackOptions()
+        super().__init__(host=host, bindings=bindings, options=opts)
+        self.opts = opts
+        self.bot_token = bot_token
+        self.app_token = app_token
+        self.signing_secret = signing_secret
+        self.fault = fault
+        self.mode: Literal["socket", "http"] = (
+            "socket" if app_token and opts.mode != "http" else "http")
+        if opts.mode == "socket" and not app_token:
+            raise ConfigError(f"[channels.slack] mode = \"socket\" needs an app-level token in "
+                              f"${opts.app_token_env} (xapp-…, scope connections:write).")
+        if self.mode == "http" and not signing_secret:
+            raise ConfigError(
+                f"Slack needs ${opts.app_token_env} (Socket Mode) or ${opts.signing_secret_env} "
+                "(HTTP Events API): set one from the app's Basic Information page.")
+        self.client: AsyncWebClient | None = None
+        self._http: ClientSession | None = None
+        self.app: AsyncApp | None = None
+        self.socket: AsyncSocketModeHandler | None = None
+        self.team_id = ""
+        self.bot_uid = ""
+        self.bot_id = ""
+        self.http_port = 0
+        self.standby = False
+        self.lease: Lease | None = None
+        self._web: web.AppRunner | None = None
+        self._main: asyncio.Task[None] | None = None
+        #: per channel, where catch-up starts (cursors as they were before the intake ran)
+        self.catch_up_from: dict[str, str] = {}
+        self.history = SlackHistory(connector=self)
+        self._cursor_seen: dict[str, float] = {}
+        self._no_status: set[str] = set()
+        self._status_on: set[tuple[str, str]] = set()
+
+    # -- identity -------------------------------------------------------------------------------
+
+    def bot_user_id(self) -> str | None:
+        return self.bot_uid or None
+
+    def bot_username(self) -> str | None:
+        return None  # Slack commands are slash commands, never "/cmd@bot" text
+
+    def render(self, markdown: str) -> list[Chunk]:
+        return chunk_mrkdwn(markdown, limit=self.opts.chunk_limit)
+
+    def cursor_name(self, channel: str) -> str:
+        return f"slack:{self.team_id}:{channel}:ts"
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        o = self.opts
+        # One pooled HTTP session for every Web API call (slack_sdk opens one per call
+        # otherwise: a TCP + TLS handshake per chat.update).
+        self._http = ClientSession()
+        self.client = AsyncWebClient(
+            token=self.bot_token, base_url=o.base_url, session=self._http,
+            retry_handlers=[AsyncRateLimitErrorRetryHandler(max_retry_count=o.rate_limit_retries)],
+        )
+        try:
+            auth = await self._auth_test()
+        except BaseException:
+            await self._http.close()
+            self._http = None
+            raise
+        self.team_id = str(auth.get("team_id") or "")
+        self.bot_uid = str(auth.get("user_id") or "")
+        self.bot_id = str(auth.get("bot_id") or "")
+        self.workspace = self.team_id
+        assert self.layer is not None
+        self.lease = Lease(store=self.layer.store, name=f"slack:{self.team_id}:{self.bot_id}",
+                           owner=self.owner, ttl_s=o.lease_ttl_s)
+        # Where catch-up starts, read before the intake can move any cursor.
+        await self.layer.bindings.refresh(force=True)
+        for b in self.bound_channels():
+            saved = await self.layer.inbound.cursors.get(self.cursor_name(b.channel))
+            if saved is not None:
+                self.catch_up_from[b.channel] = saved
+        self.app = AsyncApp(
+            client=self.client, signing_secret=self.signing_secret or "",
+            process_before_response=True,  # the ack / 200 waits for the record
+            request_verification_enabled=self.mode == "http",
+            logger=logging.getLogger("bots.slack.bolt"),
+        )
+        self.app.use(_RecordFirst(self))
+        if self.mode == "socket":
+            assert self.app_token is not None
+            self.socket = _SocketHandler(self.app, connector=self, app_token=self.app_token,
+                                         web_client=self.client,
+                                         ping_interval=o.ping_interval_s)
+            await self.socket.connect_async()  # type: ignore[no-untyped-call]
+        else:
+            await self._start_http()
+        self._main = asyncio.create_task(self._supervise(), name="slack-main")
+
+    async def _auth_test(self) -> Any:
+        """``auth.test``, its failures as configuration errors saying what to fix."""
+        assert self.client is not None
+        o = self.opts
+        try:
+            return await self.client.auth_test()
+        except SlackApiError as exc:
+            raise ConfigError(
+                f"Slack rejected the bot token in ${o.bot_token_env} "
+                f"({exc.response.get('error')}). Copy the Bot User OAuth Token (xoxb-…) from "
+                "the app's OAuth & Permissions page.") from exc
+        except (SlackClientError, ClientError, TimeoutError) as exc:
+            raise ConfigError(f"cannot reach the Slack Web API at {o.base_url} ({exc}). Check "
+                              "the network, or [channels.slack] base_url.") from exc
+
+    async def disconnect(self) -> None:
+        await reap(self._main)
+        self._main = None
+        if self.socket is not None:
+            with contextlib.suppress(Exception):
+                await self.socket.close_async()  # type: ignore[no-untyped-call]
+            self.socket = None
+        if self._web is not None:
+            await self._web.cleanup()
+            self._web = None
+        if self.layer is not None:
+            await self.layer.stop_processing()
+        if self.lease is not None and self.lease.held:
+            with contextlib.suppress(Exception):
+                await self.lease.release()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    async def _supervise(self) -> None:
+        """Hold the processing lease (or wait for it); while held, process."""
+        assert self.lease is not None and self.layer is not None
+        period = max(0.05, self.opts.lease_ttl_s / 3)
+        while True:
+            if not await self.lease.try_acquire():
+                if not self.standby:
+                    log.info("slack.standby", holder=await self.lease.holder())
+                self.standby = True
+                await asyncio.sleep(period)
+                continue
+            self.standby = False
+            log.info("slack.lease_acquired", team=self.team_id, mode=self.mode)
+            try:
+                await self.layer.start_processing()
+                held = True
+                while held:  # renew well before expiry; losing it stops processing
+                    await asyncio.sleep(period)
+                    held = await self.lease.try_acquire()
+                log.warning("slack.lease_lost", team=self.team_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("slack.processing_failed")
+                await asyncio.sleep(period)
+            finally:
+                await self.layer.stop_processing()
+
+    async def _start_http(self) -> None:
+        o = self.opts
+        app = web.Application()
+        app.router.add_post(o.http_path, self._on_http)
+        self._web = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._web.setup()
+        site = web.TCPSite(self._web, o.http_host, o.http_port)
+        await site.start()
+        self.http_port = int(self._web.addresses[0][1]) if o.http_port == 0 else o.http_port
+
+    @property
+    def events_url(self) -> str:
+        return f"http://{self.opts.http_host}:{self.http_port}{self.opts.http_path}"
+
+    async def _on_http(self, request: web.Request) -> web.Response:
+        assert self.app is not None
+        try:
+            bolt_req = await to_bolt_request(request)
+        except Exception:  # unparseable before its signature could be checked: not recorded
+            log.warning("slack.http_unparseable", remote=request.remote)
+            return web.Response(status=400, text="malformed request")
+        bolt_resp = await self.app.async_dispatch(bolt_req)
+        if bolt_resp.status == 401:
+            log.warning("slack.http_bad_signature", remote=request.remote)
+        return await to_aiohttp_response(bolt_resp)
+
+    # -- intake ---------------------------------------------------------------------------------
+
+    def bound_channels(self) -> list[BindingSettings]:
+        """The Slack bindings of this workspace (configured and stored)."""
+        assert self.layer is not None
+        return [b for b in self.layer.bindings.channels("slack")
+                if not b.workspace or b.workspace == self.team_id]
+
+    def convert(self, event: Any, channel: str | None = None) -> InboundEvent | None:
+        """A message payload as an event of this workspace, or None (never raises)."""
+        try:
+            return convert_message(event, team=self.team_id, bot_user_id=self.bot_uid,
+                                   bot_id=self.bot_id, channel=channel)
+        except Exception:  # a converter bug must not stop the intake
+            log.warning("slack.convert_failed", exc_info=True)
+            return None
+
+    async def intake_event(self, body: dict[str, Any]) -> None:
+        """Record one Events API callback (called before it is acknowledged)."""
+        assert self.layer is not None
+        ev = self.convert(body.get("event"))
+        if ev is None:
+            marker = event_marker(body, team=self.team_id)
+            if marker.dedupe_key:
+                await self.submit([(marker, "ignored")])
+            return
+        cursor = None
+        if not ev.is_edit and await self.layer.bindings.lookup("slack", ev.workspace,
+                                                               ev.channel) is not None:
+            # A live message moves its channel's catch-up cursor forward (never back).
+            ts = float(ev.message_id)
+            if ts > self._cursor_seen.get(ev.channel, 0.0):
+                cursor = (self.cursor_name(ev.channel), ev.message_id)
+        await self.submit([(ev, "received")], cursor=cursor)
+        if cursor is not None:
+            self._cursor_seen[ev.channel] = max(self._cursor_seen.get(ev.channel, 0.0),
+                                                float(ev.message_id))
+
+    async def intake_command(self, body: dict[str, Any]) -> str:
+        """Record a ``/geode`` command as a command message in its thread; the ack's text."""
+        cmd = parse_slash(body)
+        if cmd is None:
+            return SLACK_HELP
+        if cmd.name not in COMMAND_NAMES:
+            return f"Unknown subcommand `{cmd.name}`.\n\n{SLACK_HELP}"
+        thread = cmd.thread or await self._thread_for(cmd)
+        if thread is None:
+            if cmd.name == "help":
+                return SLACK_HELP
+            return ("There is no GEODE thread in this channel yet: mention me to start one, or "
+                    f"give a thread's message link: `{self.opts.command} {cmd.name} <link>`.")
+        await self.submit([(command_event(cmd, team=self.team_id, thread_root=thread),
+                            "received")])
+        return f"`{self.opts.command} {cmd.name}`: answering in the thread."
+
+    async def _thread_for(self, cmd: SlashCommand) -> str | None:
+        """The thread with the newest running turn in the channel, else the newest thread."""
+        assert self.layer is not None
+        o, t = outbox_table, threads_table
+        async with self.layer.store.read() as conn:
+            row = (await conn.execute(
+                select(o.c.thread_root).where(
+                    o.c.platform == "slack", o.c.workspace == self.team_id,
+                    o.c.channel == cmd.channel, o.c.kind == "turn", o.c.status == "pending",
+                ).order_by(o.c.id.desc()).limit(1))).first()
+            if row is None:
+                row = (await conn.execute(
+                    select(t.c.thread_root).where(
+                        t.c.platform == "slack", t.c.workspace == self.team_id,
+                        t.c.channel == cmd.channel,
+                    ).order_by(t.c.created_at.desc()).limit(1))).first()
+        return None if row is None else str(row.thread_root)
+
+    # -- catch-up (bots.slack._history) -----------------------------------------------------
+
+    async def catch_up(self) -> None:
+        """Record what bound channels got while nobody listened (history from the cursor)."""
+        await self.history.catch_up()
+
+    async def fetch_thread_history(self, event: InboundEvent) -> list[InboundEvent]:
+        """Earlier messages of a thread the bot joins mid-way (not recorded ones)."""
+        return await self.history.fetch_thread_history(event)
+
+    # -- sending --------------------------------------------------------------------------------
+
+    async def send(self, target: ReplyTarget, chunk: Chunk, *, plain: bool = False) -> str:
+        assert self.client is not None
+        text = chunk.plain if plain else chunk.html
+        try:
+            resp = await self.client.chat_postMessage(
+                channel=target.channel, text=text, mrkdwn=not plain,
+                thread_ts=target.thread_root if valid_ts(target.thread_root) else None,
+                unfurl_links=False, unfurl_media=False,
+            )
+        except (SlackApiError, SlackClientError, ClientError, TimeoutError) as exc:
+            raise _map_error(exc, sending=True) from exc
+        await self._clear_status_if_final(target, text)
+        return str(resp["ts"])
+
+    async def edit(
+        self, target: ReplyTarget, message_id: str, chunk: Chunk, *, plain: bool = False
+    ) -> None:
+        assert self.client is not None
+        text = chunk.plain if plain else chunk.html
+        try:
+            await self.client.chat_update(channel=target.channel, ts=message_id, text=text)
+        except (SlackApiError, SlackClientError, ClientError, TimeoutError) as exc:
+            raise _map_error(exc, sending=False) from exc
+        await self._clear_status_if_final(target, text)
+
+    async def react(self, target: ReplyTarget, message_id: str, emoji: str | None) -> None:
+        assert self.client is not None
+        if not valid_ts(message_id):
+            return  # a slash command has no message to react to
+        try:
+            if emoji:
+                name = _REACTION_NAMES.get(emoji, emoji.strip(":"))
+                await self.client.reactions_add(channel=target.channel, timestamp=message_id,
+                                                name=name)
+            else:
+                for name in _REACTION_NAMES.values():
+                    with contextlib.suppress(SlackApiError):
+                        await self.client.reactions_remove(channel=target.channel,
+                                                           timestamp=message_id, name=name)
+        except SlackApiError as exc:
+            if exc.response.get("error") == "already_reacted":
+                return
+            raise _map_error(exc, sending=False) from exc
+        except (SlackClientError, ClientError, TimeoutError) as exc:
+            raise _map_error(exc, sending=False) from exc
+
+    async def typing(self, target: ReplyTarget) -> None:
+        """Assistant thread status where the app may set it (else the progress message)."""
+        assert self.client is not None
+        if (not self.opts.status_api or target.channel in self._no_status
+                or not valid_ts(target.thread_root)):
+            return
+        try:
+            await self.client.assistant_threads_setStatus(
+                channel_id=target.channel, thread_ts=target.thread_root,
+                status=self.opts.status_text)
+        except SlackApiError as exc:
+            error = str(exc.response.get("error"))
+            if error in _STATUS_UNAVAILABLE:
+                log.info("slack.status_unavailable", channel=target.channel, error=error)
+                self._no_status.add(target.channel)
+                return
+            raise _map_error(exc, sending=False) from exc
+        except (SlackClientError, ClientError, TimeoutError) as exc:
+            raise _map_error(exc, sending=False) from exc
+        self._status_on.add((target.channel, target.thread_root))
+
+    async def _clear_status_if_final(self, target: ReplyTarget, text: str) -> None:
+        key = (target.channel, target.thread_root)
+        if key not in self._status_on or text.startswith(WORKING):
+            return
+        self._status_on.discard(key)
+        assert self.client is not None
+        with contextlib.suppress(SlackApiError, SlackClientError, ClientError, TimeoutError):
+            await self.client.assistant_threads_setStatus(
+                channel_id=target.channel, thread_ts=target.thread_root, status="")
+
+
+def _map_error(exc: Exception, *, sending: bool) -> DeliveryError:
+    """The one place Slack errors become DeliveryError kinds."""
+    if isinstance(exc, SlackApiError):
+        status = int(getattr(exc.response, "status_code", 200) or 200)
+        error = str(exc.response.get("error") or "")
+        if status == 429 or error == "ratelimited":
+            headers = getattr(exc.response, "headers", {}) or {}
+            raw = headers.get("Retry-After") or headers.get("retry-after") or "1"
+            if isinstance(raw, list):
+                raw = raw[0] if raw else "1"
+            try:
+                retry = float(raw)
+            except (TypeError, ValueError):
+                retry = 1.0
+            return DeliveryError("retry", error or "ratelimited", retry_after=retry)
+        if error == "message_not_found":
+            return DeliveryError("not_found", error)
+        if error in _FATAL or (status < 500 and error and error not in (
+                "internal_error", "fatal_error", "service_unavailable", "request_timeout")):
+            return DeliveryError("fatal", error)
+        # Server side trouble: the post may have happened.
+        return DeliveryError("unknown" if sending else "retry", error or f"http {status}")
+    # Network failure after the request left: for a post the outcome is unknown.
+    return DeliveryError("unknown" if sending else "retry", repr(exc))
