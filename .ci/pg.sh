@@ -9,6 +9,7 @@ pg_start() {
     id postgres >/dev/null 2>&1 || useradd -r -m postgres
     run_as=(runuser -u postgres --)
   fi
+  pg_stop  # a cluster left running from an earlier run of this script
   rm -rf "$PG_DIR"; mkdir -p "$PG_DIR"
   [ "$(id -u)" = 0 ] && chown postgres "$PG_DIR"
   "${run_as[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" -U geode --auth=trust >/dev/null
