@@ -1,0 +1,153 @@
+"""kill -9 of a real `geode serve` hosting the Discord connector, then restart.
+
+Same contract as the Telegram and Slack scenarios: every mention gets exactly one final
+reply in its thread and appears once in its session, whatever point the daemon died at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from geode.testing.fake_discord import FakeDiscord
+
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = "fake-bot-token-kill"
+FINAL = "Done: the answer."
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeDiscord]:
+    async with FakeDiscord(token=TOKEN, heartbeat_interval_ms=500) as srv:
+        yield srv
+
+
+def _home(tmp_path: Path, fake: FakeDiscord) -> tuple[Path, dict[str, str]]:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(f"""
+[channels.discord]
+api_base = "{fake.api_base}"
+gateway_url = "{fake.gateway_url}"
+lease_ttl_s = 1.5
+progress_edit_interval_s = 0
+pump_interval_s = 0.2
+guild_ready_timeout_s = 0.2
+identify_delay_s = 0
+
+[[bindings]]
+platform = "discord"
+channel = "{fake.channel_id}"
+allow_users = ["{fake.user_id}"]
+""")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"latency": 1.0, "script": [FINAL]}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GEODE_", "DISCORD_"))}
+    env.update(
+        GEODE_HOME=str(home),
+        GEODE_SCRIPTED_MODEL=str(script),
+        GEODE_HEALTH_PORT=str(_free_port()),
+        DISCORD_BOT_TOKEN=TOKEN,
+        PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
+    )
+    return home, env
+
+
+async def _serve(home: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
+    log = (home / "serve.log").open("ab")
+    try:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "geode", "serve", env=env, cwd=str(home), stdout=log, stderr=log
+        )
+    finally:
+        log.close()
+
+
+def _bot_texts(fake: FakeDiscord, mid: int) -> list[str]:
+    """What the bot shows for one mention: its thread (id = the message id) and inline replies."""
+    try:
+        in_thread = fake.messages_in(mid)
+    except KeyError:
+        in_thread = []
+    inline = [
+        m
+        for m in fake.messages_in(fake.channel_id)
+        if (m.get("message_reference") or {}).get("message_id") == str(mid)
+    ]
+    return [
+        str(m.get("content", ""))
+        for m in [*in_thread, *inline]
+        if str((m.get("author") or {}).get("id")) == str(fake.bot_id)
+    ]
+
+
+def _finals(fake: FakeDiscord, mid: int) -> int:
+    return _bot_texts(fake, mid).count(FINAL)
+
+
+@pytest.mark.parametrize("point", ["recorded", "turn_running", "final_visible"])
+async def test_kill_9_then_restart_gives_exactly_one_final_reply(
+    point: str, fake: FakeDiscord, tmp_path: Path
+) -> None:
+    home, env = _home(tmp_path, fake)
+    proc = await _serve(home, env)
+    try:
+        await fake.wait_for(lambda: fake.active_sessions, timeout=30)
+        await asyncio.sleep(0.5)  # READY handled and the connector subscribed
+        m1 = await fake.user_says(fake.channel_id, "first", mention_bot=True)
+        m2 = await fake.user_says(fake.channel_id, "second", mention_bot=True)
+        if point == "recorded":  # the 👀 ack comes after the durable record
+            await fake.wait_for(lambda: len(fake.reactions) >= 2, timeout=30)
+        elif point == "turn_running":
+            await fake.wait_for(
+                lambda: all(any("Working" in t for t in _bot_texts(fake, m)) for m in (m1, m2)),
+                timeout=30,
+            )
+        else:
+            await fake.wait_for(lambda: _finals(fake, m1), timeout=30)
+        proc.kill()
+        await proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+
+        proc = await _serve(home, env)
+        await fake.wait_for(lambda: fake.active_sessions, timeout=30)
+        await asyncio.sleep(0.5)
+        m3 = await fake.user_says(fake.channel_id, "third", mention_bot=True)
+        await fake.wait_for(lambda: all(_finals(fake, m) for m in (m1, m2, m3)), timeout=40)
+        await asyncio.sleep(0.5)  # let a wrong duplicate show up before counting
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 20)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+    log = (home / "serve.log").read_text()[-3000:]
+    for m in (m1, m2, m3):
+        assert _finals(fake, m) == 1, (m, _bot_texts(fake, m), log)
+
+    from geode.store import open_store
+
+    async with await open_store(f"sqlite:///{home / 'geode.db'}") as store:
+        for m, text in ((m1, "first"), (m2, "second"), (m3, "third")):
+            sid = f"discord:{fake.bot_id}:{fake.channel_id}:{m}"
+            restored = await store.checkpointer(sid).load()
+            assert restored is not None, sid
+            said = [x.text for x in restored.messages if x.role == "user" and x.text]
+            assert sum(text in t for t in said) == 1, said
