@@ -108,6 +108,19 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
             f'add [[bindings]] platform = "{platform}" channel = "..." to config.toml',
         )
 
+    from geode.mcp import MCPServerManager
+    from geode.mcp.trust import project_mcp_section
+
+    if settings.mcp or project_mcp_section(cwd) is not None:
+        manager = MCPServerManager.from_settings(settings, secrets, project_dir=cwd)
+        failed = await manager.probe()
+        for name, why in sorted(failed.items()):
+            failures += 1
+            _line(False, why, f"fix or remove [mcp.servers.{name}]; `geode mcp list` shows state")
+        started = sorted(set(manager.status()) - set(failed))
+        if started:
+            _line(True, "MCP servers started: " + ", ".join(started))
+
     try:
         from geode.mcp.trust import untrusted_project_servers
 

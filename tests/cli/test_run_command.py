@@ -21,7 +21,9 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.endswith("_API_KEY") and not k.startswith("GEODE_")
     }
-    env.update({"GEODE_HOME": str(home), "NO_COLOR": "1"}, **extra)
+    # run this checkout's code, whatever `pip install -e` last pointed at
+    repo = str(Path(__file__).resolve().parents[2])
+    env.update({"GEODE_HOME": str(home), "NO_COLOR": "1", "PYTHONPATH": repo}, **extra)
     return env
 
 

@@ -93,6 +93,7 @@ async def test_kill_at_each_boundary_then_resume(
         srv.enqueue_text("first turn done")
         env = {k: v for k, v in os.environ.items() if not k.startswith("GEODE_")}
         env.update(
+            PYTHONPATH=str(Path(__file__).resolve().parents[2]),  # this checkout's code
             GEODE_HOME=str(home),
             GEODE_STORE__URL=store_url,
             ANTHROPIC_API_KEY=KEY,
