@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from geode.errors import GeodeError
+from geode.settings import Secrets, Settings
 
 __all__ = ["run_doctor"]
 
@@ -27,11 +28,9 @@ def _line(ok: bool | None, what: str, fix: str = "") -> None:
 
 async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) -> bool:
     from geode.logging import configure_logging
-    from geode.providers.catalog import PROVIDERS, resolve_model
     from geode.settings import config_files, geode_home, load_settings
 
     configure_logging(level="WARNING")
-    failures = 0
     home = geode_home()
     files = config_files(home, cwd)
     _line(True, f"GEODE_HOME = {home}")
@@ -48,7 +47,18 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
     except GeodeError as exc:
         _line(False, f"config: {exc}")
         return False
+    failures = _check_model(settings, secrets)
+    failures += await _check_store(settings)
+    failures += _check_channels(settings, secrets)
+    failures += await _check_mcp(settings, secrets, cwd)
+    typer.echo("all checks passed" if failures == 0 else f"{failures} problem(s) found")
+    return failures == 0
 
+
+def _check_model(settings: Settings, secrets: Secrets) -> int:
+    from geode.providers.catalog import PROVIDERS, resolve_model
+
+    failures = 0
     try:
         ref = resolve_model(settings.model.default)
         info = PROVIDERS[ref.provider]
@@ -59,7 +69,7 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
             _line(
                 False,
                 f"credential {info.key_env} is not set",
-                f"export {info.key_env}=... or add it to {home / '.env'}; "
+                f"export {info.key_env}=... or add it to {settings.home / '.env'}; "
                 "or try the offline demo: geode run --demo 'hello'",
             )
         elif info.key_env:
@@ -71,7 +81,10 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
         if info.key_env and name != "scripted":
             present = bool(secrets.get(info.key_env))
             typer.echo(f"       {name:11} {info.key_env:20} {'set' if present else 'not set'}")
+    return failures
 
+
+async def _check_store(settings: Settings) -> int:
     try:
         from geode.store import open_store
 
@@ -81,16 +94,19 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
             reachable = await store.ping()
         finally:
             await store.aclose()
-        _line(
-            reachable,
-            f"store reachable: {_safe_url(settings.store_url)}",
-            "check [store] url; run `geode db upgrade`",
-        )
-        failures += 0 if reachable else 1
     except GeodeError as exc:
-        failures += 1
         _line(False, f"store: {exc}", "check [store] url; run `geode db upgrade`")
+        return 1
+    _line(
+        reachable,
+        f"store reachable: {_safe_url(settings.store_url)}",
+        "check [store] url; run `geode db upgrade`",
+    )
+    return 0 if reachable else 1
 
+
+def _check_channels(settings: Settings, secrets: Secrets) -> int:
+    failures = 0
     for platform, conf in settings.channels.items():
         for key, default_env in _CHANNEL_TOKENS.get(platform, []):
             env_name = str(conf.get(key, default_env))
@@ -99,7 +115,7 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
             _line(
                 present,
                 f"channel {platform}: {env_name} {'set' if present else 'missing'}",
-                f"export {env_name}=... or add it to {home / '.env'}",
+                f"export {env_name}=... or add it to {settings.home / '.env'}",
             )
         bound = [b for b in settings.bindings if b.platform == platform]
         _line(
@@ -107,10 +123,14 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
             f"channel {platform}: {len(bound)} binding(s)",
             f'add [[bindings]] platform = "{platform}" channel = "..." to config.toml',
         )
+    return failures
 
+
+async def _check_mcp(settings: Settings, secrets: Secrets, cwd: Path) -> int:
     from geode.mcp import MCPServerManager
-    from geode.mcp.trust import project_mcp_section
+    from geode.mcp.trust import project_mcp_section, untrusted_project_servers
 
+    failures = 0
     if settings.mcp or project_mcp_section(cwd) is not None:
         manager = MCPServerManager.from_settings(settings, secrets, project_dir=cwd)
         failed = await manager.probe()
@@ -120,20 +140,13 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
         started = sorted(set(manager.status()) - set(failed))
         if started:
             _line(True, "MCP servers started: " + ", ".join(started))
-
-    try:
-        from geode.mcp.trust import untrusted_project_servers
-
-        for name in untrusted_project_servers(cwd, settings.home):
-            _line(
-                None,
-                f"project MCP server {name!r} is not trusted and will not run",
-                f"review {cwd / '.geode' / 'config.toml'}, then run `geode trust {cwd}`",
-            )
-    except ImportError:
-        pass
-    typer.echo("all checks passed" if failures == 0 else f"{failures} problem(s) found")
-    return failures == 0
+    for name in untrusted_project_servers(cwd, settings.home):
+        _line(
+            None,
+            f"project MCP server {name!r} is not trusted and will not run",
+            f"review {cwd / '.geode' / 'config.toml'}, then run `geode trust {cwd}`",
+        )
+    return failures
 
 
 def _safe_url(url: str) -> str:
