@@ -8,7 +8,7 @@ progress, formatting, commands, dispatcher) is shared; each platform plugs in as
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from bots.connector import BaseConnector, DeliveryError, TurnHost
 from bots.events import Attachment, InboundEvent, ReplyTarget, thread_key
@@ -43,56 +43,65 @@ def build_connectors(
     Raises:
         ConfigError: a configured channel lacks its token or has an invalid option.
     """
+    builders = {"telegram": _telegram_connector, "slack": _slack_connector,
+                "discord": _discord_connector}
+    out: list[BaseConnector] = []
+    for name, build in builders.items():
+        raw = settings.channels.get(name)
+        if raw is not None and raw.get("enabled", True):
+            out.append(build(host, settings, secrets, raw))
+    return out
+
+
+_Options = TypeVar("_Options", bound="LayerOptions")
+
+
+def _options(channel: str, cls: type[_Options], raw: dict[str, object]) -> _Options:
+    """``[channels.<channel>]`` as ``cls``; an invalid one is a ConfigError naming the table."""
     from pydantic import ValidationError
 
     from geode.errors import ConfigError
 
-    out: list[BaseConnector] = []
-    raw = settings.channels.get("telegram")
-    if raw is not None and raw.get("enabled", True):
-        from bots.telegram import TelegramConnector, TelegramOptions
+    try:
+        return cls.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid [channels.{channel}]: {exc}") from exc
 
-        try:
-            opts = TelegramOptions.model_validate(raw)
-        except ValidationError as exc:
-            raise ConfigError(f"invalid [channels.telegram]: {exc}") from exc
-        token = secrets.get(opts.token_env)
-        if not token:
-            raise ConfigError(
-                f"[channels.telegram] is configured but ${opts.token_env} is not set: put the "
-                "token from @BotFather in the environment or $GEODE_HOME/.env."
-            )
-        out.append(TelegramConnector(
-            host=host, token=token, bindings=settings.bindings, options=opts,
-            webhook_secret=secrets.get(opts.webhook_secret_env),
-        ))
-    raw = settings.channels.get("slack")
-    if raw is not None and raw.get("enabled", True):
-        out.append(_slack_connector(host, settings, secrets, raw))
-    raw = settings.channels.get("discord")
-    if raw is not None and raw.get("enabled", True):
-        out.append(_discord_connector(host, settings, secrets, raw))
-    return out
+
+def _token(channel: str, secrets: Secrets, env: str, what: str) -> str:
+    """The secret in ``$env``; unset is a ConfigError saying to put ``what`` there."""
+    from geode.errors import ConfigError
+
+    token = secrets.get(env)
+    if not token:
+        raise ConfigError(
+            f"[channels.{channel}] is configured but ${env} is not set: put {what} in the "
+            "environment or $GEODE_HOME/.env."
+        )
+    return token
+
+
+def _telegram_connector(
+    host: TurnHost, settings: Settings, secrets: Secrets, raw: dict[str, object]
+) -> BaseConnector:
+    from bots.telegram import TelegramConnector, TelegramOptions
+
+    opts = _options("telegram", TelegramOptions, raw)
+    token = _token("telegram", secrets, opts.token_env, "the token from @BotFather")
+    return TelegramConnector(
+        host=host, token=token, bindings=settings.bindings, options=opts,
+        webhook_secret=secrets.get(opts.webhook_secret_env),
+    )
 
 
 def _slack_connector(
     host: TurnHost, settings: Settings, secrets: Secrets, raw: dict[str, object]
 ) -> BaseConnector:
-    from pydantic import ValidationError
-
     from bots.slack import SlackConnector, SlackOptions
-    from geode.errors import ConfigError
 
-    try:
-        opts = SlackOptions.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(f"invalid [channels.slack]: {exc}") from exc
-    token = secrets.get(opts.bot_token_env)
-    if not token:
-        raise ConfigError(
-            f"[channels.slack] is configured but ${opts.bot_token_env} is not set: put the Bot "
-            "User OAuth Token (xoxb-…) in the environment or $GEODE_HOME/.env."
-        )
+    opts = _options("slack", SlackOptions, raw)
+    token = _token("slack", secrets, opts.bot_token_env,
+                   "the Bot User OAuth Token (xoxb-…)")
     return SlackConnector(
         host=host, bot_token=token, app_token=secrets.get(opts.app_token_env),
         signing_secret=secrets.get(opts.signing_secret_env), bindings=settings.bindings,
@@ -103,20 +112,9 @@ def _slack_connector(
 def _discord_connector(
     host: TurnHost, settings: Settings, secrets: Secrets, raw: dict[str, object]
 ) -> BaseConnector:
-    from pydantic import ValidationError
-
     from bots.discord import DiscordConnector, DiscordOptions
-    from geode.errors import ConfigError
 
-    try:
-        opts = DiscordOptions.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(f"invalid [channels.discord]: {exc}") from exc
-    token = secrets.get(opts.token_env)
-    if not token:
-        raise ConfigError(
-            f"[channels.discord] is configured but ${opts.token_env} is not set: put the bot "
-            "token (Developer Portal -> Bot -> Reset Token) in the environment or "
-            "$GEODE_HOME/.env."
-        )
+    opts = _options("discord", DiscordOptions, raw)
+    token = _token("discord", secrets, opts.token_env,
+                   "the bot token (Developer Portal -> Bot -> Reset Token)")
     return DiscordConnector(host=host, token=token, bindings=settings.bindings, options=opts)

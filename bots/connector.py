@@ -14,11 +14,12 @@ layer's retry and fallback logic only sees those.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
@@ -26,6 +27,7 @@ import structlog
 
 from bots.events import InboundEvent, ReplyTarget
 from bots.format import TELEGRAM_LIMIT, Chunk
+from bots.leases import Lease
 from geode.settings import BindingSettings
 
 if TYPE_CHECKING:
@@ -99,6 +101,7 @@ class BaseConnector(ABC):
         host: the daemon (runs turns under its lanes; owns the store).
         bindings: the configured ``[[bindings]]`` (stored ones are added by the layer).
         options: layer behaviour (progress cadence, catch-up age, ...).
+        fault: test seam, called at named points of the pipeline.
     """
 
     platform: ClassVar[str]
@@ -111,6 +114,7 @@ class BaseConnector(ABC):
         host: TurnHost,
         bindings: Sequence[BindingSettings] = (),
         options: LayerOptions | None = None,
+        fault: Callable[[str], None] | None = None,
     ) -> None:
         from bots.layer import LayerOptions
 
@@ -122,7 +126,11 @@ class BaseConnector(ABC):
         self.workspace = ""
         self.layer: ChannelLayer | None = None
         #: test seam: called with a pipeline point name (a test raises there = a crash)
-        self.fault: Callable[[str], None] | None = None
+        self.fault: Callable[[str], None] | None = fault
+        #: the store lease whose holder processes (set by the subclass in :meth:`connect`)
+        self.lease: Lease | None = None
+        #: True while another replica holds :attr:`lease` and this one waits
+        self.standby = False
         self._ready = False
 
     # -- lifecycle (the daemon's Connector protocol) ----------------------------------------
@@ -160,6 +168,75 @@ class BaseConnector(ABC):
         """Record events durably (and move ``cursor``) before the caller acknowledges them."""
         assert self.layer is not None
         return await self.layer.submit(events, cursor=cursor)
+
+    # -- processing lease (shared by the platforms' supervisors) ----------------------------
+
+    def start_supervisor(
+        self, *, lease_name: str, ttl_s: float, work: Callable[[], Awaitable[None]] | None = None
+    ) -> asyncio.Task[None]:
+        """Create :attr:`lease` (store lease ``lease_name``) and run :meth:`supervise` on it."""
+        assert self.layer is not None
+        self.lease = Lease(store=self.layer.store, name=lease_name, owner=self.owner, ttl_s=ttl_s)
+        return asyncio.create_task(self.supervise(period=max(0.05, ttl_s / 3), work=work),
+                                   name=f"{self.platform}-main")
+
+    async def supervise(
+        self, *, period: float, work: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Hold :attr:`lease` (or wait as a standby for it); while held, process.
+
+        Processing is the layer's pump plus ``work`` (e.g. Telegram's ``getUpdates`` loop),
+        run in one task while the lease is renewed every ``period`` seconds. Losing the
+        lease cancels that task and stops processing: only the holder may answer. A
+        failure stops processing too, and it starts again after ``period``.
+        """
+        assert self.lease is not None and self.layer is not None
+        while True:
+            if not await self.lease.try_acquire():
+                if not self.standby:
+                    log.info("connector.standby", platform=self.platform,
+                             holder=await self.lease.holder())
+                self.standby = True
+                await asyncio.sleep(period)
+                continue
+            self.standby = False
+            log.info("connector.lease_acquired", platform=self.platform,
+                     workspace=self.workspace)
+            task = asyncio.create_task(self._process(work), name=f"{self.platform}-processing")
+            try:
+                while not task.done():
+                    await asyncio.wait({task}, timeout=period)
+                    if task.done():
+                        break
+                    # renewed well before expiry (period is a third of the TTL)
+                    if not await self.lease.try_acquire():
+                        log.warning("connector.lease_lost", platform=self.platform,
+                                    workspace=self.workspace)
+                        break
+            finally:
+                failed = task.done() and not task.cancelled() and task.exception() is not None
+                await reap(task)
+                await self.layer.stop_processing()
+            if failed:
+                log.error("connector.processing_failed", platform=self.platform,
+                          error=repr(task.exception()))
+                await asyncio.sleep(period)
+
+    async def _process(self, work: Callable[[], Awaitable[None]] | None) -> None:
+        assert self.layer is not None
+        await self.layer.start_processing()
+        if work is not None:
+            await work()
+        else:
+            await asyncio.Event().wait()  # the pump runs in the layer until cancelled
+
+    async def release_processing(self) -> None:
+        """Stop processing and give the lease up (``disconnect``; never raises on release)."""
+        if self.layer is not None:
+            await self.layer.stop_processing()
+        if self.lease is not None and self.lease.held:
+            with contextlib.suppress(Exception):
+                await self.lease.release()
 
     # -- platform I/O -------------------------------------------------------------------------
 

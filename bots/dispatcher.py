@@ -4,7 +4,8 @@ Order (each step either calls ``next`` or ends the event with a recorded decisio
 
 1. **dedupe** — claim the recorded event (``received`` -> ``processing``); a second claimer
    (replica, restart race) loses. Claiming first means every later decision is recorded
-   exactly once.
+   exactly once. The layer's pump claims whole batches in one transaction
+   (:meth:`~bots.inbound.InboundLog.claim_batch`); an event it hands over is claimed already.
 2. **self-ignore** — the bot's own messages (and other bots unless the binding allows).
 3. **binding** — exact channel match, else ignored (debug log).
 4. **mention gate** — addressed = mention / reply to the bot / DM / command, or any message

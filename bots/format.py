@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
@@ -26,6 +26,7 @@ __all__ = [
     "chunk_fenced_markdown",
     "chunk_markdown",
     "markdown_to_telegram_html",
+    "pack_blocks",
     "utf16_len",
 ]
 
@@ -221,22 +222,35 @@ def chunk_markdown(markdown: str, *, limit: int = TELEGRAM_LIMIT) -> list[Chunk]
     if not blocks:
         text = markdown.strip() or "(empty answer)"
         return [Chunk(html=_esc(text[:limit // 6]), plain=text[:limit])]
+    chunks = pack_blocks([Chunk(html=b.html, plain=b.plain) for b in blocks], limit=limit,
+                         length=utf16_len)
+    return [c for c in chunks if c.html.strip() or c.plain.strip()]
+
+
+def pack_blocks(
+    blocks: Iterable[Chunk], *, limit: int, length: Callable[[str], int] = len
+) -> list[Chunk]:
+    """Pack rendered blocks (each already within ``limit``) into chunks, blank line between.
+
+    A chunk's formatted text stays within ``limit`` units of ``length``; the plain twin is
+    joined the same way, block for block (used by Telegram HTML and Slack mrkdwn).
+    """
     chunks: list[Chunk] = []
-    cur_h: list[str] = []
+    cur_f: list[str] = []
     cur_p: list[str] = []
     size = 0
     for b in blocks:
-        n = utf16_len(b.html) + (2 if cur_h else 0)
-        if cur_h and size + n > limit:
-            chunks.append(Chunk(html="\n\n".join(cur_h), plain="\n\n".join(cur_p)))
-            cur_h, cur_p, size = [], [], 0
-            n = utf16_len(b.html)
-        cur_h.append(b.html)
+        n = length(b.html) + (2 if cur_f else 0)
+        if cur_f and size + n > limit:
+            chunks.append(Chunk(html="\n\n".join(cur_f), plain="\n\n".join(cur_p)))
+            cur_f, cur_p, size = [], [], 0
+            n = length(b.html)
+        cur_f.append(b.html)
         cur_p.append(b.plain)
         size += n
-    if cur_h:
-        chunks.append(Chunk(html="\n\n".join(cur_h), plain="\n\n".join(cur_p)))
-    return [c for c in chunks if c.html.strip() or c.plain.strip()]
+    if cur_f:
+        chunks.append(Chunk(html="\n\n".join(cur_f), plain="\n\n".join(cur_p)))
+    return chunks
 
 
 # -- Markdown kept as Markdown (Discord): by lines, code fences balanced per chunk -----------------

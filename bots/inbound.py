@@ -27,6 +27,7 @@ from bots.events import InboundEvent
 from geode.store.models import utcnow
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
     from sqlalchemy.ext.asyncio import AsyncConnection
 
     from geode.store import Store
@@ -60,6 +61,15 @@ def _insert_ignore(store: Store, table: Any, keys: list[str]) -> Any:
     return sqlite.insert(table).on_conflict_do_nothing(index_elements=keys)
 
 
+def _cursor_upsert(store: Store, name: str, value: str) -> tuple[Any, Any]:
+    """The two statements that upsert a cursor (portable: insert-ignore, then update)."""
+    now = utcnow()
+    return (
+        _insert_ignore(store, _C, ["name"]).values(name=name, value=value, updated_at=now),
+        update(_C).where(_C.c.name == name).values(value=value, updated_at=now),
+    )
+
+
 class Cursors:
     """Named durable read positions (``channel_cursors``)."""
 
@@ -67,23 +77,24 @@ class Cursors:
         self._store = store
 
     async def get(self, name: str) -> str | None:
-        async with self._store.read() as conn:
-            row = (await conn.execute(select(_C.c.value).where(_C.c.name == name))).first()
+        query = select(_C.c.value).where(_C.c.name == name)
+        row = await self._store.run_read(lambda conn: conn.execute(query).first())
         return None if row is None else str(row.value)
 
     async def put(self, conn: AsyncConnection, name: str, value: str) -> None:
-        """Upsert inside the caller's transaction."""
-        stmt = _insert_ignore(self._store, _C, ["name"]).values(
-            name=name, value=value, updated_at=utcnow()
-        )
-        await conn.execute(stmt)
-        await conn.execute(
-            update(_C).where(_C.c.name == name).values(value=value, updated_at=utcnow())
-        )
+        """Upsert inside the caller's (async) transaction."""
+        for stmt in _cursor_upsert(self._store, name, value):
+            await conn.execute(stmt)
 
 
 class InboundLog:
-    """The ``channel_events`` table."""
+    """The ``channel_events`` table.
+
+    Every method is one transaction in one hop to the store's worker threads
+    (:meth:`Store.run_write` / :meth:`Store.run_read`, SQLAlchemy Core on a sync
+    connection): aiosqlite would hop once per statement, and the writer lock is held for
+    the whole transaction, so hops inside it delay every other writer.
+    """
 
     def __init__(self, *, store: Store) -> None:
         self._store = store
@@ -101,76 +112,104 @@ class InboundLog:
         that event was recorded before). Each message is also entered in the message
         index under its thread, so replies to it resolve to the same thread.
         """
-        new_ids: list[int] = []
-        async with self._store.write() as conn:
+        store = self._store
+        insert_event = _insert_ignore(store, _E, ["dedupe_key"])
+        insert_message = _insert_ignore(store, _M, ["platform", "workspace", "channel",
+                                                    "message_id"])
+        cursor_stmts = _cursor_upsert(store, *cursor) if cursor is not None else ()
+
+        def tx(conn: Connection) -> list[int]:
+            new_ids: list[int] = []
             for event, status in events:
-                stmt = _insert_ignore(self._store, _E, ["dedupe_key"]).values(
+                now = utcnow()
+                result = conn.execute(insert_event.values(
                     dedupe_key=event.dedupe_key[:300], platform=event.platform,
                     workspace=event.workspace, channel=event.channel,
                     thread_root=event.thread_root, message_id=event.message_id,
                     sender=event.sender, payload=event.to_json(), status=status,
-                    decision="", session_id=None, owner="",
-                    created_at=utcnow(), updated_at=utcnow(),
-                )
-                result = await conn.execute(stmt)
+                    decision="", session_id=None, owner="", created_at=now, updated_at=now,
+                ))
                 if not result.rowcount:
                     log.debug("inbound.duplicate", key=event.dedupe_key)
                     continue
-                row = (
-                    await conn.execute(select(_E.c.id).where(_E.c.dedupe_key == event.dedupe_key))
-                ).first()
-                assert row is not None
-                new_ids.append(int(row.id))
+                new_ids.append(int(conn.execute(
+                    select(_E.c.id).where(_E.c.dedupe_key == event.dedupe_key[:300])
+                ).scalar_one()))
                 if event.message_id and not event.is_edit:
-                    await conn.execute(
-                        _insert_ignore(
-                            self._store, _M, ["platform", "workspace", "channel", "message_id"]
-                        ).values(
-                            platform=event.platform, workspace=event.workspace,
-                            channel=event.channel, message_id=event.message_id,
-                            thread_root=event.thread_root, from_bot=False, created_at=utcnow(),
-                        )
-                    )
-            if cursor is not None:
-                await self.cursors.put(conn, *cursor)
-        return new_ids
+                    conn.execute(insert_message.values(
+                        platform=event.platform, workspace=event.workspace,
+                        channel=event.channel, message_id=event.message_id,
+                        thread_root=event.thread_root, from_bot=False, created_at=now,
+                    ))
+            for stmt in cursor_stmts:
+                conn.execute(stmt)
+            return new_ids
+
+        return await store.run_write(tx)
 
     async def received(
         self, platform: str, workspace: str, *, limit: int = 100
     ) -> list[StoredEvent]:
         """Recorded events nobody looked at yet, oldest first."""
-        async with self._store.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(_E).where(
-                        _E.c.platform == platform, _E.c.workspace == workspace,
-                        _E.c.status == "received",
-                    ).order_by(_E.c.id).limit(limit)
-                )
-            ).all()
+        query = select(_E).where(
+            _E.c.platform == platform, _E.c.workspace == workspace, _E.c.status == "received",
+        ).order_by(_E.c.id).limit(limit)
+        rows = await self._store.run_read(lambda conn: conn.execute(query).all())
         return [_stored(r) for r in rows]
+
+    async def claim_batch(
+        self, platform: str, workspace: str, *, owner: str, limit: int = 100
+    ) -> list[StoredEvent]:
+        """Claim (received -> processing) up to ``limit`` recorded events, oldest first.
+
+        The pump's form of the dedupe step: one transaction claims a whole batch, and only
+        the rows this call moved are returned (a concurrent claimer gets the others), so
+        every later decision on them is recorded exactly once.
+        """
+
+        def tx(conn: Connection) -> list[Any]:
+            ids = conn.execute(
+                select(_E.c.id).where(
+                    _E.c.platform == platform, _E.c.workspace == workspace,
+                    _E.c.status == "received",
+                ).order_by(_E.c.id).limit(limit)
+            ).scalars().all()
+            if not ids:
+                return []
+            claimed = conn.execute(
+                update(_E).where(_E.c.id.in_(ids), _E.c.status == "received")
+                .values(status="processing", owner=owner, updated_at=utcnow())
+                .returning(_E.c.id)
+            ).scalars().all()
+            if not claimed:
+                return []
+            return list(conn.execute(select(_E).where(_E.c.id.in_(claimed))
+                                     .order_by(_E.c.id)).all())
+
+        return [_stored(r) for r in await self._store.run_write(tx)]
+
+    async def release(self, event_ids: Sequence[int]) -> None:
+        """Hand claimed, still undecided events back (processing -> received)."""
+        if not event_ids:
+            return
+        stmt = (update(_E).where(_E.c.id.in_(list(event_ids)), _E.c.status == "processing")
+                .values(status="received", owner="", updated_at=utcnow()))
+        await self._store.run_write(lambda conn: conn.execute(stmt))
 
     async def unfinished(self, platform: str, workspace: str) -> list[StoredEvent]:
         """Events claimed by a previous run that did not finish (recovery after a crash)."""
-        async with self._store.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(_E).where(
-                        _E.c.platform == platform, _E.c.workspace == workspace,
-                        _E.c.status.in_(("processing", "running")),
-                    ).order_by(_E.c.id)
-                )
-            ).all()
+        query = select(_E).where(
+            _E.c.platform == platform, _E.c.workspace == workspace,
+            _E.c.status.in_(("processing", "running")),
+        ).order_by(_E.c.id)
+        rows = await self._store.run_read(lambda conn: conn.execute(query).all())
         return [_stored(r) for r in rows]
 
     async def claim(self, event_id: int, *, owner: str) -> bool:
         """received -> processing; False if somebody else claimed it (the dedupe step)."""
-        async with self._store.write() as conn:
-            result = await conn.execute(
-                update(_E).where(_E.c.id == event_id, _E.c.status == "received")
-                .values(status="processing", owner=owner, updated_at=utcnow())
-            )
-        return bool(result.rowcount)
+        stmt = (update(_E).where(_E.c.id == event_id, _E.c.status == "received")
+                .values(status="processing", owner=owner, updated_at=utcnow()))
+        return await self._store.run_write(lambda conn: bool(conn.execute(stmt).rowcount))
 
     async def set_status(
         self, event_id: int, status: str, *, decision: str | None = None,
@@ -181,26 +220,22 @@ class InboundLog:
             values["decision"] = decision[:64]
         if session_id is not None:
             values["session_id"] = session_id
-        async with self._store.write() as conn:
-            await conn.execute(update(_E).where(_E.c.id == event_id).values(**values))
+        stmt = update(_E).where(_E.c.id == event_id).values(**values)
+        await self._store.run_write(lambda conn: conn.execute(stmt))
 
     async def get(self, event_id: int) -> StoredEvent | None:
-        async with self._store.read() as conn:
-            row = (await conn.execute(select(_E).where(_E.c.id == event_id))).first()
+        query = select(_E).where(_E.c.id == event_id)
+        row = await self._store.run_read(lambda conn: conn.execute(query).first())
         return None if row is None else _stored(row)
 
     async def thread_history(
         self, event: InboundEvent, *, before_id: int, limit: int = 50
     ) -> list[InboundEvent]:
         """Earlier recorded messages of the event's thread (oldest first)."""
-        async with self._store.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(_E.c.payload).where(
-                        _E.c.platform == event.platform, _E.c.workspace == event.workspace,
-                        _E.c.channel == event.channel, _E.c.thread_root == event.thread_root,
-                        _E.c.id < before_id,
-                    ).order_by(_E.c.id.desc()).limit(limit)
-                )
-            ).all()
+        query = select(_E.c.payload).where(
+            _E.c.platform == event.platform, _E.c.workspace == event.workspace,
+            _E.c.channel == event.channel, _E.c.thread_root == event.thread_root,
+            _E.c.id < before_id,
+        ).order_by(_E.c.id.desc()).limit(limit)
+        rows = await self._store.run_read(lambda conn: conn.execute(query).all())
         return [InboundEvent.from_json(dict(r.payload)) for r in reversed(rows)]

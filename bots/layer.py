@@ -3,8 +3,9 @@
 It owns the store-backed parts (inbound log, outbox, threads, message index, pairing,
 bindings), the dispatcher and the per-thread processor, and the two loops:
 
-* the **pump** takes recorded events in id order and dispatches them (cheap checks run
-  inline, in order; turns go to the per-thread processor, commands run at once);
+* the **pump** claims recorded events in id order and dispatches them: the events of one
+  thread in order, different threads concurrently (cheap checks run inline; turns go to
+  the per-thread processor, commands run at once);
 * **recovery** (at :meth:`start_processing`) finishes what a previous run left: events
   claimed but not decided are dispatched again, accepted turns are resumed or delivered,
   ready outbox rows are sent.
@@ -23,14 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 from pydantic import BaseModel, ConfigDict
+from sqlalchemy.exc import IntegrityError
 
 from bots.bindings import BindingTable, StoredBindings
 from bots.commands import ActiveTurn, run_command
 from bots.connector import reap
 from bots.dispatcher import BaseEventProcessor, Dispatch, Dispatcher, ThreadOrderedProcessor
 from bots.events import InboundEvent
-from bots.inbound import InboundLog
-from bots.outbound import Deliverer, Outbox
+from bots.inbound import InboundLog, StoredEvent
+from bots.outbound import Deliverer, Outbox, OutboxRow
 from bots.senders import PairingStore, SenderPolicy
 from bots.sessions import MessageIndex, ThreadSessions
 from bots.turns import TurnRunner
@@ -38,6 +40,8 @@ from geode.redact import redact_text
 from geode.settings import BindingSettings
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
     from bots.connector import BaseConnector, TurnHost
     from geode.store import Store
 
@@ -99,6 +103,7 @@ class ChannelLayer:
         self._wake = asyncio.Event()
         self._pump_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._pairing_lock = asyncio.Lock()
         self.processing = False
 
     # -- intake -----------------------------------------------------------------------------
@@ -155,13 +160,42 @@ class ChannelLayer:
                 await asyncio.sleep(self.options.pump_interval_s)
 
     async def pump_once(self) -> None:
+        """Claim recorded events in batches and dispatch them until none are left.
+
+        Per-thread order: the events of one thread are dispatched one after another in id
+        order, and a batch is finished before the next is claimed; different threads are
+        dispatched concurrently (each dispatch waits on the store, so strictly serial
+        dispatch made the 50th message of a burst wait for 49 others' transactions).
+        """
         c = self.connector
         while True:
-            batch = await self.inbound.received(c.platform, c.workspace, limit=100)
+            batch = await self.inbound.claim_batch(c.platform, c.workspace, owner=self.owner,
+                                                   limit=100)
             if not batch:
                 return
+            chains: dict[str, list[StoredEvent]] = {}
             for stored in batch:
+                chains.setdefault(stored.event.thread_key, []).append(stored)
+            results = await asyncio.gather(*(self._dispatch_chain(ch)
+                                             for ch in chains.values()),
+                                           return_exceptions=True)
+            failed = [r for r in results if isinstance(r, BaseException)]
+            for r in failed:
+                if isinstance(r, asyncio.CancelledError):
+                    raise r
+            if failed:
+                raise failed[0]
+
+    async def _dispatch_chain(self, chain: list[StoredEvent]) -> None:
+        for i, stored in enumerate(chain):
+            try:
                 await self.dispatcher.dispatch(stored)
+            except Exception:
+                # As before batching: the failed event stays claimed (recovery decides it
+                # again at the next start); the thread's later events go back to
+                # ``received`` undecided, for the next pump.
+                await self.inbound.release([s.id for s in chain[i + 1:]])
+                raise
 
     async def recover(self) -> None:
         c = self.connector
@@ -216,7 +250,10 @@ class ChannelLayer:
         # The code and its message (outbox row + event done) commit in ONE transaction: a
         # crash can never leave a code issued whose message was not queued (the sender
         # would then get nothing for an hour).
-        async with self.store.write() as conn:
+        # Threads are dispatched concurrently: one sender writing in two threads at once
+        # must still get one code (the pending-code check and the insert are not atomic
+        # across transactions on PostgreSQL).
+        async with self._pairing_lock, self.store.write() as conn:
             text = await self.senders.pairing_text(d.event, conn=conn)
             if text is not None:
                 queued = await self.notice(d, text, decision="pairing", conn=conn)
@@ -234,12 +271,20 @@ class ChannelLayer:
         if d.command is not None:
             self._spawn(self._command(d, d.command, d.binding))
             return
-        thread = d.thread or await self.threads.engage(ev)
-        row = await self.outbox.open_turn(
-            event_id=d.stored.id, session_id=thread.session_id, turn_key=f"ev{d.stored.id}",
-            platform=ev.platform, workspace=ev.workspace, target=ev.target(),
-        )
-        if row is None:
+        known = d.thread
+
+        def accept(conn: Connection) -> OutboxRow:
+            # Engage the thread and accept the turn in ONE transaction (one writer-lock hold).
+            thread = known or self.threads.engage_in(conn, ev)
+            return self.outbox.open_turn_in(
+                conn, event_id=d.stored.id, session_id=thread.session_id,
+                turn_key=f"ev{d.stored.id}", platform=ev.platform, workspace=ev.workspace,
+                target=ev.target(),
+            )
+
+        try:
+            row = await self.store.run_write(accept)
+        except IntegrityError:
             return  # accepted before; recovery owns it
         self.fault("turn_accepted")
         active = self.active.get(ev.thread_key)

@@ -18,6 +18,8 @@ from bots.inbound import _insert_ignore
 from geode.store.models import utcnow
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
     from geode.store import Store
 
 __all__ = ["Lease"]
@@ -42,31 +44,29 @@ class Lease:
     async def try_acquire(self) -> bool:
         """Take or renew the lease; False while another live owner holds it."""
         now = _now_ms()
-        async with self._store.write() as conn:
-            await conn.execute(
-                _insert_ignore(self._store, _L, ["name"]).values(
-                    name=self.name, owner="", expires_at=0, updated_at=utcnow()
-                )
-            )
-            # Compare-and-set: ours already, or expired. Integer ms compare exactly.
-            result = await conn.execute(
-                update(_L).where(
-                    _L.c.name == self.name,
-                    (_L.c.owner == self.owner) | (_L.c.expires_at < now),
-                ).values(owner=self.owner, expires_at=now + self.ttl_ms, updated_at=utcnow())
-            )
-        self.held = bool(result.rowcount)
+        seed = _insert_ignore(self._store, _L, ["name"]).values(
+            name=self.name, owner="", expires_at=0, updated_at=utcnow()
+        )
+        # Compare-and-set: ours already, or expired. Integer ms compare exactly.
+        take = update(_L).where(
+            _L.c.name == self.name,
+            (_L.c.owner == self.owner) | (_L.c.expires_at < now),
+        ).values(owner=self.owner, expires_at=now + self.ttl_ms, updated_at=utcnow())
+
+        def tx(conn: Connection) -> bool:
+            conn.execute(seed)
+            return bool(conn.execute(take).rowcount)
+
+        self.held = await self._store.run_write(tx)
         return self.held
 
     async def release(self) -> None:
-        async with self._store.write() as conn:
-            await conn.execute(
-                update(_L).where(_L.c.name == self.name, _L.c.owner == self.owner)
-                .values(expires_at=0, updated_at=utcnow())
-            )
+        stmt = (update(_L).where(_L.c.name == self.name, _L.c.owner == self.owner)
+                .values(expires_at=0, updated_at=utcnow()))
+        await self._store.run_write(lambda conn: conn.execute(stmt))
         self.held = False
 
     async def holder(self) -> tuple[str, int] | None:
-        async with self._store.read() as conn:
-            row = (await conn.execute(select(_L).where(_L.c.name == self.name))).first()
+        query = select(_L).where(_L.c.name == self.name)
+        row = await self._store.run_read(lambda conn: conn.execute(query).first())
         return None if row is None else (str(row.owner), int(row.expires_at))

@@ -16,6 +16,7 @@ marked ``sending`` before the single send; a crash inside that window leaves the
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ from bots.sessions import MessageIndex
 from geode.store.models import utcnow
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
     from sqlalchemy.ext.asyncio import AsyncConnection
 
     from geode.store import Store
@@ -75,26 +77,63 @@ def _row(r: Any) -> OutboxRow:
     )
 
 
+def _chunks_json(chunks: list[Chunk]) -> list[dict[str, str]]:
+    return [{"html": c.html, "plain": c.plain} for c in chunks]
+
+
 class Outbox:
-    """The ``channel_outbox`` table."""
+    """The ``channel_outbox`` table.
+
+    Each method is one transaction in one hop to the store's worker threads
+    (:meth:`Store.run_write` / :meth:`Store.run_read`, SQLAlchemy Core on a sync
+    connection); the ``*_in`` forms run inside a caller's sync transaction.
+    """
 
     def __init__(self, *, store: Store) -> None:
         self._store = store
 
-    async def _insert(
-        self, conn: AsyncConnection, *, session_key: str, turn_key: str, event_id: int | None,
-        kind: str, platform: str, workspace: str, target: ReplyTarget, status: str,
-        chunks: list[Chunk],
-    ) -> None:
-        await conn.execute(
-            insert(_O).values(
-                session_key=session_key, turn_key=turn_key, event_id=event_id, kind=kind,
-                platform=platform, workspace=workspace, channel=target.channel,
-                thread_root=target.thread_root, target=target.to_json(), status=status,
-                loop_turn_id="", progress_message_id=None, progress_state="",
-                message_ids=[], chunks=[{"html": c.html, "plain": c.plain} for c in chunks],
-                edited=0, attempts=0, error="", created_at=utcnow(), updated_at=utcnow(),
+    @staticmethod
+    def _insert_stmt(
+        *, session_key: str, turn_key: str, event_id: int | None, kind: str, platform: str,
+        workspace: str, target: ReplyTarget, status: str, chunks: list[Chunk],
+    ) -> Any:
+        now = utcnow()
+        return insert(_O).values(
+            session_key=session_key, turn_key=turn_key, event_id=event_id, kind=kind,
+            platform=platform, workspace=workspace, channel=target.channel,
+            thread_root=target.thread_root, target=target.to_json(), status=status,
+            loop_turn_id="", progress_message_id=None, progress_state="",
+            message_ids=[], chunks=_chunks_json(chunks),
+            edited=0, attempts=0, error="", created_at=now, updated_at=now,
+        )
+
+    def open_turn_in(
+        self, conn: Connection, *, event_id: int, session_id: str, turn_key: str,
+        platform: str, workspace: str, target: ReplyTarget,
+    ) -> OutboxRow:
+        """Accept a turn inside the caller's write transaction: its ``pending`` outbox row
+        and the event's ``running`` status.
+
+        Raises:
+            IntegrityError: the row existed already; the caller's transaction is void.
+        """
+        result = conn.execute(self._insert_stmt(
+            session_key=session_id, turn_key=turn_key, event_id=event_id, kind="turn",
+            platform=platform, workspace=workspace, target=target, status="pending",
+            chunks=[],
+        ))
+        conn.execute(
+            update(_E).where(_E.c.id == event_id).values(
+                status="running", decision="turn", session_id=session_id, updated_at=utcnow(),
             )
+        )
+        pk = result.inserted_primary_key
+        assert pk is not None
+        return OutboxRow(
+            id=int(pk[0]), session_key=session_id, turn_key=turn_key,
+            event_id=event_id, kind="turn", platform=platform, workspace=workspace,
+            target=target, status="pending", loop_turn_id="", progress_message_id=None,
+            progress_state="", message_ids=[], chunks=[], edited=0, attempts=0,
         )
 
     async def open_turn(
@@ -106,21 +145,11 @@ class Outbox:
         Returns None if the row existed already (the turn was accepted before a restart).
         """
         try:
-            async with self._store.write() as conn:
-                await self._insert(
-                    conn, session_key=session_id, turn_key=turn_key, event_id=event_id,
-                    kind="turn", platform=platform, workspace=workspace, target=target,
-                    status="pending", chunks=[],
-                )
-                await conn.execute(
-                    update(_E).where(_E.c.id == event_id).values(
-                        status="running", decision="turn", session_id=session_id,
-                        updated_at=utcnow(),
-                    )
-                )
+            return await self._store.run_write(lambda conn: self.open_turn_in(
+                conn, event_id=event_id, session_id=session_id, turn_key=turn_key,
+                platform=platform, workspace=workspace, target=target))
         except IntegrityError:
             return None
-        return await self.get(session_id, turn_key)
 
     async def add_notice(
         self, *, session_key: str, turn_key: str, event_id: int | None, platform: str,
@@ -128,86 +157,103 @@ class Outbox:
         decision: str = "", conn: AsyncConnection | None = None,
     ) -> bool:
         """Queue a notice (and finish its event) atomically; False if it was queued before."""
+        stmts = [self._insert_stmt(
+            session_key=session_key, turn_key=turn_key, event_id=event_id, kind="notice",
+            platform=platform, workspace=workspace, target=target, status="ready",
+            chunks=chunks,
+        )]
+        if event_id is not None:
+            stmts.append(update(_E).where(_E.c.id == event_id).values(
+                status=event_status, decision=decision[:64], updated_at=utcnow()))
 
-        async def write(c: AsyncConnection) -> None:
-            await self._insert(
-                c, session_key=session_key, turn_key=turn_key, event_id=event_id,
-                kind="notice", platform=platform, workspace=workspace, target=target,
-                status="ready", chunks=chunks,
-            )
-            if event_id is not None:
-                await c.execute(
-                    update(_E).where(_E.c.id == event_id).values(
-                        status=event_status, decision=decision[:64], updated_at=utcnow()
-                    )
-                )
+        def tx(c: Connection) -> None:
+            for stmt in stmts:
+                c.execute(stmt)
 
         try:
             if conn is not None:
                 # Inside the caller's transaction: a duplicate must fail that whole
                 # transaction, so no savepoint here.
-                await write(conn)
+                for stmt in stmts:
+                    await conn.execute(stmt)
             else:
-                async with self._store.write() as c:
-                    await write(c)
+                await self._store.run_write(tx)
         except IntegrityError:
             return False
         return True
 
-    async def get(self, session_key: str, turn_key: str) -> OutboxRow | None:
-        async with self._store.read() as conn:
-            r = (
-                await conn.execute(
-                    select(_O).where(_O.c.session_key == session_key, _O.c.turn_key == turn_key)
-                )
-            ).first()
+    async def _one(self, query: Any) -> OutboxRow | None:
+        r = await self._store.run_read(lambda conn: conn.execute(query).first())
         return None if r is None else _row(r)
+
+    async def get(self, session_key: str, turn_key: str) -> OutboxRow | None:
+        return await self._one(
+            select(_O).where(_O.c.session_key == session_key, _O.c.turn_key == turn_key))
 
     async def by_id(self, row_id: int) -> OutboxRow:
-        async with self._store.read() as conn:
-            r = (await conn.execute(select(_O).where(_O.c.id == row_id))).first()
-        assert r is not None
-        return _row(r)
+        row = await self._one(select(_O).where(_O.c.id == row_id))
+        assert row is not None
+        return row
 
     async def for_event(self, event_id: int) -> OutboxRow | None:
-        async with self._store.read() as conn:
-            r = (await conn.execute(select(_O).where(_O.c.event_id == event_id))).first()
-        return None if r is None else _row(r)
+        return await self._one(select(_O).where(_O.c.event_id == event_id))
 
     async def open_rows(self, platform: str, workspace: str) -> list[OutboxRow]:
         """Rows not finished: ready to deliver, notices caught mid-send."""
-        async with self._store.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(_O).where(
-                        _O.c.platform == platform, _O.c.workspace == workspace,
-                        _O.c.status.in_(("ready", "sending")),
-                    ).order_by(_O.c.id)
-                )
-            ).all()
+        query = select(_O).where(
+            _O.c.platform == platform, _O.c.workspace == workspace,
+            _O.c.status.in_(("ready", "sending")),
+        ).order_by(_O.c.id)
+        rows = await self._store.run_read(lambda conn: conn.execute(query).all())
         return [_row(r) for r in rows]
 
-    async def update(self, row_id: int, **values: Any) -> None:
+    @staticmethod
+    def _update_stmt(row_id: int, values: dict[str, Any]) -> Any:
         if "chunks" in values:
-            values["chunks"] = [{"html": c.html, "plain": c.plain} for c in values["chunks"]]
+            values["chunks"] = _chunks_json(values["chunks"])
         values["updated_at"] = utcnow()
-        async with self._store.write() as conn:
-            await conn.execute(update(_O).where(_O.c.id == row_id).values(**values))
+        return update(_O).where(_O.c.id == row_id).values(**values)
 
-    async def finish(self, row: OutboxRow, *, status: str, error: str = "") -> None:
-        """Mark the row (and its event) finished, in one transaction."""
-        async with self._store.write() as conn:
-            await conn.execute(
-                update(_O).where(_O.c.id == row.id).values(
-                    status=status, error=error[:2000], updated_at=utcnow()
-                )
-            )
-            if row.event_id is not None and row.kind == "turn":
-                await conn.execute(
-                    update(_E).where(_E.c.id == row.event_id).values(
-                        status="done" if status == "sent" else "failed", updated_at=utcnow()
-                    )
-                )
+    async def update(self, row_id: int, **values: Any) -> None:
+        stmt = self._update_stmt(row_id, values)
+        await self._store.run_write(lambda conn: conn.execute(stmt))
+
+    async def update_row(self, row_id: int, **values: Any) -> OutboxRow:
+        """:meth:`update`, returning the row as committed (one transaction)."""
+        stmt = self._update_stmt(row_id, values)
+
+        def tx(conn: Connection) -> Any:
+            conn.execute(stmt)
+            return conn.execute(select(_O).where(_O.c.id == row_id)).first()
+
+        return _row(await self._store.run_write(tx))
+
+    async def finish(
+        self, row: OutboxRow, *, status: str, error: str = "",
+        values: dict[str, Any] | None = None,
+        also: Callable[[Connection], None] | None = None,
+    ) -> OutboxRow:
+        """Mark the row (and its event) finished, in one transaction; returns the row.
+
+        ``values`` are more columns to set in the same update (the delivered message ids);
+        ``also`` runs inside the same transaction (the message index entries).
+        """
+        stmt = self._update_stmt(row.id, {**(values or {}), "status": status,
+                                          "error": error[:2000]})
+        event_stmt = None
+        if row.event_id is not None and row.kind == "turn":
+            event_stmt = update(_E).where(_E.c.id == row.event_id).values(
+                status="done" if status == "sent" else "failed", updated_at=utcnow())
+
+        def tx(conn: Connection) -> Any:
+            conn.execute(stmt)
+            if event_stmt is not None:
+                conn.execute(event_stmt)
+            if also is not None:
+                also(conn)
+            return conn.execute(select(_O).where(_O.c.id == row.id)).first()
+
+        return _row(await self._store.run_write(tx))
 
 
 class Deliverer:
@@ -234,9 +280,9 @@ class Deliverer:
     async def _notice(self, row: OutboxRow) -> OutboxRow:
         if row.status == "sending":
             # Crashed inside the send window: it may be visible already. Never re-send.
-            await self.outbox.finish(row, status="uncertain", error="send outcome unknown")
             log.warning("outbox.notice_uncertain", row=row.id)
-            return await self.outbox.by_id(row.id)
+            return await self.outbox.finish(row, status="uncertain",
+                                            error="send outcome unknown")
         await self.outbox.update(row.id, status="sending")
         ids: list[str] = []
         try:
@@ -244,14 +290,10 @@ class Deliverer:
                 ids.append(await self._send_chunk(row.target, chunk))
         except DeliveryError as exc:
             status = "uncertain" if exc.kind == "unknown" else "failed"
-            await self.outbox.update(row.id, message_ids=ids)
-            await self.outbox.finish(row, status=status, error=str(exc))
-            return await self.outbox.by_id(row.id)
+            return await self.outbox.finish(row, status=status, error=str(exc),
+                                            values={"message_ids": ids})
         self._fault("notice_sent_before_record")
-        await self.outbox.update(row.id, message_ids=ids)
-        await self.outbox.finish(row, status="sent")
-        await self._remember(row, ids)
-        return await self.outbox.by_id(row.id)
+        return await self._sent(row, ids)
 
     async def _send_chunk(self, target: ReplyTarget, chunk: Chunk) -> str:
         try:
@@ -284,6 +326,7 @@ class Deliverer:
         if not ids and row.progress_message_id:
             ids = [row.progress_message_id]
         attempt = 0
+        last = len(row.chunks)
         while True:
             try:
                 # Placeholders first, each recorded before the next: every final chunk is then
@@ -294,30 +337,41 @@ class Deliverer:
                     self._fault("placeholder_sent_before_record")
                     ids.append(mid)
                     await self.outbox.update(row.id, message_ids=ids)
-                edited = row.edited
-                for i in range(edited, len(row.chunks)):
+                for i in range(row.edited, len(row.chunks)):
                     held = await self._edit_chunk(row.target, ids[i], row.chunks[i])
                     self._fault("final_edited_before_record")
                     if held != ids[i]:
                         ids[i] = held
-                    await self.outbox.update(row.id, message_ids=ids, edited=i + 1)
+                    if i + 1 < len(row.chunks):
+                        # The last chunk's record is the finishing transaction below.
+                        await self.outbox.update(row.id, message_ids=ids, edited=i + 1)
                 break
             except DeliveryError as exc:
                 attempt += 1
                 if exc.kind == "fatal" or attempt >= self.max_attempts:
-                    await self.outbox.update(row.id, attempts=row.attempts + attempt)
-                    await self.outbox.finish(row, status="failed", error=str(exc))
                     log.warning("outbox.delivery_failed", row=row.id, error=str(exc))
-                    return await self.outbox.by_id(row.id)
+                    return await self.outbox.finish(
+                        row, status="failed", error=str(exc),
+                        values={"attempts": row.attempts + attempt})
                 await asyncio.sleep(min(30.0, exc.retry_after or 0.2 * 2**attempt))
                 row = await self.outbox.by_id(row.id)
                 ids = list(row.message_ids) or ids
-        await self.outbox.finish(row, status="sent")
-        await self._remember(row, ids)
-        return await self.outbox.by_id(row.id)
+        return await self._sent(row, ids, values={"edited": max(last, row.edited)})
 
-    async def _remember(self, row: OutboxRow, ids: list[str]) -> None:
-        await self.index.remember(
-            platform=row.platform, workspace=row.workspace, channel=row.target.channel,
-            message_ids=ids, thread_root=row.target.thread_root, from_bot=True,
-        )
+    async def _sent(
+        self, row: OutboxRow, ids: list[str], values: dict[str, Any] | None = None
+    ) -> OutboxRow:
+        """Record a delivered row: its message ids, ``sent``, its event ``done`` and the
+        message index entries, in ONE transaction (a crash before it re-runs the delivery,
+        which reconciles by editing the recorded messages again)."""
+
+        def remember(conn: Connection) -> None:
+            self.index.remember_in(
+                conn, platform=row.platform, workspace=row.workspace,
+                channel=row.target.channel, message_ids=ids,
+                thread_root=row.target.thread_root, from_bot=True,
+            )
+
+        return await self.outbox.finish(row, status="sent",
+                                        values={**(values or {}), "message_ids": ids},
+                                        also=remember)

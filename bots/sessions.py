@@ -15,14 +15,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import select, update
 
 from bots._tables import messages_table, threads_table
 from bots.events import InboundEvent
+from bots.inbound import _insert_ignore
 from geode.store.models import utcnow
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
     from geode.store import Store
 
 __all__ = ["MessageIndex", "ThreadSessions", "ThreadState"]
@@ -51,30 +53,29 @@ class ThreadSessions:
         self._store = store
 
     async def get(self, thread_key: str) -> ThreadState | None:
-        async with self._store.read() as conn:
-            row = (await conn.execute(select(_T).where(_T.c.thread_key == thread_key))).first()
+        query = select(_T).where(_T.c.thread_key == thread_key)
+        row = await self._store.run_read(lambda conn: conn.execute(query).first())
         return _state(row) if row is not None else None
 
     async def engage(self, event: InboundEvent) -> ThreadState:
         """The thread's state, creating it (session id = thread key) on first contact."""
-        current = await self.get(event.thread_key)
-        if current is not None:
-            return current
-        try:
-            async with self._store.write() as conn:
-                await conn.execute(
-                    insert(_T).values(
-                        thread_key=event.thread_key, platform=event.platform,
-                        workspace=event.workspace, channel=event.channel,
-                        thread_root=event.thread_root, session_id=event.thread_key,
-                        generation=0, engaged=True,
-                    )
-                )
-        except IntegrityError:
-            pass  # engaged concurrently: the existing row is the thread's
-        state = await self.get(event.thread_key)
-        assert state is not None
-        return state
+        return await self._store.run_write(lambda conn: self.engage_in(conn, event))
+
+    def engage_in(self, conn: Connection, event: InboundEvent) -> ThreadState:
+        """:meth:`engage` inside the caller's (sync) write transaction."""
+        # Insert-or-ignore, not insert + IntegrityError: a failed statement would abort the
+        # caller's whole transaction on PostgreSQL.
+        conn.execute(
+            _insert_ignore(self._store, _T, ["thread_key"]).values(
+                thread_key=event.thread_key, platform=event.platform,
+                workspace=event.workspace, channel=event.channel,
+                thread_root=event.thread_root, session_id=event.thread_key,
+                generation=0, engaged=True, created_at=utcnow(), updated_at=utcnow(),
+            )
+        )
+        row = conn.execute(select(_T).where(_T.c.thread_key == event.thread_key)).first()
+        assert row is not None
+        return _state(row)
 
     async def start_new(
         self, event: InboundEvent, *, model: str = ""
@@ -90,12 +91,10 @@ class ThreadSessions:
         parent = state.session_id if await sessions.exists(state.session_id) else None
         await sessions.ensure(new_id, mode="DAEMON", model=model, parent_session_id=parent,
                               title=f"thread {event.thread_key}")
-        async with self._store.write() as conn:
-            await conn.execute(
-                update(_T).where(_T.c.thread_key == event.thread_key,
+        stmt = (update(_T).where(_T.c.thread_key == event.thread_key,
                                  _T.c.generation == state.generation)
-                .values(session_id=new_id, generation=gen, updated_at=utcnow())
-            )
+                .values(session_id=new_id, generation=gen, updated_at=utcnow()))
+        await self._store.run_write(lambda conn: conn.execute(stmt))
         return parent, new_id
 
 
@@ -108,29 +107,33 @@ class MessageIndex:
     async def thread_of(
         self, platform: str, workspace: str, channel: str, message_id: str
     ) -> str | None:
-        async with self._store.read() as conn:
-            row = (
-                await conn.execute(
-                    select(_M.c.thread_root).where(
-                        _M.c.platform == platform, _M.c.workspace == workspace,
-                        _M.c.channel == channel, _M.c.message_id == message_id,
-                    )
-                )
-            ).first()
+        query = select(_M.c.thread_root).where(
+            _M.c.platform == platform, _M.c.workspace == workspace,
+            _M.c.channel == channel, _M.c.message_id == message_id,
+        )
+        row = await self._store.run_read(lambda conn: conn.execute(query).first())
         return None if row is None else str(row.thread_root)
 
     async def remember(
         self, *, platform: str, workspace: str, channel: str, message_ids: list[str],
         thread_root: str, from_bot: bool,
     ) -> None:
+        if not message_ids:
+            return
+        await self._store.run_write(lambda conn: self.remember_in(
+            conn, platform=platform, workspace=workspace, channel=channel,
+            message_ids=message_ids, thread_root=thread_root, from_bot=from_bot))
+
+    def remember_in(
+        self, conn: Connection, *, platform: str, workspace: str, channel: str,
+        message_ids: list[str], thread_root: str, from_bot: bool,
+    ) -> None:
+        """:meth:`remember` inside the caller's (sync) write transaction."""
+        stmt = _insert_ignore(self._store, _M, ["platform", "workspace", "channel",
+                                                "message_id"])
         for mid in message_ids:
-            try:
-                async with self._store.write() as conn:
-                    await conn.execute(
-                        insert(_M).values(
-                            platform=platform, workspace=workspace, channel=channel,
-                            message_id=mid, thread_root=thread_root, from_bot=from_bot,
-                        )
-                    )
-            except IntegrityError:
-                pass  # known already (a recovered send)
+            # A known id (a recovered send) is skipped, not an error.
+            conn.execute(stmt.values(
+                platform=platform, workspace=workspace, channel=channel, message_id=mid,
+                thread_root=thread_root, from_bot=from_bot, created_at=utcnow(),
+            ))

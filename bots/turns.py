@@ -118,9 +118,8 @@ class TurnRunner:
         """Record the final answer (redacted, chunked), then deliver it."""
         layer = self.layer
         chunks = layer.connector.render(redact_text(text))
-        await layer.outbox.update(row.id, status="ready", chunks=chunks)
+        row = await layer.outbox.update_row(row.id, status="ready", chunks=chunks)
         layer.fault("final_recorded")
-        row = await layer.outbox.by_id(row.id)
         await layer.deliverer.deliver(row)
         layer.fault("delivered")
 

@@ -49,7 +49,6 @@ from bots.discord._convert import convert_message, snowflake, snowflake_seconds
 from bots.events import InboundEvent, ReplyTarget
 from bots.format import DISCORD_LIMIT, Chunk, chunk_fenced_markdown
 from bots.layer import LayerOptions
-from bots.leases import Lease
 from geode.errors import ConfigError
 from geode.settings import BindingSettings
 
@@ -136,16 +135,13 @@ class DiscordConnector(BaseConnector):
         fault: Callable[[str], None] | None = None,
     ) -> None:
         opts = options or DiscordOptions()
-        super().__init__(host=host, bindings=bindings, options=opts)
+        super().__init__(host=host, bindings=bindings, options=opts, fault=fault)
         self.opts = opts
         self.token = token
-        self.fault = fault
         self.client: _Client | None = None
         self.bot_id = ""
         self.username = ""
         self.app_id = ""
-        self.standby = False
-        self.lease: Lease | None = None
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[Any]] = []
         self._spawned: set[asyncio.Task[Any]] = set()
@@ -224,26 +220,19 @@ class DiscordConnector(BaseConnector):
         self.app_id = str(self.client.application_id or user.id)
         self.workspace = self.bot_id
         self._wrap_parser()
-        assert self.layer is not None
-        self.lease = Lease(store=self.layer.store, name=f"discord:{self.bot_id}",
-                           owner=self.owner, ttl_s=o.lease_ttl_s)
         self._tasks = [
             asyncio.create_task(self._intake(), name="discord-intake"),
             asyncio.create_task(self._gateway(), name="discord-gateway"),
-            asyncio.create_task(self._supervise(), name="discord-main"),
+            self.start_supervisor(lease_name=f"discord:{self.bot_id}", ttl_s=o.lease_ttl_s),
         ]
 
     async def disconnect(self) -> None:
         for task in reversed(self._tasks):
             if task.get_name() != "discord-gateway":
                 await reap(task)
-        if self.layer is not None:
-            await self.layer.stop_processing()
-        for task in list(self._spawned):
+        for task in list(self._spawned):  # catch-ups: they record, they do not process
             await reap(task)
-        if self.lease is not None and self.lease.held:
-            with contextlib.suppress(Exception):
-                await self.lease.release()
+        await self.release_processing()
         for pending in list(self._inflight):  # shielded REST calls still running
             if isinstance(pending, asyncio.Task):
                 await reap(pending)
@@ -283,29 +272,6 @@ class DiscordConnector(BaseConnector):
             # discord.py closes itself on a fatal close code; a closed client cannot
             # reconnect, so a restart of the connector is the operator's call.
             await asyncio.sleep(min(60.0, 0.5 * 2 ** min(failures, 7)) * (0.5 + random.random()))
-
-    async def _supervise(self) -> None:
-        """Hold the processing lease (or wait for it), and process while it is held."""
-        assert self.lease is not None and self.layer is not None
-        period = max(0.05, self.opts.lease_ttl_s / 3)
-        while True:
-            if not await self.lease.try_acquire():
-                if not self.standby:
-                    log.info("discord.standby", holder=await self.lease.holder())
-                self.standby = True
-                await asyncio.sleep(period)
-                continue
-            self.standby = False
-            log.info("discord.lease_acquired", bot=self.bot_id)
-            await self.layer.start_processing()
-            try:
-                held = True
-                while held:
-                    await asyncio.sleep(period)
-                    held = await self.lease.try_acquire()
-                log.warning("discord.lease_lost", bot=self.bot_id)
-            finally:
-                await self.layer.stop_processing()
 
     async def _rest(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run one discord.py REST call to completion even if our caller is cancelled.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from markdown_it import MarkdownIt
 from markdown_it.tree import SyntaxTreeNode
 
-from bots.format import Chunk
+from bots.format import Chunk, pack_blocks
 
 __all__ = ["SLACK_LIMIT", "chunk_mrkdwn", "escape", "markdown_to_mrkdwn"]
 
@@ -205,20 +205,6 @@ def chunk_mrkdwn(markdown: str, *, limit: int = SLACK_LIMIT) -> list[Chunk]:
     if not blocks:
         text = escape(markdown.strip() or "(empty answer)")[:limit]
         return [Chunk(html=text, plain=text)]
-    chunks: list[Chunk] = []
-    cur_t: list[str] = []
-    cur_p: list[str] = []
-    size = 0
-    for b in blocks:
-        n = len(b.text) + (2 if cur_t else 0)
-        if cur_t and size + n > limit:
-            chunks.append(Chunk(html="\n\n".join(cur_t), plain="\n\n".join(cur_p)))
-            cur_t, cur_p, size = [], [], 0
-            n = len(b.text)
-        cur_t.append(b.text)
-        cur_p.append(b.plain)
-        size += n
-    if cur_t:
-        chunks.append(Chunk(html="\n\n".join(cur_t), plain="\n\n".join(cur_p)))
+    chunks = pack_blocks([Chunk(html=b.text, plain=b.plain) for b in blocks], limit=limit)
     return [c for c in chunks if c.html.strip()] or [Chunk(html="(empty answer)",
                                                            plain="(empty answer)")]

@@ -51,7 +51,6 @@ from bots.connector import BaseConnector, DeliveryError, TurnHost, reap
 from bots.events import InboundEvent, ReplyTarget
 from bots.format import Chunk
 from bots.layer import LayerOptions
-from bots.leases import Lease
 from bots.progress import WORKING
 from bots.slack._convert import (
     COMMAND_NAMES,
@@ -207,12 +206,11 @@ class SlackConnector(BaseConnector):
         fault: Callable[[str], None] | None = None,
     ) -> None:
         opts = options or SlackOptions()
-        super().__init__(host=host, bindings=bindings, options=opts)
+        super().__init__(host=host, bindings=bindings, options=opts, fault=fault)
         self.opts = opts
         self.bot_token = bot_token
         self.app_token = app_token
         self.signing_secret = signing_secret
-        self.fault = fault
         self.mode: Literal["socket", "http"] = (
             "socket" if app_token and opts.mode != "http" else "http")
         if opts.mode == "socket" and not app_token:
@@ -230,8 +228,6 @@ class SlackConnector(BaseConnector):
         self.bot_uid = ""
         self.bot_id = ""
         self.http_port = 0
-        self.standby = False
-        self.lease: Lease | None = None
         self._web: web.AppRunner | None = None
         self._main: asyncio.Task[None] | None = None
         #: per channel, where catch-up starts (cursors as they were before the intake ran)
@@ -277,8 +273,6 @@ class SlackConnector(BaseConnector):
         self.bot_id = str(auth.get("bot_id") or "")
         self.workspace = self.team_id
         assert self.layer is not None
-        self.lease = Lease(store=self.layer.store, name=f"slack:{self.team_id}:{self.bot_id}",
-                           owner=self.owner, ttl_s=o.lease_ttl_s)
         # Where catch-up starts, read before the intake can move any cursor.
         await self.layer.bindings.refresh(force=True)
         for b in self.bound_channels():
@@ -300,7 +294,8 @@ class SlackConnector(BaseConnector):
             await self.socket.connect_async()  # type: ignore[no-untyped-call]
         else:
             await self._start_http()
-        self._main = asyncio.create_task(self._supervise(), name="slack-main")
+        self._main = self.start_supervisor(lease_name=f"slack:{self.team_id}:{self.bot_id}",
+                                           ttl_s=o.lease_ttl_s)
 
     async def _auth_test(self) -> Any:
         """``auth.test``, its failures as configuration errors saying what to fix."""
@@ -327,42 +322,10 @@ class SlackConnector(BaseConnector):
         if self._web is not None:
             await self._web.cleanup()
             self._web = None
-        if self.layer is not None:
-            await self.layer.stop_processing()
-        if self.lease is not None and self.lease.held:
-            with contextlib.suppress(Exception):
-                await self.lease.release()
+        await self.release_processing()
         if self._http is not None:
             await self._http.close()
             self._http = None
-
-    async def _supervise(self) -> None:
-        """Hold the processing lease (or wait for it); while held, process."""
-        assert self.lease is not None and self.layer is not None
-        period = max(0.05, self.opts.lease_ttl_s / 3)
-        while True:
-            if not await self.lease.try_acquire():
-                if not self.standby:
-                    log.info("slack.standby", holder=await self.lease.holder())
-                self.standby = True
-                await asyncio.sleep(period)
-                continue
-            self.standby = False
-            log.info("slack.lease_acquired", team=self.team_id, mode=self.mode)
-            try:
-                await self.layer.start_processing()
-                held = True
-                while held:  # renew well before expiry; losing it stops processing
-                    await asyncio.sleep(period)
-                    held = await self.lease.try_acquire()
-                log.warning("slack.lease_lost", team=self.team_id)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("slack.processing_failed")
-                await asyncio.sleep(period)
-            finally:
-                await self.layer.stop_processing()
 
     async def _start_http(self) -> None:
         o = self.opts

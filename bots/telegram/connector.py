@@ -44,7 +44,6 @@ from bots.connector import BaseConnector, DeliveryError, TurnHost, reap
 from bots.events import InboundEvent, ReplyTarget
 from bots.format import Chunk
 from bots.layer import LayerOptions
-from bots.leases import Lease
 from bots.telegram._convert import convert_update, update_key
 from bots.telegram._ratelimit import PerChatRateLimiter, retry_after_seconds
 from geode.errors import ConfigError
@@ -117,11 +116,10 @@ class TelegramConnector(BaseConnector):
         fault: Callable[[str], None] | None = None,
     ) -> None:
         opts = options or TelegramOptions()
-        super().__init__(host=host, bindings=bindings, options=opts)
+        super().__init__(host=host, bindings=bindings, options=opts, fault=fault)
         self.opts = opts
         self.token = token
         self.webhook_secret = webhook_secret
-        self.fault = fault
         self.bot: _Bot | None = None
         self.rate_limiter = PerChatRateLimiter(
             overall_max_rate=opts.rate_overall_per_s, group_max_rate=opts.rate_group_per_min,
@@ -129,11 +127,9 @@ class TelegramConnector(BaseConnector):
         )
         self.bot_id = ""
         self.username = ""
-        self.standby = False
         self.polls = 0
         self._main: asyncio.Task[None] | None = None
         self._web: web.AppRunner | None = None
-        self.lease: Lease | None = None
 
     # -- identity -----------------------------------------------------------------------------
 
@@ -174,12 +170,12 @@ class TelegramConnector(BaseConnector):
         self.bot_id = str(self.bot.id)
         self.username = self.bot.username or ""
         self.workspace = self.bot_id
-        assert self.layer is not None
-        self.lease = Lease(store=self.layer.store, name=f"telegram:{self.bot_id}",
-                           owner=self.owner, ttl_s=o.lease_ttl_s)
         if o.mode == "webhook":
             await self._start_webhook()
-        self._main = asyncio.create_task(self._supervise(), name="telegram-main")
+        # Only the lease holder polls: a second poller would fight over getUpdates (409).
+        work = self._poll_loop if o.mode == "polling" else None  # webhook: the web server
+        self._main = self.start_supervisor(lease_name=f"telegram:{self.bot_id}",
+                                           ttl_s=o.lease_ttl_s, work=work)
 
     async def disconnect(self) -> None:
         await reap(self._main)
@@ -187,52 +183,10 @@ class TelegramConnector(BaseConnector):
         if self._web is not None:
             await self._web.cleanup()
             self._web = None
-        if self.layer is not None:
-            await self.layer.stop_processing()
-        if self.lease is not None and self.lease.held:
-            with contextlib.suppress(Exception):
-                await self.lease.release()
+        await self.release_processing()
         if self.bot is not None:
             with contextlib.suppress(Exception):
                 await self.bot.shutdown()
-
-    async def _supervise(self) -> None:
-        """Hold the lease (or wait for it), and while held: process (and poll)."""
-        assert self.lease is not None and self.layer is not None
-        period = max(0.05, self.opts.lease_ttl_s / 3)
-        while True:
-            if not await self.lease.try_acquire():
-                if not self.standby:
-                    log.info("telegram.standby", holder=await self.lease.holder())
-                self.standby = True
-                await asyncio.sleep(period)
-                continue
-            self.standby = False
-            log.info("telegram.lease_acquired", bot=self.bot_id, mode=self.opts.mode)
-            work = asyncio.create_task(self._work())
-            try:
-                while not work.done():
-                    await asyncio.wait({work}, timeout=period)
-                    if work.done():
-                        break
-                    if not await self.lease.try_acquire():
-                        log.warning("telegram.lease_lost", bot=self.bot_id)
-                        break
-            finally:
-                failed = work.done() and not work.cancelled() and work.exception() is not None
-                await reap(work)
-                await self.layer.stop_processing()
-            if failed:
-                log.error("telegram.worker_failed", error=repr(work.exception()))
-                await asyncio.sleep(period)
-
-    async def _work(self) -> None:
-        assert self.layer is not None
-        await self.layer.start_processing()
-        if self.opts.mode == "polling":
-            await self._poll_loop()
-        else:
-            await asyncio.Event().wait()  # webhook intake runs in the web server
 
     # -- polling --------------------------------------------------------------------------------
 

@@ -7,6 +7,12 @@ are anyio context managers that must be entered and left by the same task, so ev
 Between the transport and the session sits a small pump. It is how we notice a server
 death without private SDK state (end of the transport stream) and how a server that prints
 garbage on stdout during the handshake fails at once instead of at the initialize timeout.
+
+A streamable-HTTP server has no process of ours to watch: its death shows up as a call's
+response stream ending, a refused connection, or a 404 for our session id once it has
+restarted. The first makes us reconnect; the last two also tell us the call never reached
+the server (:class:`NotSent`), which a tracking HTTP transport records per call through a
+context variable (the SDK runs each request's POST in the calling task's context).
 """
 
 from __future__ import annotations
@@ -17,16 +23,22 @@ import os
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import anyio
+import httpx2
 import mcp_types as mt
 import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client._transport import ReadStream, TransportStreams
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client  # the SDK's own client defaults
+from mcp.shared._httpx_utils import (  # the SDK's own client defaults
+    MCP_DEFAULT_SSE_READ_TIMEOUT,
+    MCP_DEFAULT_TIMEOUT,
+)
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
@@ -35,7 +47,14 @@ from geode import __version__
 from geode.mcp.config import MissingVariable, ServerConfig, expand_vars
 from geode.redact import redact_text
 
-__all__ = ["CallTimedOut", "SecretSource", "ServerConnection", "ServerDied", "StartError"]
+__all__ = [
+    "CallTimedOut",
+    "NotSent",
+    "SecretSource",
+    "ServerConnection",
+    "ServerDied",
+    "StartError",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -59,6 +78,80 @@ class ServerDied(Exception):
 
 class CallTimedOut(Exception):
     """No answer within the call's deadline (the server may still be working)."""
+
+
+class NotSent(Exception):
+    """The call provably never reached the server (HTTP: connection refused, session gone).
+
+    Attributes:
+        unreachable: the server could not be connected to at all (as opposed to: it answered
+            that it no longer knows our session, so a fresh session may take the call).
+    """
+
+    def __init__(self, message: str, *, unreachable: bool) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
+@dataclass
+class _Delivery:
+    """What the HTTP layer saw of one call's POST; written by :class:`_TrackingTransport`."""
+
+    connect_failed: str | None = None
+    session_lost: bool = False
+
+
+#: set by :meth:`ServerConnection.call` around one ``tools/call``; the SDK copies the caller's
+#: context into the task that POSTs the request, so the transport sees this call's record.
+_delivery: ContextVar[_Delivery | None] = ContextVar("geode_mcp_delivery", default=None)
+
+
+class _TrackingTransport(httpx2.AsyncBaseTransport):
+    """Records, for the call in whose context a request runs, whether it left this host."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        record = _delivery.get()
+        try:
+            response = await self._inner.handle_async_request(request)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:
+            # No connection was established, so no byte of the request was sent.
+            if record is not None:
+                record.connect_failed = _describe(exc)
+            raise
+        if (
+            record is not None
+            and response.status_code == 404
+            and request.headers.get("mcp-session-id")
+        ):
+            # Streamable HTTP: 404 for a session id means the server no longer has the
+            # session (restarted); it did not process the request.
+            record.session_lost = True
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _http_client(headers: Mapping[str, str]) -> httpx2.AsyncClient:
+    # The SDK's create_mcp_http_client defaults (timeouts), with the tracking transport.
+    return httpx2.AsyncClient(
+        headers=dict(headers),
+        timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+        transport=_TrackingTransport(httpx2.AsyncHTTPTransport()),
+    )
+
+
+def _find(exc: BaseException | None, kind: type[BaseException]) -> BaseException | None:
+    if exc is None or isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (hit := _find(inner, kind)) is not None:
+                return hit
+    return _find(exc.__cause__, kind) if exc.__cause__ is not None else None
 
 
 def _describe(exc: BaseException) -> str:
@@ -93,6 +186,9 @@ class ServerConnection:
         #: bumped on every successful (re)connect; a retry waits for a newer epoch
         self.epoch = 0
         self.restarts = 0
+        #: connection attempts begun, and the number of the last one that failed
+        self.attempts = 0
+        self.last_failed_attempt = 0
         #: monotonic time after which a server that never started may be tried again
         self.retry_at = 0.0
         self._secrets = secrets
@@ -104,6 +200,8 @@ class ServerConnection:
         self._first_outcome: asyncio.Event | None = None
         self._cond: asyncio.Condition | None = None
         self._wake: asyncio.Event | None = None
+        #: cuts a restart backoff short: closing, or a caller waiting for a reconnect
+        self._nudge: asyncio.Event | None = None
         self._closing = False
         self._refresh = False
         self._ended = False
@@ -122,14 +220,16 @@ class ServerConnection:
             self._first_outcome = asyncio.Event()
             self._cond = asyncio.Condition()
             self._wake = asyncio.Event()
+            self._nudge = asyncio.Event()
             self._task = asyncio.create_task(self._supervise(), name=f"mcp-server:{self.name}")
         assert self._first_outcome is not None
         await self._first_outcome.wait()
 
     async def aclose(self) -> None:
         self._closing = True
-        if self._wake is not None:
-            self._wake.set()
+        for event in (self._wake, self._nudge):
+            if event is not None:
+                event.set()
         task = self._task
         if task is not None and not task.done():
             try:
@@ -147,8 +247,23 @@ class ServerConnection:
         async with self._cond:
             self._cond.notify_all()
 
-    async def wait_ready(self, *, newer_than: int = -1, wait_s: float) -> bool:
-        """Wait until the server is ready on an epoch above ``newer_than``."""
+    async def wait_ready(
+        self,
+        *,
+        newer_than: int = -1,
+        wait_s: float,
+        nudge: bool = False,
+        until_attempt_fails: bool = False,
+    ) -> bool:
+        """Wait until the server is ready on an epoch above ``newer_than``.
+
+        Args:
+            nudge: wake the supervisor so that a reconnect is attempted now rather than after
+                its backoff (HTTP: we did not start the server; it may well be up already).
+            until_attempt_fails: also stop waiting when a reconnect attempt begun after this
+                call fails (an HTTP server that is down need not hold a call for the whole
+                wait). Implies ``nudge``.
+        """
         if self._cond is None:
             return False
 
@@ -157,9 +272,20 @@ class ServerConnection:
 
         if ok():
             return True
+        # Only an attempt begun after this point counts: one already under way may have
+        # started before the server came back.
+        begun_before = self.attempts
+        if (nudge or until_attempt_fails) and self._nudge is not None:
+            self._nudge.set()
+
+        def done() -> bool:
+            if until_attempt_fails and self.last_failed_attempt > begun_before:
+                return True
+            return ok() or self.state in ("failed", "closed")
+
         try:
             async with asyncio.timeout(max(wait_s, 0.0)), self._cond:
-                await self._cond.wait_for(lambda: ok() or self.state in ("failed", "closed"))
+                await self._cond.wait_for(done)
         except TimeoutError:
             return False
         return ok()
@@ -171,6 +297,12 @@ class ServerConnection:
         while not self._closing:
             self.state = "restarting" if self._ever_ready else "starting"
             began = loop.time()
+            assert self._nudge is not None
+            # cleared before the attempt: a caller's nudge during a failing attempt must
+            # still cut the following backoff short
+            self._nudge.clear()
+            self.attempts += 1
+            attempt = self.attempts
             try:
                 await self._run_once()
                 self.error = None if self._closing else "the server's connection closed"
@@ -182,6 +314,7 @@ class ServerConnection:
             except StartError as exc:
                 self.error = f"MCP server {self.name!r}: {exc}"
                 log.error("mcp server failed to start", server=self.name, error=self.error)
+                self.last_failed_attempt = attempt
                 if not self._ever_ready:
                     self.state = "failed"
                     self._first_outcome.set()
@@ -198,11 +331,9 @@ class ServerConnection:
             self.restarts += 1
             self.state = "restarting"
             await self._notify()
-            assert self._wake is not None
-            self._wake.clear()
             if not self._closing:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                    await asyncio.wait_for(self._nudge.wait(), timeout=delay)
         self.state = "closed"
         self._first_outcome.set()
         await self._notify()
@@ -230,7 +361,7 @@ class ServerConnection:
             assert cfg.url is not None
             headers = {k: self._expand(v) for k, v in cfg.headers.items()}
             self._secret_values = tuple(v for v in headers.values() if v)
-            client = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+            client = await stack.enter_async_context(_http_client(headers))
             streams = await stack.enter_async_context(
                 streamable_http_client(self._expand(cfg.url), http_client=client)
             )
@@ -342,8 +473,11 @@ class ServerConnection:
         return tuple(tools)
 
     def _start_failure(self, exc: BaseException | None) -> StartError:
+        unreachable = _find(exc, httpx2.TransportError)
         if self._garbage is not None:
             why = f"wrote output that is not MCP JSON-RPC on stdout ({self._garbage})"
+        elif self.config.transport == "http" and unreachable is not None:
+            why = f"cannot reach {self.config.url} ({_describe(unreachable)})"
         elif isinstance(exc, TimeoutError):
             why = f"did not complete initialize within {self._init_timeout_s:g} s"
         elif isinstance(exc, MCPError) and exc.code == mt.CONNECTION_CLOSED:
@@ -460,13 +594,39 @@ class ServerConnection:
         session = self._session
         if session is None or self.state != "ready":
             raise ServerDied(self.error or "the server is not running")
+        record = _Delivery()
+        token = _delivery.set(record)
         try:
             return await session.call_tool(tool, dict(args), read_timeout_seconds=budget_s)
         except MCPError as exc:
+            if record.connect_failed is not None:
+                raise NotSent(
+                    f"cannot reach {self.config.url} ({record.connect_failed})", unreachable=True
+                ) from exc
+            if record.session_lost:
+                self._reconnect("the server no longer knows our session")
+                raise NotSent(
+                    "the server no longer knows our session (it restarted?)", unreachable=False
+                ) from exc
             if exc.code == mt.CONNECTION_CLOSED:
+                if self.config.transport == "http":
+                    # The response stream ended without an answer: the server (or the path
+                    # to it) went away. A fresh session is the only way to go on.
+                    self._reconnect(exc.message)
                 raise ServerDied(exc.message) from exc
             if exc.code == mt.REQUEST_TIMEOUT:
                 raise CallTimedOut(exc.message) from exc
             raise
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise ServerDied(_describe(exc)) from exc
+        finally:
+            _delivery.reset(token)
+
+    def _reconnect(self, why: str) -> None:
+        """Make the supervisor drop this connection and open a new one (HTTP)."""
+        if self.state == "ready" and not self._ended:
+            log.warning("mcp server connection lost; reconnecting", server=self.name, why=why)
+            self._ended = True
+            self.state = "restarting"  # no new call may borrow the doomed session
+            if self._wake is not None:
+                self._wake.set()

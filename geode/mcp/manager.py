@@ -16,7 +16,13 @@ Calls and server deaths (ARCHITECTURE.md: an uncertain effect is never re-execut
 
 - a non-idempotent call in flight when its server dies raises :class:`MCPOutcomeUnknown`
   (the executor marks its effect receipt uncertain); it is not retried;
-- an idempotent or read-only call is retried once on the restarted server.
+- an idempotent or read-only call is retried once on the restarted server;
+- a call that provably never reached the server (HTTP: a 404 for our session id after the
+  server restarted) is sent once more on a fresh session, whatever the tool; one that could
+  not connect at all fails at once with the server's name and URL, marked as not sent.
+
+Streamable-HTTP servers are reconnected the way stdio servers are restarted: the supervisor
+opens a new session after a call's response stream ends without an answer.
 """
 
 from __future__ import annotations
@@ -31,7 +37,13 @@ import structlog
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from geode.mcp._connection import CallTimedOut, SecretSource, ServerConnection, ServerDied
+from geode.mcp._connection import (
+    CallTimedOut,
+    NotSent,
+    SecretSource,
+    ServerConnection,
+    ServerDied,
+)
 from geode.mcp.config import ServerConfig, load_config_file, parse_servers
 from geode.mcp.tools import build_tooldef
 from geode.mcp.trust import is_trusted, project_config_path, project_mcp_section
@@ -239,14 +251,25 @@ class MCPServerManager:
         def left() -> float:
             return max(deadline - loop.time(), 0.0)
 
-        if not await conn.wait_ready(wait_s=min(left(), 30.0)):
+        http = conn.config.transport == "http"
+        if not await conn.wait_ready(wait_s=min(left(), 30.0), until_attempt_fails=http):
             raise ToolFailure(
-                f"MCP server {server!r} is not running ({conn.error or conn.state}); "
-                "the call was not sent"
+                f"MCP server {server!r} is not {'reachable' if http else 'running'} "
+                f"({conn.error or conn.state}); the call was not sent"
             )
         epoch = conn.epoch
         try:
             return await self._call_once(conn, tool, args, left(), retry_safe)
+        except NotSent as exc:
+            if exc.unreachable:
+                raise ToolFailure(
+                    f"MCP server {server!r} is not reachable ({exc}); the call to {tool!r} "
+                    "was not sent"
+                ) from None
+            # The server rejected our session before running anything: resending on a new
+            # session cannot duplicate an effect, so this holds for non-idempotent tools too.
+            log.warning("mcp server lost our session; resending once", server=server, tool=tool)
+            why = "its session was lost and the call was not sent"
         except ServerDied as exc:
             if not retry_safe:
                 raise MCPOutcomeUnknown(
@@ -254,16 +277,27 @@ class MCPServerManager:
                     f"({exc}); not retried because the tool is not idempotent. Check whether "
                     "its effect happened before trying again."
                 ) from None
+            # Idempotent / read-only: exactly one retry, on the restarted server.
             log.warning("mcp server died mid-call; retrying once", server=server, tool=tool)
-        # Idempotent / read-only: exactly one retry, on the restarted server.
-        if not await conn.wait_ready(newer_than=epoch, wait_s=left()):
+            why = "it died during the call"
+        if not await conn.wait_ready(newer_than=epoch, wait_s=left(), nudge=http):
             raise ToolFailure(
-                f"MCP server {server!r} died during the call to {tool!r} and did not come back "
-                f"before the deadline ({conn.error or conn.state})"
+                f"MCP server {server!r} did not come back before the deadline of {tool!r} "
+                f"({why}; {conn.error or conn.state})"
             )
         try:
             return await self._call_once(conn, tool, args, left(), retry_safe)
+        except NotSent as exc:
+            raise ToolFailure(
+                f"MCP server {server!r}: the retry of {tool!r} was not sent ({exc}); giving up"
+            ) from None
         except ServerDied as exc:
+            if not retry_safe:
+                raise MCPOutcomeUnknown(
+                    f"outcome unknown: MCP server {server!r} died during the call to {tool!r} "
+                    f"({exc}); not retried again. Check whether its effect happened before "
+                    "trying again."
+                ) from None
             raise ToolFailure(
                 f"MCP server {server!r} died again during the retry of {tool!r} ({exc}); "
                 "giving up"

@@ -48,13 +48,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
 import structlog
 from aiohttp import web
+
+from geode.testing._fakebase import LoopbackFake
 
 log = structlog.get_logger(__name__)
 
@@ -128,7 +129,7 @@ class _Failure:
 Handler = Callable[[JSONDict], Awaitable[JSONDict]]
 
 
-class FakeSlack:
+class FakeSlack(LoopbackFake):
     """Fake Slack workspace with one app; see the module docstring for what it simulates.
 
     Args:
@@ -156,6 +157,7 @@ class FakeSlack:
         double_delivery: bool = True,
         echo_bot_messages: bool = False,
     ) -> None:
+        super().__init__()
         self.bot_token = bot_token
         self.app_token = app_token
         self.signing_secret = signing_secret
@@ -188,10 +190,6 @@ class FakeSlack:
         self._rr = itertools.count()
         self._event_ids = itertools.count(1)
         self._last_ts = 0.0
-        self._changed = asyncio.Event()
-        self._runner: web.AppRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
-        self._port = 0
         self.add_user(bot_user_id, name="geode", is_bot=True)
         self._handlers: dict[str, Handler] = {
             "auth.test": self._auth_test,
@@ -214,20 +212,12 @@ class FakeSlack:
         """What slack_sdk takes as ``base_url`` (ends with ``/api/``)."""
         return f"http://127.0.0.1:{self._port}/api/"
 
-    @property
-    def port(self) -> int:
-        return self._port
-
     async def start(self) -> None:
         """Listen on a random loopback port."""
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._dispatch)
         app.router.add_get("/socket-mode", self._socket_mode)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.5, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self._port = int(self._runner.addresses[0][1])
+        await self._serve(app)
         log.debug("fake_slack.started", port=self._port)
 
     async def stop(self) -> None:
@@ -236,24 +226,7 @@ class FakeSlack:
             task.cancel()
         for ws in list(self._sockets):
             await ws.close()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
+        await self._close()
 
     # ----------------------------------------------------------------- scripting
     def add_channel(
@@ -509,24 +482,7 @@ class FakeSlack:
         """Recorded calls of one Web API method."""
         return [c for c in self.calls if c.method == method]
 
-    async def wait_until(self, predicate: Callable[[], object], *, within: float = 5.0) -> None:
-        """Wait until ``predicate()`` is truthy, re-checking on every state change of the fake.
-
-        Raises:
-            TimeoutError: it did not become true within ``within`` seconds.
-        """
-        async with asyncio.timeout(within):
-            while not predicate():
-                # Also re-check on a short tick: predicates may read client-side state too.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(0.02):
-                        await self._changed.wait()
-
     # ----------------------------------------------------------------- internals
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
-
     def _new_ts(self) -> str:
         # Slack ts values are unique per channel and strictly increasing; microsecond steps.
         now = max(time.time(), self._last_ts + 0.000001)
@@ -633,9 +589,8 @@ class FakeSlack:
             headers["X-Slack-Request-Timestamp"] = ts
             headers["X-Slack-Signature"] = signature
         headers.update(extra_headers or {})
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
-        async with self._session.post(url, data=body.encode(), headers=headers) as resp:
+        session = await self._client_session()
+        async with session.post(url, data=body.encode(), headers=headers) as resp:
             return SlackHttpResult(
                 status=resp.status, body=await resp.text(), headers=dict(resp.headers)
             )

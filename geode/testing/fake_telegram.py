@@ -49,13 +49,13 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import aiohttp
 import structlog
 from aiohttp import web
 
+from geode.testing._fakebase import LoopbackFake
 from geode.testing._telegram_html import TelegramEntityError, parse_telegram_html, utf16_len
 
 log = structlog.get_logger(__name__)
@@ -152,7 +152,7 @@ def _bad(description: str) -> _ApiError:
 Handler = Callable[[JSONDict], Awaitable[Any]]
 
 
-class FakeTelegramServer:
+class FakeTelegramServer(LoopbackFake):
     """Fake Telegram Bot API for one bot; see the module docstring for what it simulates.
 
     Args:
@@ -170,6 +170,7 @@ class FakeTelegramServer:
         bot_name: str = "Geode",
         webhook_retry_delay: float = 0.05,
     ) -> None:
+        super().__init__()
         self.token = token
         self.bot_username = bot_username
         self.bot_id = int(token.split(":", 1)[0])
@@ -192,12 +193,8 @@ class FakeTelegramServer:
         self._failures: list[_Failure] = []
         self._update_ids = itertools.count(1000)
         self._poll_generation = 0
-        self._changed = asyncio.Event()
         self._closing = False
-        self._runner: web.AppRunner | None = None
-        self._port = 0
         self._webhook_task: asyncio.Task[None] | None = None
-        self._session: aiohttp.ClientSession | None = None
         self._handlers: dict[str, Handler] = {
             "getme": self._get_me,
             "getupdates": self._get_updates,
@@ -228,22 +225,12 @@ class FakeTelegramServer:
         """What PTB takes as ``base_file_url``."""
         return f"http://127.0.0.1:{self._port}/file/bot"
 
-    @property
-    def port(self) -> int:
-        return self._port
-
     async def start(self) -> None:
         """Listen on a random loopback port."""
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._dispatch)
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
-        # handler_cancellation: a poller that hangs up must not keep a handler alive that
-        # would swallow the next update into a dead connection.
-        self._runner = web.AppRunner(app, shutdown_timeout=0.5, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self._port = int(self._runner.addresses[0][1])
+        await self._serve(app)
         self._closing = False
         log.debug("fake_telegram.started", port=self._port)
 
@@ -256,24 +243,7 @@ class FakeTelegramServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._webhook_task
             self._webhook_task = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
+        await self._close()
 
     # ----------------------------------------------------------------- scripting
     def add_chat(
@@ -442,19 +412,6 @@ class FakeTelegramServer:
         """Recorded calls of one method (case-insensitive)."""
         return [c for c in self.calls if c.method.lower() == method.lower()]
 
-    async def wait_until(self, predicate: Callable[[], object], *, within: float = 5.0) -> None:
-        """Wait until ``predicate()`` is truthy, re-checking on every state change of the fake.
-
-        Raises:
-            TimeoutError: it did not become true within ``within`` seconds.
-        """
-        async with asyncio.timeout(within):
-            while not predicate():
-                # Also re-check on a short tick: predicates may read client-side state too.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(0.02):
-                        await self._changed.wait()
-
     async def deliver_webhook(
         self, url: str, update: Mapping[str, Any], secret_token: str | None = None
     ) -> tuple[int, str]:
@@ -469,11 +426,6 @@ class FakeTelegramServer:
             return resp.status, await resp.text()
 
     # ----------------------------------------------------------------- internals
-    def _wake(self) -> None:
-        # Waiters hold the old event; setting it wakes them all, a fresh one serves the next.
-        self._changed.set()
-        self._changed = asyncio.Event()
-
     def _user(self, from_user: int | Mapping[str, Any]) -> JSONDict:
         if isinstance(from_user, Mapping):
             base = dict(from_user)
@@ -591,11 +543,6 @@ class FakeTelegramServer:
         if chat_id not in self._chats:
             raise _bad("chat not found")
         return chat_id
-
-    async def _client_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
-        return self._session
 
     async def _read_params(self, request: web.Request) -> JSONDict:
         params: JSONDict = {}

@@ -9,24 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _harness import DaemonHost, echo, user_messages
 
 from bots.discord import DiscordConnector, DiscordOptions
 from geode.daemon import Daemon
 from geode.messages import Message
-from geode.providers.base import ModelRequest
 from geode.providers.scripted import ScriptedProvider
-from geode.settings import BindingSettings, load_settings
+from geode.settings import BindingSettings
 from geode.testing.fake_discord import FakeDiscord
 
 TOKEN = "fake-bot-token"
-
-
-def echo(request: ModelRequest) -> str:
-    """A scripted answer naming the latest user message it answers (text after 'id N): ')."""
-    for m in reversed(request.messages):
-        if m.role == "user" and m.text and "(id " in m.text:
-            return f"answer to: {m.text.rsplit('): ', 1)[-1]}"
-    return "answer to: ?"
 
 
 @pytest.fixture
@@ -44,7 +36,7 @@ def dbinding(fake: FakeDiscord, channel: int | None = None, **kw: Any) -> Bindin
 
 
 @dataclass
-class DStack:
+class DStack(DaemonHost):
     """A daemon + Discord connector, restartable on the same home/store."""
 
     home: Path
@@ -57,48 +49,24 @@ class DStack:
     connector: DiscordConnector | None = None
 
     async def start(self, *, wait_ready: bool = True) -> DiscordConnector:
-        settings, secrets = load_settings(
-            env={"GEODE_HOME": str(self.home)}, health_port=0, bindings=self.bindings,
-            store={"url": f"sqlite:///{self.home / 'geode.db'}"},
-            lanes={"global_cap": 64, "channel_cap": 64},
-        )
-        self.daemon = Daemon(settings=settings, secrets=secrets,
-                             provider_factory=lambda: self.provider,
-                             workspace=self.home / "ws", drain_timeout_s=0.5)
+        daemon = self.new_daemon()
         opts = DiscordOptions(
             api_base=self.fake.api_base, gateway_url=self.fake.gateway_url,
             guild_ready_timeout_s=0.05, identify_delay_s=0.0, progress_edit_interval_s=0.0,
             typing_interval_s=30.0, lease_ttl_s=3.0, pump_interval_s=0.2,
             **self.options,
         )
-        self.connector = DiscordConnector(host=self.daemon, token=TOKEN, bindings=self.bindings,
+        self.connector = DiscordConnector(host=daemon, token=TOKEN, bindings=self.bindings,
                                           options=opts, fault=self.fault)
-        self.daemon.add_connector(self.connector)
+        daemon.add_connector(self.connector)
         before = self.connector.catch_ups
-        await self.daemon.start()
+        await daemon.start()
         if wait_ready:
             c = self.connector
             await self.fake.wait_for(lambda: c.catch_ups > before + 1 and not c.standby
                                      and c.layer is not None and c.layer.processing,
                                      timeout=10)
         return self.connector
-
-    async def stop(self) -> None:
-        if self.daemon is not None:
-            await self.daemon.shutdown()
-            self.daemon = None
-
-    async def crash(self) -> None:
-        """Tasks die with no drain (turns are cancelled mid-flight); the store is left as is."""
-        if self.daemon is None:
-            return
-        self.daemon.drain_timeout_s = 0.0
-        await self.stop()
-
-    @property
-    def store(self) -> Any:
-        assert self.daemon is not None and self.daemon.runtime is not None
-        return self.daemon.runtime.store
 
 
 @pytest.fixture
@@ -134,10 +102,6 @@ def visible_everywhere(fake: FakeDiscord, text: str) -> int:
 
 def shown(fake: FakeDiscord, text: str) -> bool:
     return visible_everywhere(fake, text) > 0
-
-
-def user_messages(messages: list[Message]) -> list[str]:
-    return [m.text for m in messages if m.role == "user" and m.text]
 
 
 def said(messages: list[Message]) -> list[str]:

@@ -13,14 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _harness import DaemonHost, echo, user_messages
 
 from bots.telegram import TelegramConnector, TelegramOptions
 from geode.daemon import Daemon
-from geode.messages import Message
 from geode.providers.base import ModelRequest
 from geode.providers.scripted import ScriptedProvider
-from geode.settings import BindingSettings, load_settings
+from geode.settings import BindingSettings
 from geode.testing.fake_telegram import FakeTelegramServer
+
+__all__ = ["echo", "user_messages"]  # re-exported: the test modules import them from here
 
 PG_URL = os.environ.get("GEODE_TEST_PG_URL", "")
 TOKEN = "123456:TEST-TOKEN"
@@ -33,14 +35,6 @@ def last_user_text(request: ModelRequest) -> str:
         if m.role == "user" and m.text:
             return m.text
     return ""
-
-
-def echo(request: ModelRequest) -> str:
-    """A scripted answer naming the latest user message it answers (text after 'id N): ')."""
-    for m in reversed(request.messages):
-        if m.role == "user" and m.text and "(id " in m.text:
-            return f"answer to: {m.text.rsplit('): ', 1)[-1]}"
-    return "answer to: ?"
 
 
 @pytest.fixture
@@ -64,7 +58,7 @@ def binding(channel: int = CHAT, **kw: Any) -> BindingSettings:
 
 
 @dataclass
-class Stack:
+class Stack(DaemonHost):
     """A daemon + Telegram connector, restartable on the same home/store."""
 
     home: Path
@@ -81,47 +75,19 @@ class Stack:
     lanes: dict[str, Any] = field(default_factory=dict)
 
     async def start(self) -> TelegramConnector:
-        settings, secrets = load_settings(
-            env={"GEODE_HOME": str(self.home)}, health_port=0, bindings=self.bindings,
-            store={"url": self.store_url}, lanes=self.lanes or {"global_cap": 64,
-                                                                  "channel_cap": 64},
-        )
-        self.daemon = Daemon(settings=settings, secrets=secrets,
-                             provider_factory=lambda: self.provider,
-                             workspace=self.home / "ws", drain_timeout_s=0.5)
+        daemon = self.new_daemon(store_url=self.store_url, lanes=self.lanes)
         opts = TelegramOptions(
             base_url=self.fake.base_url, base_file_url=self.fake.base_file_url,
             poll_timeout_s=1, progress_edit_interval_s=0.0, typing_interval_s=30.0,
             lease_ttl_s=3.0, pump_interval_s=0.2, rate_group_per_min=0,
             **self.options,
         )
-        self.connector = TelegramConnector(host=self.daemon, token=TOKEN,
+        self.connector = TelegramConnector(host=daemon, token=TOKEN,
                                            bindings=self.bindings, options=opts,
                                            fault=self.fault, **self.connector_kw)
-        self.daemon.add_connector(self.connector)
-        await self.daemon.start()
+        daemon.add_connector(self.connector)
+        await daemon.start()
         return self.connector
-
-    async def stop(self) -> None:
-        if self.daemon is not None:
-            await self.daemon.shutdown()
-            self.daemon = None
-
-    async def crash(self) -> None:
-        """Like kill -9 as far as the store is concerned: tasks die, nothing is finished.
-
-        The connector's tasks are cancelled without any graceful step (no drain: turns are
-        cancelled mid-flight), then the daemon releases the home.
-        """
-        if self.daemon is None:
-            return
-        self.daemon.drain_timeout_s = 0.0
-        await self.stop()
-
-    @property
-    def store(self) -> Any:
-        assert self.daemon is not None and self.daemon.runtime is not None
-        return self.daemon.runtime.store
 
 
 @pytest.fixture
@@ -177,10 +143,6 @@ def bot_texts(fake: FakeTelegramServer, chat: int = CHAT) -> list[str]:
 def finals(fake: FakeTelegramServer, text: str) -> list[Any]:
     """sendMessage/editMessageText records whose visible text is ``text``."""
     return [s for s in fake.sent if s.plain_text == text]
-
-
-def user_messages(messages: list[Message]) -> list[str]:
-    return [m.text for m in messages if m.role == "user" and m.text]
 
 
 def unique() -> str:

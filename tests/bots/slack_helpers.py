@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _harness import DaemonHost
 from sqlalchemy import func, select
 
 from bots._tables import events_table
 from bots.slack import SlackConnector, SlackOptions
 from geode.daemon import Daemon
 from geode.providers.scripted import ScriptedProvider
-from geode.settings import BindingSettings, load_settings
+from geode.settings import BindingSettings
 from geode.testing.fake_slack import FakeSlack
 
 TEAM = "T0FAKE"
@@ -41,7 +42,7 @@ def sid(ts: str, channel: str = CH) -> str:
 
 
 @dataclass
-class SlackStack:
+class SlackStack(DaemonHost):
     """A daemon + Slack connector, restartable on the same home/store."""
 
     home: Path
@@ -55,49 +56,25 @@ class SlackStack:
     connector: SlackConnector | None = None
 
     async def start(self) -> SlackConnector:
-        settings, secrets = load_settings(
-            env={"GEODE_HOME": str(self.home)}, health_port=0, bindings=self.bindings,
-            store={"url": f"sqlite:///{self.home / 'geode.db'}"},
-            lanes={"global_cap": 64, "channel_cap": 64},
-        )
-        self.daemon = Daemon(settings=settings, secrets=secrets,
-                             provider_factory=lambda: self.provider,
-                             workspace=self.home / "ws", drain_timeout_s=0.5)
+        daemon = self.new_daemon()
         opts = SlackOptions.model_validate({
             "base_url": self.fake.base_url, "progress_edit_interval_s": 0.0,
             "typing_interval_s": 30.0, "lease_ttl_s": 3.0, "pump_interval_s": 0.2,
             "http_port": 0, "mode": self.mode, **self.options,
         })
         self.connector = SlackConnector(
-            host=self.daemon, bot_token=self.fake.bot_token,
+            host=daemon, bot_token=self.fake.bot_token,
             app_token=self.fake.app_token if self.mode == "socket" else None,
             signing_secret=self.fake.signing_secret, bindings=self.bindings, options=opts,
             fault=self.fault,
         )
-        self.daemon.add_connector(self.connector)
-        await self.daemon.start()
+        daemon.add_connector(self.connector)
+        await daemon.start()
         if self.mode == "http":
             self.fake.events_url = self.connector.events_url
         else:
             await self.fake.wait_until(lambda: self.fake.connected > 0, within=5)
         return self.connector
-
-    async def stop(self) -> None:
-        if self.daemon is not None:
-            await self.daemon.shutdown()
-            self.daemon = None
-
-    async def crash(self) -> None:
-        """Tasks die mid-flight (no drain); only what was committed survives."""
-        if self.daemon is None:
-            return
-        self.daemon.drain_timeout_s = 0.0
-        await self.stop()
-
-    @property
-    def store(self) -> Any:
-        assert self.daemon is not None and self.daemon.runtime is not None
-        return self.daemon.runtime.store
 
     @property
     def layer(self) -> Any:

@@ -15,42 +15,11 @@ from _discord_stack import (  # noqa: F401  (fixtures)
     visible_everywhere,
     wait_shown,
 )
+from _harness import ANSWERED_POINTS, CRASH_POINTS, answering, crash_at
 
-from geode.providers.base import ModelRequest
-from geode.providers.scripted import ScriptedProvider, ToolCall
+from geode.providers.scripted import ScriptedProvider
 
-
-class SimulatedCrash(BaseException):
-    """Not an Exception: no handler in the layer may swallow it (like SIGKILL)."""
-
-
-def crash_at(point: str) -> tuple[asyncio.Event, object]:
-    hit = asyncio.Event()
-
-    def fault(p: str) -> None:
-        if p == point and not hit.is_set():
-            hit.set()
-            raise SimulatedCrash(p)
-        if hit.is_set():  # the process is dead: nothing after the crash may happen
-            raise SimulatedCrash(p)
-
-    return hit, fault
-
-
-def answering(request: ModelRequest) -> object:
-    """Calls list_dir once per turn, then answers naming the user's message."""
-    last = request.messages[-1]
-    if last.role == "user" and "(id " in (last.text or ""):
-        return ToolCall("list_dir", {"path": "."})
-    for m in reversed(request.messages):
-        if m.role == "user" and m.text and "(id " in m.text:
-            return f"answer to: {m.text.rsplit('): ', 1)[-1]}"
-    return "answer to: ?"
-
-
-POINTS = ["recorded", "turn_accepted", "progress_sent_before_record", "turn_started",
-          "tool_call", "turn_finished", "final_recorded", "final_edited_before_record",
-          "delivered"]
+POINTS = [p for p in CRASH_POINTS if p != "progress_started"]
 
 
 @pytest.mark.parametrize("point", POINTS)
@@ -80,7 +49,7 @@ async def test_crash_at_each_point_gives_exactly_one_final_reply(make_dstack, df
     assert [s for s in dfake.sent if s.content == "answer to: crash me"] == []
     restored = await stack.store.checkpointer(sid(dfake, mid)).load()
     assert said(restored.messages).count("crash me") == 1
-    if point in ("turn_finished", "final_recorded", "final_edited_before_record", "delivered"):
+    if point in ANSWERED_POINTS:
         assert len(provider.calls) - calls_before == 2  # only the "after" turn
 
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest import user_messages
+from _harness import ANSWERED_POINTS, CRASH_POINTS, answering, crash_at, user_messages
 from slack_helpers import (
     ALICE,
     CH,
@@ -23,51 +23,8 @@ from slack_helpers import (
     written,
 )
 
-from geode.providers.base import ModelRequest
-from geode.providers.scripted import ScriptedProvider, ToolCall
+from geode.providers.scripted import ScriptedProvider
 from geode.testing.fake_slack import FakeSlack
-
-
-class SimulatedCrash(BaseException):
-    """Not an Exception: no handler in the layer or the SDKs may swallow it (like SIGKILL)."""
-
-
-def crash_at(point: str) -> tuple[asyncio.Event, object]:
-    hit = asyncio.Event()
-
-    def fault(p: str) -> None:
-        if p == point and not hit.is_set():
-            hit.set()
-            raise SimulatedCrash(p)
-        if hit.is_set():  # the process is dead: nothing after the crash may happen
-            raise SimulatedCrash(p)
-
-    return hit, fault
-
-
-def answering(request: ModelRequest) -> object:
-    """Calls list_dir once per turn, then answers naming the user's message."""
-    last = request.messages[-1]
-    if last.role == "user" and "(id " in (last.text or ""):
-        return ToolCall("list_dir", {"path": "."})
-    for m in reversed(request.messages):
-        if m.role == "user" and m.text and "(id " in m.text:
-            return f"answer to: {m.text.rsplit('): ', 1)[-1]}"
-    return "answer to: ?"
-
-
-POINTS = [
-    "recorded",
-    "turn_accepted",
-    "progress_started",
-    "progress_sent_before_record",
-    "turn_started",
-    "tool_call",
-    "turn_finished",
-    "final_recorded",
-    "final_edited_before_record",
-    "delivered",
-]
 
 
 @pytest.fixture
@@ -77,7 +34,7 @@ async def fake() -> AsyncIterator[FakeSlack]:
         yield srv
 
 
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("point", CRASH_POINTS)
 async def test_crash_at_each_point_gives_exactly_one_final_reply(home: Path, fake, point):
     provider = ScriptedProvider([answering], repeat_last=True)
     hit, fault = crash_at(point)
@@ -111,8 +68,7 @@ async def test_crash_at_each_point_gives_exactly_one_final_reply(home: Path, fak
         # the message entered the session once (not processed twice)
         restored = await stack.store.checkpointer(sid(root)).load()
         assert sum("crash me" in t for t in user_messages(restored.messages)) == 1
-        if point in ("turn_finished", "final_recorded", "final_edited_before_record",
-                     "delivered"):
+        if point in ANSWERED_POINTS:
             # the answer existed before the crash: recovered without asking the model again
             assert len(provider.calls) - calls_before == 2  # the "after" turn only
         if point == "recorded":
