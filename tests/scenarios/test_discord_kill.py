@@ -7,27 +7,16 @@ reply in its thread and appears once in its session, whatever point the daemon d
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import socket
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from geode.testing.fake_discord import FakeDiscord
+from tests.scenarios._serve_proc import kill_9, serve_env, start_serve, stop
 
-REPO = Path(__file__).resolve().parents[2]
 TOKEN = "fake-bot-token-kill"
 FINAL = "Done: the answer."
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -54,27 +43,8 @@ platform = "discord"
 channel = "{fake.channel_id}"
 allow_users = ["{fake.user_id}"]
 """)
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"latency": 1.0, "script": [FINAL]}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GEODE_", "DISCORD_"))}
-    env.update(
-        GEODE_HOME=str(home),
-        GEODE_SCRIPTED_MODEL=str(script),
-        GEODE_HEALTH_PORT=str(_free_port()),
-        DISCORD_BOT_TOKEN=TOKEN,
-        PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
-    )
+    env = serve_env(home, tmp_path, final=FINAL, drop_prefix="DISCORD_", DISCORD_BOT_TOKEN=TOKEN)
     return home, env
-
-
-async def _serve(home: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
-    log = (home / "serve.log").open("ab")
-    try:
-        return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "geode", "serve", env=env, cwd=str(home), stdout=log, stderr=log
-        )
-    finally:
-        log.close()
 
 
 def _bot_texts(fake: FakeDiscord, mid: int) -> list[str]:
@@ -104,7 +74,7 @@ async def test_kill_9_then_restart_gives_exactly_one_final_reply(
     point: str, fake: FakeDiscord, tmp_path: Path
 ) -> None:
     home, env = _home(tmp_path, fake)
-    proc = await _serve(home, env)
+    proc = await start_serve(home, env)
     try:
         await fake.wait_for(lambda: fake.active_sessions, timeout=30)
         await asyncio.sleep(0.5)  # READY handled and the connector subscribed
@@ -119,24 +89,16 @@ async def test_kill_9_then_restart_gives_exactly_one_final_reply(
             )
         else:
             await fake.wait_for(lambda: _finals(fake, m1), timeout=30)
-        proc.kill()
-        await proc.wait()
-        assert proc.returncode == -signal.SIGKILL
+        await kill_9(proc)
 
-        proc = await _serve(home, env)
+        proc = await start_serve(home, env)
         await fake.wait_for(lambda: fake.active_sessions, timeout=30)
         await asyncio.sleep(0.5)
         m3 = await fake.user_says(fake.channel_id, "third", mention_bot=True)
         await fake.wait_for(lambda: all(_finals(fake, m) for m in (m1, m2, m3)), timeout=40)
         await asyncio.sleep(0.5)  # let a wrong duplicate show up before counting
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 20)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await stop(proc)
 
     log = (home / "serve.log").read_text()[-3000:]
     for m in (m1, m2, m3):

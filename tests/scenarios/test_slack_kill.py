@@ -7,27 +7,16 @@ thread and appears once in its session, whatever point the daemon died at.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import socket
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from geode.testing.fake_slack import FakeSlack
+from tests.scenarios._serve_proc import kill_9, serve_env, start_serve, stop
 
-REPO = Path(__file__).resolve().parents[2]
 CHANNEL = "C0KILL"
 FINAL = "Done: the answer."
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -53,28 +42,15 @@ platform = "slack"
 channel = "{CHANNEL}"
 allow_users = ["U1"]
 """)
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"latency": 1.0, "script": [FINAL]}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GEODE_", "SLACK_"))}
-    env.update(
-        GEODE_HOME=str(home),
-        GEODE_SCRIPTED_MODEL=str(script),
-        GEODE_HEALTH_PORT=str(_free_port()),
+    env = serve_env(
+        home,
+        tmp_path,
+        final=FINAL,
+        drop_prefix="SLACK_",
         SLACK_BOT_TOKEN=fake.bot_token,
         SLACK_APP_TOKEN=fake.app_token,
-        PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
     )
     return home, env
-
-
-async def _serve(home: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
-    log = (home / "serve.log").open("ab")
-    try:
-        return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "geode", "serve", env=env, cwd=str(home), stdout=log, stderr=log
-        )
-    finally:
-        log.close()
 
 
 def _bot_texts(fake: FakeSlack, ts: str) -> list[str]:
@@ -92,7 +68,7 @@ async def test_kill_9_then_restart_gives_exactly_one_final_reply(
     point: str, fake: FakeSlack, tmp_path: Path
 ) -> None:
     home, env = _home(tmp_path, fake)
-    proc = await _serve(home, env)
+    proc = await start_serve(home, env)
     mention = f"<@{fake.bot_user_id}>"
     try:
         await fake.wait_until(lambda: fake.connected, within=30)
@@ -107,23 +83,15 @@ async def test_kill_9_then_restart_gives_exactly_one_final_reply(
             )
         else:
             await fake.wait_until(lambda: _finals(fake, ts1), within=30)
-        proc.kill()
-        await proc.wait()
-        assert proc.returncode == -signal.SIGKILL
+        await kill_9(proc)
 
-        proc = await _serve(home, env)
+        proc = await start_serve(home, env)
         await fake.wait_until(lambda: fake.connected, within=30)
         ts3 = await fake.user_posts(CHANNEL, f"{mention} third", user="U1")
         await fake.wait_until(lambda: all(_finals(fake, ts) for ts in (ts1, ts2, ts3)), within=40)
         await asyncio.sleep(0.5)  # let a wrong duplicate show up before counting
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 20)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await stop(proc)
 
     for ts in (ts1, ts2, ts3):
         texts = _bot_texts(fake, ts)

@@ -10,28 +10,17 @@ store exactly one copy of each message in its session (none processed twice).
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import socket
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from geode.testing.fake_telegram import FakeTelegramServer
+from tests.scenarios._serve_proc import kill_9, serve_env, start_serve, stop
 
-REPO = Path(__file__).resolve().parents[2]
 TOKEN = "123456:KILL-TEST-TOKEN"
 CHAT = -100123
 FINAL = "Done: the answer."
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -58,25 +47,8 @@ platform = "telegram"
 channel = "{CHAT}"
 allow_users = ["42"]
 """)
-    script = tmp_path / "script.json"
-    # Each turn: one slow model call (the window in which the daemon is killed), then text.
-    script.write_text(json.dumps({"latency": 1.0, "script": [FINAL]}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GEODE_", "TELEGRAM_"))}
-    env.update(GEODE_HOME=str(home), GEODE_SCRIPTED_MODEL=str(script),
-               GEODE_HEALTH_PORT=str(_free_port()), TELEGRAM_BOT_TOKEN=TOKEN,
-               PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", ""))
-                                          if p))
+    env = serve_env(home, tmp_path, final=FINAL, drop_prefix="TELEGRAM_", TELEGRAM_BOT_TOKEN=TOKEN)
     return home, env
-
-
-async def _serve(home: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
-    log = (home / "serve.log").open("ab")
-    try:
-        return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "geode", "serve", env=env, cwd=str(home),
-            stdout=log, stderr=log)
-    finally:
-        log.close()
 
 
 def _finals_for(fake: FakeTelegramServer, mid: int) -> list[object]:
@@ -86,8 +58,7 @@ def _finals_for(fake: FakeTelegramServer, mid: int) -> list[object]:
 
 def _confirmed(fake: FakeTelegramServer, update_id: int) -> bool:
     """A getUpdates whose offset confirms ``update_id``: the daemon recorded it durably."""
-    return any(int(c.params.get("offset") or 0) > update_id
-               for c in fake.calls_to("getUpdates"))
+    return any(int(c.params.get("offset") or 0) > update_id for c in fake.calls_to("getUpdates"))
 
 
 def _progress_shown(fake: FakeTelegramServer, mid: int) -> bool:
@@ -102,7 +73,7 @@ async def test_kill_9_then_restart_gives_exactly_one_final_reply(
     point: str, fake: FakeTelegramServer, tmp_path: Path
 ) -> None:
     home, env = _home(tmp_path, fake)
-    proc = await _serve(home, env)
+    proc = await start_serve(home, env)
     try:
         await fake.wait_until(lambda: fake.calls_to("getUpdates"), within=30)
         u1 = fake.user_says(CHAT, "@geode_bot first", from_user=42)
@@ -111,34 +82,29 @@ async def test_kill_9_then_restart_gives_exactly_one_final_reply(
         if point == "recorded":
             await fake.wait_until(lambda: _confirmed(fake, u2), within=30)
         elif point == "turn_running":
-            await fake.wait_until(lambda: _progress_shown(fake, m1) and _progress_shown(fake, m2),
-                                  within=30)
+            await fake.wait_until(
+                lambda: _progress_shown(fake, m1) and _progress_shown(fake, m2), within=30
+            )
         else:
             await fake.wait_until(lambda: _finals_for(fake, m1), within=30)
-        proc.kill()  # SIGKILL: no drain, no cleanup, the lease is left to expire
-        await proc.wait()
-        assert proc.returncode == -signal.SIGKILL
+        await kill_9(proc)
         killed_with = {m: len(_finals_for(fake, m)) for m in (m1, m2)}
 
-        proc = await _serve(home, env)
+        proc = await start_serve(home, env)
         u3 = fake.user_says(CHAT, "@geode_bot third", from_user=42)
         m3 = fake.message_id_for(u3)
-        await fake.wait_until(lambda: all(_finals_for(fake, m) for m in (m1, m2, m3)),
-                              within=40)
+        await fake.wait_until(lambda: all(_finals_for(fake, m) for m in (m1, m2, m3)), within=40)
         await asyncio.sleep(0.5)  # let any (wrong) duplicate show up before counting
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 20)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await stop(proc)
 
     for m in (m1, m2, m3):
         assert len(_finals_for(fake, m)) == 1, (m, killed_with, fake.sent)
-        visible = [c.plain_text for c in fake.messages_in(CHAT, from_bot=True)
-                   if c.reply_to_message_id == m]
+        visible = [
+            c.plain_text
+            for c in fake.messages_in(CHAT, from_bot=True)
+            if c.reply_to_message_id == m
+        ]
         assert visible.count(FINAL) == 1, visible
         # A kill between a progress message's send and its record can leave that one
         # "Working…" message behind (the Bot API cannot look it up); never an answer twice.
