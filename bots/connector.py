@@ -75,6 +75,7 @@ class TurnHost(Protocol):
         kind: LaneKind,
         lane_key: str | None = None,
         on_session: Any = None,
+        turn_id: str | None = None,
     ) -> TurnResult: ...
 
 

@@ -14,6 +14,7 @@ or ``ignored`` / ``expired`` (too old for catch-up) / ``failed``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -55,10 +56,15 @@ def _stored(row: Any) -> StoredEvent:
 
 
 def _insert_ignore(store: Store, table: Any, keys: list[str]) -> Any:
-    """``INSERT ... ON CONFLICT DO NOTHING`` for the store's dialect."""
-    if store.is_postgres:
-        return postgresql.insert(table).on_conflict_do_nothing(index_elements=keys)
-    return sqlite.insert(table).on_conflict_do_nothing(index_elements=keys)
+    """``INSERT ... ON CONFLICT DO NOTHING`` for the store's dialect (built once per table;
+    execute it with a parameter dict rather than ``.values()``, which builds a new one)."""
+    return _insert_ignore_for(store.is_postgres, table, tuple(keys))
+
+
+@functools.cache
+def _insert_ignore_for(postgres: bool, table: Any, keys: tuple[str, ...]) -> Any:
+    dialect_insert = postgresql.insert if postgres else sqlite.insert
+    return dialect_insert(table).on_conflict_do_nothing(index_elements=list(keys))
 
 
 def _cursor_upsert(store: Store, name: str, value: str) -> tuple[Any, Any]:
@@ -122,13 +128,14 @@ class InboundLog:
             new_ids: list[int] = []
             for event, status in events:
                 now = utcnow()
-                result = conn.execute(insert_event.values(
-                    dedupe_key=event.dedupe_key[:300], platform=event.platform,
-                    workspace=event.workspace, channel=event.channel,
-                    thread_root=event.thread_root, message_id=event.message_id,
-                    sender=event.sender, payload=event.to_json(), status=status,
-                    decision="", session_id=None, owner="", created_at=now, updated_at=now,
-                ))
+                result = conn.execute(insert_event, {
+                    "dedupe_key": event.dedupe_key[:300], "platform": event.platform,
+                    "workspace": event.workspace, "channel": event.channel,
+                    "thread_root": event.thread_root, "message_id": event.message_id,
+                    "sender": event.sender, "payload": event.to_json(), "status": status,
+                    "decision": "", "session_id": None, "owner": "", "created_at": now,
+                    "updated_at": now,
+                })
                 if not result.rowcount:
                     log.debug("inbound.duplicate", key=event.dedupe_key)
                     continue
@@ -136,11 +143,11 @@ class InboundLog:
                     select(_E.c.id).where(_E.c.dedupe_key == event.dedupe_key[:300])
                 ).scalar_one()))
                 if event.message_id and not event.is_edit:
-                    conn.execute(insert_message.values(
-                        platform=event.platform, workspace=event.workspace,
-                        channel=event.channel, message_id=event.message_id,
-                        thread_root=event.thread_root, from_bot=False, created_at=now,
-                    ))
+                    conn.execute(insert_message, {
+                        "platform": event.platform, "workspace": event.workspace,
+                        "channel": event.channel, "message_id": event.message_id,
+                        "thread_root": event.thread_root, "from_bot": False, "created_at": now,
+                    })
             for stmt in cursor_stmts:
                 conn.execute(stmt)
             return new_ids

@@ -57,6 +57,8 @@ class LayerOptions(BaseModel):
 
     progress_edit_interval_s: float = 1.0
     typing_interval_s: float = 4.0
+    #: typing starts only for turns running this long (the progress message shows already)
+    typing_delay_s: float = 1.0
     ack_emoji: str | None = "👀"
     #: events older than this when first seen (downtime backlog) are not answered
     catch_up_max_age_s: float = 24 * 3600

@@ -16,12 +16,13 @@ marked ``sending`` before the single send; a crash inside that window leaves the
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from bots._tables import events_table, outbox_table
@@ -43,6 +44,18 @@ log = structlog.get_logger(__name__)
 _O = outbox_table
 _E = events_table
 PLACEHOLDER = "…"
+
+# Built once (the hot path runs several per reply; building a statement costs more than
+# executing it): a statement with its parameters is a ``_Stmt``.
+_INSERT = insert(_O)
+_UPDATE = update(_O).where(_O.c.id == bindparam("b_id"))
+_BY_ID = select(_O).where(_O.c.id == bindparam("b_id"))
+_UPDATE_EVENT = update(_E).where(_E.c.id == bindparam("b_id"))
+_Stmt = tuple[Any, dict[str, Any]]
+
+
+def _event_update(event_id: int, **values: Any) -> _Stmt:
+    return _UPDATE_EVENT, {**values, "updated_at": utcnow(), "b_id": event_id}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,43 +109,43 @@ class Outbox:
     def _insert_stmt(
         *, session_key: str, turn_key: str, event_id: int | None, kind: str, platform: str,
         workspace: str, target: ReplyTarget, status: str, chunks: list[Chunk],
-    ) -> Any:
+        loop_turn_id: str = "",
+    ) -> _Stmt:
         now = utcnow()
-        return insert(_O).values(
-            session_key=session_key, turn_key=turn_key, event_id=event_id, kind=kind,
-            platform=platform, workspace=workspace, channel=target.channel,
-            thread_root=target.thread_root, target=target.to_json(), status=status,
-            loop_turn_id="", progress_message_id=None, progress_state="",
-            message_ids=[], chunks=_chunks_json(chunks),
-            edited=0, attempts=0, error="", created_at=now, updated_at=now,
-        )
+        return _INSERT, {
+            "session_key": session_key, "turn_key": turn_key, "event_id": event_id, "kind": kind,
+            "platform": platform, "workspace": workspace, "channel": target.channel,
+            "thread_root": target.thread_root, "target": target.to_json(), "status": status,
+            "loop_turn_id": loop_turn_id, "progress_message_id": None, "progress_state": "",
+            "message_ids": [], "chunks": _chunks_json(chunks),
+            "edited": 0, "attempts": 0, "error": "", "created_at": now, "updated_at": now,
+        }
 
     def open_turn_in(
         self, conn: Connection, *, event_id: int, session_id: str, turn_key: str,
         platform: str, workspace: str, target: ReplyTarget,
     ) -> OutboxRow:
         """Accept a turn inside the caller's write transaction: its ``pending`` outbox row
-        and the event's ``running`` status.
+        (with the id the loop turn will run under, so a restart can find that turn in the
+        checkpoint chain) and the event's ``running`` status.
 
         Raises:
             IntegrityError: the row existed already; the caller's transaction is void.
         """
-        result = conn.execute(self._insert_stmt(
+        loop_turn_id = f"t-{secrets.token_hex(6)}"
+        result = conn.execute(*self._insert_stmt(
             session_key=session_id, turn_key=turn_key, event_id=event_id, kind="turn",
             platform=platform, workspace=workspace, target=target, status="pending",
-            chunks=[],
+            chunks=[], loop_turn_id=loop_turn_id,
         ))
-        conn.execute(
-            update(_E).where(_E.c.id == event_id).values(
-                status="running", decision="turn", session_id=session_id, updated_at=utcnow(),
-            )
-        )
+        conn.execute(*_event_update(event_id, status="running", decision="turn",
+                                    session_id=session_id))
         pk = result.inserted_primary_key
         assert pk is not None
         return OutboxRow(
             id=int(pk[0]), session_key=session_id, turn_key=turn_key,
             event_id=event_id, kind="turn", platform=platform, workspace=workspace,
-            target=target, status="pending", loop_turn_id="", progress_message_id=None,
+            target=target, status="pending", loop_turn_id=loop_turn_id, progress_message_id=None,
             progress_state="", message_ids=[], chunks=[], edited=0, attempts=0,
         )
 
@@ -163,19 +176,18 @@ class Outbox:
             chunks=chunks,
         )]
         if event_id is not None:
-            stmts.append(update(_E).where(_E.c.id == event_id).values(
-                status=event_status, decision=decision[:64], updated_at=utcnow()))
+            stmts.append(_event_update(event_id, status=event_status, decision=decision[:64]))
 
         def tx(c: Connection) -> None:
             for stmt in stmts:
-                c.execute(stmt)
+                c.execute(*stmt)
 
         try:
             if conn is not None:
                 # Inside the caller's transaction: a duplicate must fail that whole
                 # transaction, so no savepoint here.
                 for stmt in stmts:
-                    await conn.execute(stmt)
+                    await conn.execute(*stmt)
             else:
                 await self._store.run_write(tx)
         except IntegrityError:
@@ -191,9 +203,10 @@ class Outbox:
             select(_O).where(_O.c.session_key == session_key, _O.c.turn_key == turn_key))
 
     async def by_id(self, row_id: int) -> OutboxRow:
-        row = await self._one(select(_O).where(_O.c.id == row_id))
-        assert row is not None
-        return row
+        r = await self._store.run_read(lambda conn: conn.execute(_BY_ID, {"b_id": row_id})
+                                       .first())
+        assert r is not None
+        return _row(r)
 
     async def for_event(self, event_id: int) -> OutboxRow | None:
         return await self._one(select(_O).where(_O.c.event_id == event_id))
@@ -207,24 +220,32 @@ class Outbox:
         rows = await self._store.run_read(lambda conn: conn.execute(query).all())
         return [_row(r) for r in rows]
 
+    async def run_write(self, fn: Callable[[Connection], Any]) -> Any:
+        """One write transaction of the caller's (``*_in`` helpers, :meth:`update_stmt`)."""
+        return await self._store.run_write(fn)
+
     @staticmethod
-    def _update_stmt(row_id: int, values: dict[str, Any]) -> Any:
+    def update_stmt(row_id: int, values: dict[str, Any]) -> _Stmt:
+        """The UPDATE of one row's columns (``updated_at`` set) with its parameters, for a
+        caller's transaction: ``conn.execute(*stmt)``."""
+        values = dict(values)
         if "chunks" in values:
             values["chunks"] = _chunks_json(values["chunks"])
         values["updated_at"] = utcnow()
-        return update(_O).where(_O.c.id == row_id).values(**values)
+        values["b_id"] = row_id
+        return _UPDATE, values
 
     async def update(self, row_id: int, **values: Any) -> None:
-        stmt = self._update_stmt(row_id, values)
-        await self._store.run_write(lambda conn: conn.execute(stmt))
+        stmt = self.update_stmt(row_id, values)
+        await self._store.run_write(lambda conn: conn.execute(*stmt))
 
     async def update_row(self, row_id: int, **values: Any) -> OutboxRow:
         """:meth:`update`, returning the row as committed (one transaction)."""
-        stmt = self._update_stmt(row_id, values)
+        stmt = self.update_stmt(row_id, values)
 
         def tx(conn: Connection) -> Any:
-            conn.execute(stmt)
-            return conn.execute(select(_O).where(_O.c.id == row_id)).first()
+            conn.execute(*stmt)
+            return conn.execute(_BY_ID, {"b_id": row_id}).first()
 
         return _row(await self._store.run_write(tx))
 
@@ -238,20 +259,20 @@ class Outbox:
         ``values`` are more columns to set in the same update (the delivered message ids);
         ``also`` runs inside the same transaction (the message index entries).
         """
-        stmt = self._update_stmt(row.id, {**(values or {}), "status": status,
-                                          "error": error[:2000]})
+        stmt = self.update_stmt(row.id, {**(values or {}), "status": status,
+                                         "error": error[:2000]})
         event_stmt = None
         if row.event_id is not None and row.kind == "turn":
-            event_stmt = update(_E).where(_E.c.id == row.event_id).values(
-                status="done" if status == "sent" else "failed", updated_at=utcnow())
+            event_stmt = _event_update(row.event_id,
+                                       status="done" if status == "sent" else "failed")
 
         def tx(conn: Connection) -> Any:
-            conn.execute(stmt)
+            conn.execute(*stmt)
             if event_stmt is not None:
-                conn.execute(event_stmt)
+                conn.execute(*event_stmt)
             if also is not None:
                 also(conn)
-            return conn.execute(select(_O).where(_O.c.id == row.id)).first()
+            return conn.execute(_BY_ID, {"b_id": row.id}).first()
 
         return _row(await self._store.run_write(tx))
 

@@ -1,10 +1,14 @@
 """Progress while a turn runs: ack reaction, typing, one progress message edited as tools run.
 
 The progress message is sent when the turn starts and its id is recorded in the outbox row
-right away: it is both the user's "working on it" and the handle the final answer is
-delivered through (see :mod:`bots.outbound`). Edits are throttled to ``edit_interval_s``
-(Telegram allows roughly one edit per second per chat); the last state always lands,
-unless the final answer replaces it first. A failing indicator never fails the turn.
+right away (with the message index entry, in one transaction): it is both the user's
+"working on it" and the handle the final answer is delivered through (see
+:mod:`bots.outbound`). The ack reaction goes out alongside it. Typing starts only once the
+turn has run ``typing_delay_s`` (a quick answer needs no "typing…" under a progress message
+that already says so), then repeats every ``typing_interval_s``. Edits are throttled to
+``edit_interval_s`` (Telegram allows roughly one edit per second per chat); the last state
+always lands, unless the final answer replaces it first. A failing indicator never fails
+the turn.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -22,6 +26,9 @@ from bots.format import Chunk
 from bots.outbound import Outbox, OutboxRow
 from bots.sessions import MessageIndex
 from geode.loop import LoopEvent
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
 
 __all__ = ["ProgressReporter"]
 
@@ -37,7 +44,8 @@ class ProgressReporter:
     def __init__(
         self, *, connector: BaseConnector, outbox: Outbox, row: OutboxRow, target: ReplyTarget,
         inbound_message_id: str, edit_interval_s: float = 1.0, typing_interval_s: float = 4.0,
-        ack_emoji: str | None = "👀", fault: Any = None, index: MessageIndex | None = None,
+        typing_delay_s: float = 0.0, ack_emoji: str | None = "👀", fault: Any = None,
+        index: MessageIndex | None = None,
     ) -> None:
         self.connector = connector
         self.outbox = outbox
@@ -46,6 +54,7 @@ class ProgressReporter:
         self.inbound_message_id = inbound_message_id
         self.edit_interval_s = edit_interval_s
         self.typing_interval_s = typing_interval_s
+        self.typing_delay_s = typing_delay_s
         self.ack_emoji = ack_emoji
         self._fault = fault or (lambda point: None)
         self._index = index
@@ -57,19 +66,20 @@ class ProgressReporter:
         self._closed = False
 
     async def start(self) -> None:
-        """Ack, progress message (recorded), typing loop."""
+        """Ack and progress message (recorded) together; then the typing and edit loops."""
+        steps = []
         if self.ack_emoji:
-            await self._quiet(self.connector.react(self.target, self.inbound_message_id,
-                                                   self.ack_emoji))
+            steps.append(self._quiet(self.connector.react(self.target, self.inbound_message_id,
+                                                          self.ack_emoji)))
         if self.message_id is None:
-            await self._send_progress()
+            steps.append(self._send_progress())
+        await asyncio.gather(*steps)
         self._tasks.append(asyncio.create_task(self._typing_loop()))
         self._tasks.append(asyncio.create_task(self._edit_loop()))
 
     async def _send_progress(self) -> None:
-        # Recorded as "sending" first: after a crash in this window the row shows that a
-        # stray progress message may exist (it carries no answer, so a new one is fine).
-        await self.outbox.update(self.row.id, progress_state="sending")
+        # A crash between this send and its record leaves a stray "Working…" message (it
+        # carries no answer; the restarted turn sends a new one): no id, nothing to reconcile.
         try:
             mid = await self.connector.send(self.target, Chunk(html=WORKING, plain=WORKING))
         except DeliveryError as exc:
@@ -77,13 +87,18 @@ class ProgressReporter:
             return
         self._fault("progress_sent_before_record")
         self.message_id = mid
-        await self.outbox.update(self.row.id, progress_message_id=mid, progress_state="sent")
-        if self._index is not None:  # a reply to the progress/answer message stays in thread
-            await self._index.remember(
-                platform=self.row.platform, workspace=self.row.workspace,
-                channel=self.target.channel, message_ids=[mid],
-                thread_root=self.target.thread_root, from_bot=True,
-            )
+        index, row, target = self._index, self.row, self.target
+        update = self.outbox.update_stmt(row.id, {"progress_message_id": mid,
+                                                  "progress_state": "sent"})
+
+        def record(conn: Connection) -> None:
+            conn.execute(*update)
+            if index is not None:  # a reply to the progress/answer message stays in thread
+                index.remember_in(conn, platform=row.platform, workspace=row.workspace,
+                                  channel=target.channel, message_ids=[mid],
+                                  thread_root=target.thread_root, from_bot=True)
+
+        await self.outbox.run_write(record)
 
     async def on_event(self, event: LoopEvent) -> None:
         if event.kind == "tool_call":
@@ -121,6 +136,8 @@ class ProgressReporter:
                                                   Chunk(html=_esc(text), plain=text)))
 
     async def _typing_loop(self) -> None:
+        if self.typing_delay_s > 0:
+            await asyncio.sleep(self.typing_delay_s)
         while True:
             await self._quiet(self.connector.typing(self.target))
             await asyncio.sleep(self.typing_interval_s)

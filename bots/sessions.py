@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 
 from bots._tables import messages_table, threads_table
 from bots.events import InboundEvent
@@ -31,6 +31,7 @@ __all__ = ["MessageIndex", "ThreadSessions", "ThreadState"]
 
 _T = threads_table
 _M = messages_table
+_THREAD = select(_T).where(_T.c.thread_key == bindparam("b_key"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,8 +54,8 @@ class ThreadSessions:
         self._store = store
 
     async def get(self, thread_key: str) -> ThreadState | None:
-        query = select(_T).where(_T.c.thread_key == thread_key)
-        row = await self._store.run_read(lambda conn: conn.execute(query).first())
+        row = await self._store.run_read(
+            lambda conn: conn.execute(_THREAD, {"b_key": thread_key}).first())
         return _state(row) if row is not None else None
 
     async def engage(self, event: InboundEvent) -> ThreadState:
@@ -66,14 +67,14 @@ class ThreadSessions:
         # Insert-or-ignore, not insert + IntegrityError: a failed statement would abort the
         # caller's whole transaction on PostgreSQL.
         conn.execute(
-            _insert_ignore(self._store, _T, ["thread_key"]).values(
-                thread_key=event.thread_key, platform=event.platform,
-                workspace=event.workspace, channel=event.channel,
-                thread_root=event.thread_root, session_id=event.thread_key,
-                generation=0, engaged=True, created_at=utcnow(), updated_at=utcnow(),
-            )
+            _insert_ignore(self._store, _T, ["thread_key"]), {
+                "thread_key": event.thread_key, "platform": event.platform,
+                "workspace": event.workspace, "channel": event.channel,
+                "thread_root": event.thread_root, "session_id": event.thread_key,
+                "generation": 0, "engaged": True, "created_at": utcnow(), "updated_at": utcnow(),
+            }
         )
-        row = conn.execute(select(_T).where(_T.c.thread_key == event.thread_key)).first()
+        row = conn.execute(_THREAD, {"b_key": event.thread_key}).first()
         assert row is not None
         return _state(row)
 
@@ -133,7 +134,7 @@ class MessageIndex:
                                                 "message_id"])
         for mid in message_ids:
             # A known id (a recovered send) is skipped, not an error.
-            conn.execute(stmt.values(
-                platform=platform, workspace=workspace, channel=channel, message_id=mid,
-                thread_root=thread_root, from_bot=from_bot, created_at=utcnow(),
-            ))
+            conn.execute(stmt, {
+                "platform": platform, "workspace": workspace, "channel": channel, "message_id": mid,
+                "thread_root": thread_root, "from_bot": from_bot, "created_at": utcnow(),
+            })

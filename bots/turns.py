@@ -2,19 +2,24 @@
 
 Points where a crash can happen, and what the restart does (``recover``):
 
-- outbox row ``pending``, no loop turn recorded: the turn never started -> run it.
-- loop turn recorded, the checkpoint shows it finished (``last_termination`` saved with
-  that turn id): the answer is in the checkpoint -> deliver it, no model call.
-- loop turn recorded, unfinished: the user's message is in the chain (or not, if the
-  crash came before its first save) -> continue the session with a short note (or the
-  original prompt); tool calls left open were marked uncertain by the factory and are
-  never re-run.
+The outbox row carries the loop turn's id from the start (the turn runs under it).
+
+- row ``pending``, the checkpoint chain has no checkpoint of that turn: the turn never
+  started (or crashed before its first save) -> run it with the original prompt.
+- the checkpoint shows the turn finished (``last_termination`` saved with that turn id):
+  the answer is in the checkpoint -> deliver it, no model call.
+- the checkpoint shows the turn started, unfinished: the user's message is in the chain
+  -> continue the session with a short note; tool calls left open were marked uncertain
+  by the factory and are never re-run.
+
+A re-run gets a new loop turn id, recorded before it starts.
 - row ``ready``: the answer is known -> deliver (idempotent edits).
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -96,7 +101,8 @@ class TurnRunner:
         progress = ProgressReporter(
             connector=layer.connector, outbox=layer.outbox, row=row, target=row.target,
             inbound_message_id=event.message_id, edit_interval_s=opts.progress_edit_interval_s,
-            typing_interval_s=opts.typing_interval_s, ack_emoji=opts.ack_emoji,
+            typing_interval_s=opts.typing_interval_s, typing_delay_s=opts.typing_delay_s,
+            ack_emoji=opts.ack_emoji,
             fault=layer.fault, index=layer.index,
         )
         active = ActiveTurn(session_id=row.session_key, event_id=stored.id,
@@ -153,9 +159,6 @@ class TurnRunner:
         async def sink(ev: LoopEvent) -> None:
             if ev.kind == "turn_started":
                 active.loop_turn_id = str(ev.data.get("turn_id", ""))
-                # Recorded before the model is asked: recovery can tell "never started"
-                # from "started, find it in the checkpoint".
-                await layer.outbox.update(row.id, loop_turn_id=active.loop_turn_id)
                 layer.fault("turn_started")
                 if active.stop_requested and active.session is not None:
                     active.session.cancel()  # /stop came while the session was opening
@@ -166,9 +169,10 @@ class TurnRunner:
         async def bind(session: Session) -> None:
             active.session = session
             active.model = session.model
-            # Who said what, on each message of a collaborative thread.
-            await layer.store.timeline.append(
-                session_id=session.session_id, turn_id="", kind="channel.message",
+            # Who said what, on each message of a collaborative thread: written with the
+            # turn's first checkpoint (the one holding the message), in its transaction.
+            session.stage_timeline(
+                kind="channel.message", turn_id=row.loop_turn_id,
                 payload={"platform": event.platform, "channel": event.channel,
                          "thread": event.thread_root, "message_id": event.message_id,
                          "sender": event.sender, "sender_name": event.sender_name,
@@ -184,7 +188,8 @@ class TurnRunner:
         )
         try:
             result = await layer.host.run_turn(ctx, prompt, kind="channel",
-                                                lane_key=row.session_key, on_session=bind)
+                                                lane_key=row.session_key, on_session=bind,
+                                                turn_id=row.loop_turn_id or None)
         except asyncio.CancelledError:
             raise
         except _StoppedBeforeStart:
@@ -233,7 +238,9 @@ class TurnRunner:
         if binding is None:
             await layer.outbox.finish(row, status="failed", error="binding removed")
             return
-        await self.run(stored, row, binding, prompt=prompt)
+        rerun = f"t-{secrets.token_hex(6)}"
+        await layer.outbox.update(row.id, loop_turn_id=rerun)
+        await self.run(stored, replace(row, loop_turn_id=rerun), binding, prompt=prompt)
 
 
 def _last_assistant_text(messages: list[Any]) -> str:

@@ -87,11 +87,18 @@ class Session:
     model: str
     uncertain_calls: list[str] = field(default_factory=list)
 
-    async def run(self, prompt: str) -> TurnResult:
-        return await self.loop.run(prompt)
+    async def run(self, prompt: str, *, turn_id: str | None = None) -> TurnResult:
+        return await self.loop.run(prompt, turn_id=turn_id)
 
     def cancel(self) -> bool:
         return self.loop.cancel()
+
+    def stage_timeline(self, *, kind: str, payload: dict[str, Any], turn_id: str = "") -> None:
+        """A timeline row written with the session's next checkpoint (same transaction);
+        dropped if the session has no store."""
+        stage = getattr(self.loop.deps.checkpointer, "stage_timeline", None)
+        if stage is not None:
+            stage(kind=kind, payload=payload, turn_id=turn_id)
 
 
 class Runtime:
@@ -335,19 +342,21 @@ class Runtime:
 
             return ctx.session_id or new_id("s"), [], {}
         sessions = self.store.sessions
-        if ctx.session_id and await sessions.exists(ctx.session_id):
+        if ctx.session_id:
+            if ctx.mode in ("HEADLESS", "REPL", "IPC") and not ctx.binding:
+                if not await sessions.exists(ctx.session_id):
+                    # A user asked to continue a session that does not exist: say so (exit 2).
+                    raise ConfigError(f"Session {ctx.session_id!r} does not exist. "
+                                      "`geode sessions list` shows them.")
+            elif await sessions.create_if_missing(
+                ctx.session_id, mode=ctx.mode, model=model,
+                parent_session_id=ctx.parent_session_id, title=ctx.title,
+            ):
+                return ctx.session_id, [], {}  # a fixed id seen for the first time (a thread)
             restored = await self.store.checkpointer(ctx.session_id).load()
-            marked = await self.store.receipts.mark_uncertain_open(ctx.session_id)
-            status = {r.call_id: "uncertain" for r in marked}
-            for r in await self.store.receipts.list_for(ctx.session_id):
-                status.setdefault(r.call_id, r.status)
+            _, status = await self.store.receipts.resume(ctx.session_id)
             messages = list(restored.messages) if restored is not None else []
             return ctx.session_id, messages, status
-        if ctx.session_id and ctx.mode in ("HEADLESS", "REPL", "IPC") and not ctx.binding:
-            # A user asked to continue a session that does not exist: say so (exit 2).
-            raise ConfigError(
-                f"Session {ctx.session_id!r} does not exist. `geode sessions list` shows them."
-            )
         sid = await sessions.create(
             session_id=ctx.session_id,
             mode=ctx.mode,

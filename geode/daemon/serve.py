@@ -250,6 +250,7 @@ class Daemon:
         kind: LaneKind,
         lane_key: str | None = None,
         on_session: OnSession | None = None,
+        turn_id: str | None = None,
     ) -> TurnResult:
         """Run one turn under the lanes; the entry point for IPC, scheduler and connectors.
 
@@ -259,6 +260,7 @@ class Daemon:
             kind: lane kind (``cli``, ``channel``, ``scheduler``) for the sub-limit.
             lane_key: session lane key when ``ctx.session_id`` is None (a new session).
             on_session: awaited once the session is open (e.g. to learn its id).
+            turn_id: the loop turn's id, when the caller recorded one beforehand.
 
         Raises:
             LaneBusy: the lanes stayed full for the wait bound.
@@ -280,7 +282,7 @@ class Daemon:
                 self._active[task] = session
                 if on_session is not None:
                     await on_session(session)
-                return await session.run(prompt)
+                return await session.run(prompt, turn_id=turn_id)
             finally:
                 self._active.pop(task, None)
 

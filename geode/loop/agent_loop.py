@@ -72,8 +72,10 @@ class AgenticLoop:
             return True
         return False
 
-    async def run(self, prompt: str) -> TurnResult:
-        state = RunState(messages=list(self.messages), turn_id=new_id("t"))
+    async def run(self, prompt: str, *, turn_id: str | None = None) -> TurnResult:
+        """Run one turn. ``turn_id``: the caller's id for it (a channel records it before
+        the turn starts, to find the turn in the checkpoint chain after a crash)."""
+        state = RunState(messages=list(self.messages), turn_id=turn_id or new_id("t"))
         self.running_turn = state.turn_id
         structlog.contextvars.bind_contextvars(
             session_id=self.deps.session_id, turn_id=state.turn_id

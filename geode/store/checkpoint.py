@@ -35,6 +35,7 @@ from geode.store.sessions import (
     SessionNotFoundError,
     check_transition,
 )
+from geode.store.timeline import insert_rows, timeline_row
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -135,6 +136,17 @@ class SessionCheckpointer:
         self._store = store
         self.session_id = session_id
         self._written: _Written | None = None
+        self._staged: list[dict[str, Any]] = []
+
+    def stage_timeline(self, *, kind: str, payload: dict[str, Any], turn_id: str = "") -> None:
+        """A timeline row to write in the same transaction as the next save.
+
+        For observations that belong with the next checkpoint (who sent the message a turn
+        starts with) and cost no transaction of their own. Kept until a save commits.
+        """
+        self._staged.append(timeline_row(session_id=self.session_id, turn_id=turn_id,
+                                         kind=kind, payload=payload,
+                                         secrets=self._store.secrets))
 
     async def save(
         self,
@@ -268,12 +280,16 @@ class SessionCheckpointer:
         state_json = json.loads(json.dumps(state))
         snapshot = tuple(messages)
         written = self._written
+        staged = self._staged[:]
 
         def link(conn: Connection) -> _Written:
-            return self._write_link(conn, written, snapshot, state_json, status, kind, turn_id)
+            done = self._write_link(conn, written, snapshot, state_json, status, kind, turn_id)
+            insert_rows(conn, [{**r, "turn_id": r["turn_id"] or turn_id} for r in staged])
+            return done
 
         try:
             self._written = await self._store.run_write(link)
+            del self._staged[:len(staged)]
         except BaseException:
             # The transaction rolled back; what this process believes is in the store
             # may be stale now, so the next save rewrites the rows from scratch.

@@ -218,11 +218,23 @@ class ReceiptStore:
         Returns the receipts changed, oldest first, so the loop can tell the model which
         effects have an unknown outcome (they are never re-run automatically).
         """
+        marked, _ = await self._resume(session_id, listing=False)
+        return marked
+
+    async def resume(self, session_id: str) -> tuple[list[Receipt], dict[str, str]]:
+        """:meth:`mark_uncertain_open` and then every receipt's status by call id, in one
+        transaction (what opening an existing session needs)."""
+        return await self._resume(session_id, listing=True)
+
+    async def _resume(
+        self, session_id: str, *, listing: bool
+    ) -> tuple[list[Receipt], dict[str, str]]:
         now = utcnow()
         detail = "process ended after dispatch; outcome unknown (not re-run)"
         postgres = self._store.is_postgres
+        every = select(_R.c.call_id, _R.c.status).where(_R.c.session_id == session_id)
 
-        def mark(conn: Connection) -> list[Any]:
+        def mark(conn: Connection) -> tuple[list[Any], dict[str, str]]:
             query = (
                 select(*_COLS)
                 .where(_R.c.session_id == session_id, _R.c.status == "intended")
@@ -240,11 +252,13 @@ class ReceiptStore:
                     )
                     .values(status="uncertain", detail=detail, updated_at=now)
                 )
-            return rows
+            statuses = ({str(r.call_id): str(r.status) for r in conn.execute(every)}
+                        if listing else {})
+            return rows, statuses
 
-        rows = await self._store.run_write(mark)
+        rows, statuses = await self._store.run_write(mark)
         if not rows:
-            return []
+            return [], statuses
         out = [
             dataclasses.replace(
                 Receipt.from_row(r), status="uncertain", detail=detail, updated_at=now
@@ -256,7 +270,7 @@ class ReceiptStore:
             session_id=session_id,
             calls=[r.call_id for r in out],
         )
-        return out
+        return out, statuses
 
     async def list_for(self, session_id: str) -> list[Receipt]:
         """Every receipt of the session, oldest first."""

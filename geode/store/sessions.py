@@ -150,8 +150,11 @@ class SessionStore:
         parent_session_id: str | None = None,
         title: str = "",
         metadata: dict[str, Any] | None = None,
+        if_missing: bool = False,
     ) -> str:
         """Insert a new active session and return its id (a new uuid4 hex if not given).
+
+        ``if_missing``: look for the id first, in the same transaction (no failed INSERT).
 
         Raises:
             SessionExistsError: the id is taken.
@@ -174,6 +177,8 @@ class SessionStore:
         }
 
         def insert(conn: Connection) -> None:
+            if if_missing and _exists(conn, sid):
+                raise SessionExistsError(sid)
             if parent_session_id is not None and not _exists(conn, parent_session_id):
                 raise SessionNotFoundError(parent_session_id)
             conn.execute(_T.insert(), row)
@@ -185,6 +190,29 @@ class SessionStore:
         except SQLAlchemyError as exc:
             raise StoreError(f"creating session {sid!r} failed: {type(exc).__name__}") from exc
         return sid
+
+    async def create_if_missing(
+        self,
+        session_id: str,
+        *,
+        mode: str,
+        model: str,
+        parent_session_id: str | None = None,
+        title: str = "",
+        metadata: dict[str, Any] | None = None,
+    ) -> bool:
+        """Create the session unless it exists, in one transaction; True if created.
+
+        Raises:
+            SessionNotFoundError: ``parent_session_id`` names no session.
+        """
+        try:
+            await self.create(session_id, mode=mode, model=model,
+                              parent_session_id=parent_session_id, title=title,
+                              metadata=metadata, if_missing=True)
+        except SessionExistsError:
+            return False
+        return True
 
     async def ensure(
         self,

@@ -61,6 +61,27 @@ def _insert(conn: Connection, *, row: dict[str, Any]) -> None:
     conn.execute(_INSERT, row)
 
 
+def timeline_row(
+    *, session_id: str, turn_id: str, kind: str, correlation_id: str = "",
+    payload: dict[str, Any] | None, secrets: tuple[str, ...],
+) -> dict[str, Any]:
+    """One row's values (payload redacted and bounded), for :func:`insert_rows`."""
+    return {
+        "session_id": session_id,
+        "turn_id": turn_id,
+        "kind": kind[:64],
+        "correlation_id": correlation_id[:100],
+        "payload": prepare_payload(payload, secrets),
+        "created_at": utcnow(),
+    }
+
+
+def insert_rows(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Append prepared rows inside the caller's (sync) write transaction."""
+    if rows:
+        conn.execute(_INSERT, rows)
+
+
 class SessionTimeline:
     """Append-only timeline rows in the store (``store.timeline``)."""
 
@@ -79,14 +100,9 @@ class SessionTimeline:
     ) -> None:
         """Append one row (e.g. kind ``tool.denied``). Never raises on a store failure."""
         try:
-            row = {
-                "session_id": session_id,
-                "turn_id": turn_id,
-                "kind": kind[:64],
-                "correlation_id": correlation_id[:100],
-                "payload": prepare_payload(payload, self._store.secrets),
-                "created_at": utcnow(),
-            }
+            row = timeline_row(session_id=session_id, turn_id=turn_id, kind=kind,
+                               correlation_id=correlation_id, payload=payload,
+                               secrets=self._store.secrets)
             await self._store.run_write(functools.partial(_insert, row=row))
         except (SQLAlchemyError, OSError, TypeError, ValueError) as exc:
             self.failures += 1

@@ -79,6 +79,7 @@ class Stack(DaemonHost):
         opts = TelegramOptions(
             base_url=self.fake.base_url, base_file_url=self.fake.base_file_url,
             poll_timeout_s=1, progress_edit_interval_s=0.0, typing_interval_s=30.0,
+            typing_delay_s=0.0,
             lease_ttl_s=3.0, pump_interval_s=0.2, rate_group_per_min=0,
             **self.options,
         )

@@ -59,7 +59,8 @@ class SlackStack(DaemonHost):
         daemon = self.new_daemon()
         opts = SlackOptions.model_validate({
             "base_url": self.fake.base_url, "progress_edit_interval_s": 0.0,
-            "typing_interval_s": 30.0, "lease_ttl_s": 3.0, "pump_interval_s": 0.2,
+            "typing_interval_s": 30.0, "typing_delay_s": 0.0, "lease_ttl_s": 3.0,
+            "pump_interval_s": 0.2,
             "http_port": 0, "mode": self.mode, **self.options,
         })
         self.connector = SlackConnector(

@@ -71,6 +71,11 @@ async def test_thread_continuity_across_restart(make_stack, fake):
     # one chain: sequence numbers strictly increase, no second chain for this thread
     rows = await stack.store.checkpoints.list(sid)
     assert [r.seq for r in rows] == sorted({r.seq for r in rows})
+    # who said what: one channel.message row per message, with its sender and turn
+    timeline = await stack.store.timeline.list(sid)
+    said_by = [(r.payload["sender"], r.turn_id) for r in timeline if r.kind == "channel.message"]
+    assert [s for s, _ in said_by] == ["42", "43", "42"]
+    assert all(t.startswith("t-") for _, t in said_by) and len({t for _, t in said_by}) == 3
     other_sid = f"telegram:123456:{CHAT}:{other}"
     restored2 = await stack.store.checkpointer(other_sid).load()
     assert [t.rsplit("): ", 1)[-1] for t in user_messages(restored2.messages)] == ["other"]
