@@ -38,7 +38,6 @@ from telegram.error import (
     TimedOut,
 )
 from telegram.ext import ExtBot
-from telegram.request import HTTPXRequest
 
 from bots.connector import BaseConnector, DeliveryError, TurnHost, reap
 from bots.events import InboundEvent, ReplyTarget
@@ -46,6 +45,7 @@ from bots.format import Chunk
 from bots.layer import LayerOptions
 from bots.telegram._convert import convert_update, update_key
 from bots.telegram._ratelimit import PerChatRateLimiter, retry_after_seconds
+from bots.telegram._request import HttpBackend, build_request
 from geode.errors import ConfigError
 from geode.settings import BindingSettings
 
@@ -75,6 +75,8 @@ class TelegramOptions(LayerOptions):
     rate_group_per_min: float = 20.0
     max_retry_after_s: float = 30.0
     connection_pool_size: int = 128
+    #: "httpx" is PTB's default transport; needed for a proxy (aiohttp here ignores proxies)
+    http_backend: HttpBackend = "aiohttp"
 
 
 class _Bot(ExtBot[Any]):
@@ -149,10 +151,11 @@ class TelegramConnector(BaseConnector):
         o = self.opts
         self.bot = _Bot(
             token=self.token, base_url=o.base_url, base_file_url=o.base_file_url,
-            request=HTTPXRequest(connection_pool_size=o.connection_pool_size, read_timeout=20.0,
-                                 write_timeout=20.0, connect_timeout=5.0, pool_timeout=30.0),
-            get_updates_request=HTTPXRequest(connection_pool_size=2,
-                                             read_timeout=o.poll_timeout_s + 10.0),
+            request=build_request(o.http_backend, connection_pool_size=o.connection_pool_size,
+                                  read_timeout=20.0, write_timeout=20.0, connect_timeout=5.0,
+                                  pool_timeout=30.0),
+            get_updates_request=build_request(o.http_backend, connection_pool_size=2,
+                                              read_timeout=o.poll_timeout_s + 10.0),
             rate_limiter=self.rate_limiter,
         )
         try:
