@@ -1,7 +1,11 @@
 """Channel benchmark: mention -> final-reply latency GEODE adds over each SDK's minimal bot.
 
 Per platform, both sides talk to the same kind of wire-level fake (``geode.testing``) on
-loopback, a fresh fake per side:
+loopback, a fresh fake per side, **each fake in its own process** (``_fake_proc.py``): in
+production the platform is a remote server, and a fake in the bot's process would bill its
+HTTP server and JSON to the bot, four times as much to GEODE (~4 platform calls per reply)
+as to the floor (1). ``--in-process`` runs the fakes in this process instead, as this
+benchmark used to, to show that distortion.
 
 * **floor**: the SDK's minimal echo bot, answering every mention with one message (what any
   bot on that SDK pays: intake, parsing, one send):
@@ -13,18 +17,28 @@ loopback, a fresh fake per side:
   thread session, checkpointed turn, ack reaction, progress message, outbox, final edit).
 
 For each thread count N (default 1, 10, 50) the fake receives N mentions at once, each
-starting a new thread, ``--rounds`` times; a message's latency is from the push to its
-final reply being visible in the fake. Prints one table: p50 / p99 per side, what GEODE
-adds, the p50 ratio, and CPU per message of the whole process (bot + fake: both sides run
-in this one process, so at 50 threads the latency is mostly CPU). Targets (issue 6): added
-p50 <= 20 ms, p99 <= 100 ms at 50 threads. Not a test.
+starting a new thread, ``--rounds`` times, after a warm-up of 2. A message's latency is from
+the push to its final reply being visible in the fake, both instants read by the fake's
+process (see ``_fake_proc.py``). Prints one table: p50 / p99 per side, what GEODE adds, the
+p50 ratio, and CPU ms per message of the bot's process ("cpu": this process, which now runs
+only the bot) and of the fake's process ("fake"). Targets (issue 6): added p50 <= 20 ms,
+p99 <= 100 ms at 50 threads. Not a test.
 
 Lanes: the GEODE side runs with ``[lanes] global_cap = channel_cap = 128`` and
 ``max_concurrent_threads = 128`` so that the lanes are not what is measured (the
 defaults, 8 / 6, would queue a 50-message burst by design).
 
+``--load N`` (issue 6: N = 1,000 with ``--model-latency 2.0``) adds, after the table, a
+GEODE-only run per platform: N mentions at once, each a new thread, the scripted model
+sleeping ``--model-latency`` s per response, lanes and ``max_concurrent_threads`` raised to
+N, so that all N turns are in flight together. It reports how many were answered, the time
+until the last answer, and the bot process's peak RSS (``ru_maxrss``) against the target
+(all answered, <= 300 MB, MB = 2**20 bytes). Each load run is a fresh Python process, so
+its peak RSS is that bot's alone (no earlier run, no fake). ``--load-only`` skips the table.
+
 Run: ``python benchmarks/bench_channels.py [--rounds 5] [--threads 1 10 50]
-[--platforms telegram slack-socket slack-http discord] [--quick]``.
+[--platforms telegram slack-socket slack-http discord] [--quick] [--in-process]
+[--load 1000 --model-latency 2.0 [--load-only]]``.
 """
 
 from __future__ import annotations
@@ -32,32 +46,84 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
+import resource
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 # Measure the checkout this file lives in, not whatever copy is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("PTB_TIMEDELTA", "1")
 
+import _fake_proc  # found through the sys.path lines above
+
 from geode.daemon import Daemon
 from geode.logging import configure_logging
+from geode.messages import ModelResponse
 from geode.providers.base import ModelRequest
 from geode.providers.scripted import ScriptedProvider
 from geode.settings import BindingSettings, load_settings
 
-ANSWER = "answer to: "
-LANES = {"global_cap": 128, "channel_cap": 128}
+_HERE = Path(__file__).resolve().parent
+ANSWER = _fake_proc.ANSWER
+#: lane caps and max_concurrent_threads of the GEODE side (a load run raises them to its N)
+CONCURRENCY = 128
 #: layer options shared by every GEODE side (progress edits unthrottled, no typing repeat)
-LAYER = {"progress_edit_interval_s": 0.0, "typing_interval_s": 30.0, "pump_interval_s": 0.2,
-         "max_concurrent_threads": 128}
+LAYER = {"progress_edit_interval_s": 0.0, "typing_interval_s": 30.0, "pump_interval_s": 0.2}
+ROUND_WITHIN_S = 60.0
+#: a load run reports what was answered by then (a healthy run needs a fraction of it)
+LOAD_WITHIN_S = 300.0
+RSS_TARGET_MB = 300.0
+
+
+class _Gauge:
+    """Model calls in flight, and the most at once (are the turns really concurrent?)."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.peak = 0
+
+
+class _GaugedProvider(ScriptedProvider):
+    def __init__(self, *args: Any, gauge: _Gauge, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.gauge = gauge
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        g = self.gauge
+        g.now += 1
+        g.peak = max(g.peak, g.now)
+        try:
+            return await super().complete(request)
+        finally:
+            g.now -= 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tuning:
+    """What the GEODE side is configured with: its concurrency caps and the model's sleep."""
+
+    concurrency: int = CONCURRENCY
+    model_latency: float = 0.0
+    gauge: _Gauge = field(default_factory=_Gauge, compare=False)
+
+    @property
+    def lanes(self) -> dict[str, int]:
+        return {"global_cap": self.concurrency, "channel_cap": self.concurrency}
+
+    @property
+    def layer(self) -> dict[str, Any]:
+        return {**LAYER, "max_concurrent_threads": self.concurrency}
 
 
 def _answer(request: ModelRequest) -> str:
@@ -67,13 +133,15 @@ def _answer(request: ModelRequest) -> str:
     return f"{ANSWER}?"
 
 
-def _daemon(home: Path, binding: BindingSettings) -> Daemon:
+def _daemon(home: Path, binding: BindingSettings, tuning: Tuning) -> Daemon:
     settings, secrets = load_settings(
         env={"GEODE_HOME": str(home)}, health_port=0, bindings=[binding],
-        store={"url": f"sqlite:///{home / 'geode.db'}"}, lanes=LANES,
+        store={"url": f"sqlite:///{home / 'geode.db'}"}, lanes=tuning.lanes,
     )
     return Daemon(settings=settings, secrets=secrets,
-                  provider_factory=lambda: ScriptedProvider([_answer], repeat_last=True),
+                  provider_factory=lambda: _GaugedProvider(
+                      [_answer], repeat_last=True, latency=tuning.model_latency,
+                      gauge=tuning.gauge),
                   workspace=home / "ws", drain_timeout_s=1.0)
 
 
@@ -91,27 +159,130 @@ def _strip_mention(text: str) -> str:
     return text.split(" ", 1)[1] if " " in text else text
 
 
+async def _poll(predicate: Callable[[], bool], *, within: float) -> None:
+    """Wait for bot-side state (the fake's notifications are in another process)."""
+    async with asyncio.timeout(within):
+        while not predicate():  # noqa: ASYNC110 - connector state has no change event
+            await asyncio.sleep(0.02)
+
+
+# -- fakes: in their own process, or in this one ---------------------------------------------------
+
+
+class Fake(Protocol):
+    """A started fake as the benchmark sees it (requests: ``_fake_proc``'s docstring)."""
+
+    #: what a bot needs to reach the fake (``base_url`` ...)
+    info: dict[str, Any]
+    #: the fake's process when it has its own, else None
+    pid: int | None
+
+    async def call(self, op: str, **args: Any) -> dict[str, Any]: ...
+
+
+class _RemoteFake:
+    def __init__(self, proc: asyncio.subprocess.Process, ready: dict[str, Any]) -> None:
+        self.proc = proc
+        self.info: dict[str, Any] = ready["ready"]
+        self.pid: int | None = int(ready["pid"])
+
+    async def call(self, op: str, **args: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"op": op, **args}).encode() + b"\n")
+        await self.proc.stdin.drain()
+        line = await self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"fake process exited (code {await self.proc.wait()})")
+        return _checked(op, json.loads(line))
+
+
+class _LocalFake:
+    def __init__(self, control: _fake_proc.FakeControl, info: dict[str, Any]) -> None:
+        self.control = control
+        self.info = info
+        self.pid: int | None = None
+
+    async def call(self, op: str, **args: Any) -> dict[str, Any]:
+        return _checked(op, await self.control.handle({"op": op, **args}))
+
+
+def _checked(op: str, reply: dict[str, Any]) -> dict[str, Any]:
+    if "error" in reply:
+        raise RuntimeError(f"fake: {op}: {reply['error']}")
+    return reply
+
+
+@contextlib.asynccontextmanager
+async def _started_fake(kind: str, config: dict[str, Any], *, in_process: bool
+                        ) -> AsyncIterator[Fake]:
+    """A fresh fake of ``kind`` (a ``_fake_proc.DRIVERS`` key), stopped on exit."""
+    if in_process:
+        driver = _fake_proc.DRIVERS[kind]
+        async with driver.make(config) as fake:
+            yield _LocalFake(_fake_proc.FakeControl(driver, fake), driver.info(fake))
+        return
+    # Its own session: a ctrl-C in the terminal reaches only us, and we stop it in order.
+    # If we die regardless, it sees the end of its stdin and exits.
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(_HERE / "_fake_proc.py"), kind, json.dumps(config),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        start_new_session=True, limit=1 << 24)
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        if not line:
+            raise RuntimeError(f"fake process for {kind} exited (code {await proc.wait()})")
+        yield _RemoteFake(proc, json.loads(line))
+    finally:
+        await _stop_process(proc, quit_line=b'{"op": "quit"}\n')
+
+
+async def _stop_process(proc: asyncio.subprocess.Process, *, quit_line: bytes | None = None,
+                        grace: float = 10.0) -> None:
+    """Ask a child to end (a quit request, else SIGINT), then kill it if it does not."""
+    if proc.returncode is not None:
+        return
+    cancelled = False
+    try:
+        if quit_line is not None and proc.stdin is not None:
+            with contextlib.suppress(ConnectionError):
+                proc.stdin.write(quit_line)
+                await proc.stdin.drain()
+                proc.stdin.close()
+        else:
+            proc.send_signal(signal.SIGINT)
+        await asyncio.wait_for(proc.wait(), grace)
+    except TimeoutError:
+        pass
+    except asyncio.CancelledError:
+        cancelled = True
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+    if cancelled:
+        raise asyncio.CancelledError
+
+
 # -- platforms -----------------------------------------------------------------------------------
 
+Runner = contextlib.AbstractAsyncContextManager[None]
 
-@dataclass
+
+@dataclass(frozen=True, kw_only=True)
 class Platform:
     """How to run one platform's fake, floor bot and GEODE connector."""
 
     name: str
-    #: the fake server (an async context manager)
-    fake: Callable[[], Any]
+    #: which fake (a ``_fake_proc.DRIVERS`` key) and what it is started with
+    fake: str
+    fake_config: dict[str, Any] = field(default_factory=dict)
     #: the floor bot against a fake, while the context is open
-    floor: Callable[[Any], contextlib.AbstractAsyncContextManager[None]]
+    floor: Callable[[Fake], Runner]
     #: GEODE against a fake, with its store under a home directory
-    geode: Callable[[Any, Path], contextlib.AbstractAsyncContextManager[None]]
-    #: push mentions carrying these tags, all at once
-    push: Callable[[Any, list[str]], Any]
-    #: append-only lists of what the bot wrote, each with a getter for the text
-    written: Callable[[Any], list[tuple[list[Any], Callable[[Any], str | None]]]]
-    #: wait until a predicate holds (the fake's own change notification)
-    wait: Callable[[Any, Callable[[], bool]], Any] = field(
-        default=lambda fake, pred: fake.wait_until(pred, within=60))
+    geode: Callable[[Fake, Path, Tuning], Runner]
+    #: (chat, user) the mentions are pushed into / from
+    audience: Callable[[Fake], tuple[Any, Any]]
 
 
 # Telegram: python-telegram-bot on both sides -----------------------------------------------------
@@ -121,14 +292,8 @@ TG_CHAT = -100123
 TG_USER = 42
 
 
-def _tg_fake() -> Any:
-    from geode.testing.fake_telegram import FakeTelegramServer
-
-    return FakeTelegramServer(token=TG_TOKEN, bot_username="geode_bot")
-
-
 @contextlib.asynccontextmanager
-async def _tg_floor(fake: Any) -> AsyncIterator[None]:
+async def _tg_floor(fake: Fake) -> AsyncIterator[None]:
     from telegram import Update
     from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
@@ -137,7 +302,7 @@ async def _tg_floor(fake: Any) -> AsyncIterator[None]:
         if msg is not None and msg.text:
             await msg.reply_text(ANSWER + _strip_mention(msg.text))
 
-    app = (Application.builder().token(TG_TOKEN).base_url(fake.base_url)
+    app = (Application.builder().token(TG_TOKEN).base_url(fake.info["base_url"])
            .concurrent_updates(True).connection_pool_size(128).build())
     app.add_handler(MessageHandler(filters.TEXT, echo))
     await app.initialize()
@@ -153,29 +318,26 @@ async def _tg_floor(fake: Any) -> AsyncIterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def _tg_geode(fake: Any, home: Path) -> AsyncIterator[None]:
+async def _tg_geode(fake: Fake, home: Path, tuning: Tuning) -> AsyncIterator[None]:
     from bots.telegram import TelegramConnector, TelegramOptions
 
     binding = BindingSettings(platform="telegram", channel=str(TG_CHAT),
                               allow_users=[str(TG_USER)])
-    daemon = _daemon(home, binding)
+    daemon = _daemon(home, binding, tuning)
     opts = TelegramOptions.model_validate({
-        "base_url": fake.base_url, "base_file_url": fake.base_file_url, "poll_timeout_s": 1,
-        "rate_overall_per_s": 0, "rate_group_per_min": 0, **LAYER})
+        "base_url": fake.info["base_url"], "base_file_url": fake.info["base_file_url"],
+        "poll_timeout_s": 1, "rate_overall_per_s": 0, "rate_group_per_min": 0,
+        **tuning.layer})
     daemon.add_connector(TelegramConnector(host=daemon, token=TG_TOKEN, bindings=[binding],
                                            options=opts))
     async with _serving(daemon):
         yield
 
 
-async def _tg_push(fake: Any, tags: list[str]) -> None:
-    for t in tags:
-        fake.user_says(TG_CHAT, f"@geode_bot {t}", from_user=TG_USER)
-
-
 TELEGRAM = Platform(
-    name="telegram", fake=_tg_fake, floor=_tg_floor, geode=_tg_geode, push=_tg_push,
-    written=lambda fake: [(fake.sent, lambda s: s.plain_text)],
+    name="telegram", fake="telegram",
+    fake_config={"token": TG_TOKEN, "bot_username": "geode_bot"},
+    floor=_tg_floor, geode=_tg_geode, audience=lambda fake: (TG_CHAT, TG_USER),
 )
 
 # Slack: slack-bolt AsyncApp on both sides (Socket Mode, or the signed HTTP Events API) -----------
@@ -184,18 +346,14 @@ SLACK_CHANNEL = "C0GEODE"
 SLACK_USER = "U0ALICE"
 
 
-def _slack_fake() -> Any:
-    from geode.testing.fake_slack import FakeSlack
-
-    return FakeSlack()
-
-
-def _slack_echo_app(fake: Any, *, http: bool) -> Any:
+def _slack_echo_app(fake: Fake, *, http: bool) -> Any:
     from slack_bolt.app.async_app import AsyncApp
     from slack_sdk.web.async_client import AsyncWebClient
 
-    app = AsyncApp(client=AsyncWebClient(token=fake.bot_token, base_url=fake.base_url),
-                   signing_secret=fake.signing_secret, request_verification_enabled=http)
+    app = AsyncApp(client=AsyncWebClient(token=fake.info["bot_token"],
+                                         base_url=fake.info["base_url"]),
+                   signing_secret=fake.info["signing_secret"],
+                   request_verification_enabled=http)
 
     @app.event("app_mention")
     async def mention(event: dict[str, Any], say: Any) -> None:
@@ -210,15 +368,15 @@ def _slack_echo_app(fake: Any, *, http: bool) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def _slack_floor_socket(fake: Any) -> AsyncIterator[None]:
+async def _slack_floor_socket(fake: Fake) -> AsyncIterator[None]:
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
     from slack_sdk.web.async_client import AsyncWebClient
 
     app = _slack_echo_app(fake, http=False)
-    handler = AsyncSocketModeHandler(app, fake.app_token,
-                                     web_client=AsyncWebClient(base_url=fake.base_url))
+    handler = AsyncSocketModeHandler(app, fake.info["app_token"],
+                                     web_client=AsyncWebClient(base_url=fake.info["base_url"]))
     await handler.connect_async()  # type: ignore[no-untyped-call]
-    await fake.wait_until(lambda: fake.connected > 0, within=10)
+    await fake.call("wait_connected", within=10)
     try:
         yield
     finally:
@@ -226,7 +384,7 @@ async def _slack_floor_socket(fake: Any) -> AsyncIterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def _slack_floor_http(fake: Any) -> AsyncIterator[None]:
+async def _slack_floor_http(fake: Fake) -> AsyncIterator[None]:
     from aiohttp import web
     from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 
@@ -242,67 +400,70 @@ async def _slack_floor_http(fake: Any) -> AsyncIterator[None]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    fake.events_url = f"http://127.0.0.1:{port}/slack/events"
+    await fake.call("set", events_url=f"http://127.0.0.1:{port}/slack/events")
     try:
         yield
     finally:
         await runner.cleanup()
 
 
-def _slack_geode(mode: str) -> Callable[[Any, Path], contextlib.AbstractAsyncContextManager[None]]:
+def _slack_geode(mode: str) -> Callable[[Fake, Path, Tuning], Runner]:
     @contextlib.asynccontextmanager
-    async def run(fake: Any, home: Path) -> AsyncIterator[None]:
+    async def run(fake: Fake, home: Path, tuning: Tuning) -> AsyncIterator[None]:
         from bots.slack import SlackConnector, SlackOptions
 
         binding = BindingSettings(platform="slack", channel=SLACK_CHANNEL,
                                   allow_users=[SLACK_USER])
-        daemon = _daemon(home, binding)
-        opts = SlackOptions.model_validate({"base_url": fake.base_url, "mode": mode,
-                                            "http_port": 0, **LAYER})
+        daemon = _daemon(home, binding, tuning)
+        opts = SlackOptions.model_validate({"base_url": fake.info["base_url"], "mode": mode,
+                                            "http_port": 0, **tuning.layer})
         connector = SlackConnector(
-            host=daemon, bot_token=fake.bot_token,
-            app_token=fake.app_token if mode == "socket" else None,
-            signing_secret=fake.signing_secret, bindings=[binding], options=opts,
+            host=daemon, bot_token=fake.info["bot_token"],
+            app_token=fake.info["app_token"] if mode == "socket" else None,
+            signing_secret=fake.info["signing_secret"], bindings=[binding], options=opts,
         )
         daemon.add_connector(connector)
         async with _serving(daemon):
             if mode == "http":
-                fake.events_url = connector.events_url
+                await fake.call("set", events_url=connector.events_url)
             else:
-                await fake.wait_until(lambda: fake.connected > 0, within=10)
+                await fake.call("wait_connected", within=10)
             yield
 
     return run
 
 
-async def _slack_push(fake: Any, tags: list[str]) -> None:
-    await asyncio.gather(*(fake.user_posts(SLACK_CHANNEL, f"<@{fake.bot_user_id}> {t}",
-                                           user=SLACK_USER) for t in tags))
-
-
-def _slack_written(fake: Any) -> list[tuple[list[Any], Callable[[Any], str | None]]]:
-    return [(fake.posts, lambda p: None if p.method == "chat.delete" else p.text)]
-
-
-SLACK_SOCKET = Platform(name="slack-socket", fake=_slack_fake, floor=_slack_floor_socket,
-                        geode=_slack_geode("socket"), push=_slack_push,
-                        written=_slack_written)
-SLACK_HTTP = Platform(name="slack-http", fake=_slack_fake, floor=_slack_floor_http,
-                      geode=_slack_geode("http"), push=_slack_push, written=_slack_written)
+SLACK_SOCKET = Platform(name="slack-socket", fake="slack", floor=_slack_floor_socket,
+                        geode=_slack_geode("socket"),
+                        audience=lambda fake: (SLACK_CHANNEL, SLACK_USER))
+SLACK_HTTP = Platform(name="slack-http", fake="slack", floor=_slack_floor_http,
+                      geode=_slack_geode("http"),
+                      audience=lambda fake: (SLACK_CHANNEL, SLACK_USER))
 
 # Discord: discord.py on both sides ---------------------------------------------------------------
 
 DC_TOKEN = "bench-bot-token"
 
 
-def _dc_fake() -> Any:
-    from geode.testing.fake_discord import FakeDiscord
+@contextlib.contextmanager
+def _discord_pointed_at(fake: Fake) -> Iterator[None]:
+    # What FakeDiscord.patch_discord does, from the URLs alone (the fake may be elsewhere).
+    import discord.gateway
+    import discord.http
+    import yarl
 
-    return FakeDiscord(token=DC_TOKEN, heartbeat_interval_ms=5000)
+    route_cls, ws_cls = discord.http.Route, discord.gateway.DiscordWebSocket
+    old_base, old_gateway = route_cls.BASE, ws_cls.DEFAULT_GATEWAY
+    route_cls.BASE = fake.info["api_base"]
+    ws_cls.DEFAULT_GATEWAY = yarl.URL(fake.info["gateway_url"])
+    try:
+        yield
+    finally:
+        route_cls.BASE, ws_cls.DEFAULT_GATEWAY = old_base, old_gateway
 
 
 @contextlib.asynccontextmanager
-async def _dc_floor(fake: Any) -> AsyncIterator[None]:
+async def _dc_floor(fake: Fake) -> AsyncIterator[None]:
     import discord
 
     ready = asyncio.Event()
@@ -321,7 +482,7 @@ async def _dc_floor(fake: Any) -> AsyncIterator[None]:
 
     intents = discord.Intents.default()
     intents.message_content = True
-    with fake.patch_discord():
+    with _discord_pointed_at(fake):
         client = Echo(intents=intents, guild_ready_timeout=0.05)
         task = asyncio.create_task(client.start(DC_TOKEN))
         try:
@@ -333,33 +494,29 @@ async def _dc_floor(fake: Any) -> AsyncIterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def _dc_geode(fake: Any, home: Path) -> AsyncIterator[None]:
+async def _dc_geode(fake: Fake, home: Path, tuning: Tuning) -> AsyncIterator[None]:
     from bots.discord import DiscordConnector, DiscordOptions
 
-    binding = BindingSettings(platform="discord", channel=str(fake.channel_id),
-                              allow_users=[str(fake.user_id)])
-    daemon = _daemon(home, binding)
+    binding = BindingSettings(platform="discord", channel=str(fake.info["channel_id"]),
+                              allow_users=[str(fake.info["user_id"])])
+    daemon = _daemon(home, binding, tuning)
     opts = DiscordOptions.model_validate({
-        "api_base": fake.api_base, "gateway_url": fake.gateway_url,
-        "guild_ready_timeout_s": 0.05, "identify_delay_s": 0.0, **LAYER})
+        "api_base": fake.info["api_base"], "gateway_url": fake.info["gateway_url"],
+        "guild_ready_timeout_s": 0.05, "identify_delay_s": 0.0, **tuning.layer})
     c = DiscordConnector(host=daemon, token=DC_TOKEN, bindings=[binding], options=opts)
     daemon.add_connector(c)
     async with _serving(daemon):
         # Mentions sent before the gateway session and the first catch-up are not the
         # connector's to answer (its history cursor starts at "now"): wait for both.
-        await fake.wait_for(lambda: c.catch_ups > 1 and not c.standby and c.layer is not None
-                            and c.layer.processing, timeout=30)
+        await _poll(lambda: c.catch_ups > 1 and not c.standby and c.layer is not None
+                    and c.layer.processing, within=30)
         yield
 
 
-async def _dc_push(fake: Any, tags: list[str]) -> None:
-    await asyncio.gather(*(fake.user_says(fake.channel_id, t, mention_bot=True) for t in tags))
-
-
 DISCORD = Platform(
-    name="discord", fake=_dc_fake, floor=_dc_floor, geode=_dc_geode, push=_dc_push,
-    written=lambda fake: [(fake.sent, lambda s: s.content), (fake.edits, lambda e: e[2])],
-    wait=lambda fake, pred: fake.wait_for(pred, timeout=60),
+    name="discord", fake="discord", fake_config={"token": DC_TOKEN},
+    floor=_dc_floor, geode=_dc_geode,
+    audience=lambda fake: (fake.info["channel_id"], fake.info["user_id"]),
 )
 
 PLATFORMS = {p.name: p for p in (TELEGRAM, SLACK_SOCKET, SLACK_HTTP, DISCORD)}
@@ -367,62 +524,57 @@ PLATFORMS = {p.name: p for p in (TELEGRAM, SLACK_SOCKET, SLACK_HTTP, DISCORD)}
 # -- measuring -----------------------------------------------------------------------------------
 
 
-class _Answers:
-    """Answers visible in the fake, indexed incrementally (scanning everything per check
-    would make the measuring itself O(n^2) and inflate both sides)."""
+@dataclass
+class Round:
+    """One burst: per-message latencies (None: not answered in time) and CPU seconds."""
 
-    def __init__(self, sources: list[tuple[list[Any], Callable[[Any], str | None]]]) -> None:
-        self.sources = sources
-        self.seen: dict[str, float] = {}
-        self._read = [0] * len(sources)
+    latencies: list[float | None]
+    bot_cpu_s: float
+    #: None when the fake runs in this process (its CPU is then inside ``bot_cpu_s``)
+    fake_cpu_s: float | None
 
-    def scan(self) -> None:
-        now = time.perf_counter()
-        for i, (items, text_of) in enumerate(self.sources):
-            for item in items[self._read[i]:]:
-                text = text_of(item)
-                if text and text.startswith(ANSWER):
-                    self.seen.setdefault(text[len(ANSWER):].strip(), now)
-            self._read[i] = len(items)
+
+async def _burst(p: Platform, fake: Fake, tags: list[str], *, within: float = ROUND_WITHIN_S,
+                 partial: bool = False) -> Round:
+    """Push one mention per tag at once; the fake reports each one's push-to-answer time."""
+    chat, user = p.audience(fake)
+    cpu0 = time.process_time()
+    reply = await fake.call("round", tags=tags, chat=chat, user=user, within=within,
+                            partial=partial)
+    bot_cpu = time.process_time() - cpu0
+    return Round(latencies=reply["latencies"], bot_cpu_s=bot_cpu,
+                 fake_cpu_s=reply["fake_cpu_s"] if fake.pid is not None else None)
 
 
 @dataclass
 class Level:
     samples: list[float] = field(default_factory=list)
     cpu_per_msg: list[float] = field(default_factory=list)
+    fake_cpu_per_msg: list[float] = field(default_factory=list)
+
+    def add(self, r: Round) -> None:
+        n = len(r.latencies)
+        self.samples += [s for s in r.latencies if s is not None]
+        self.cpu_per_msg.append(r.bot_cpu_s / n)
+        if r.fake_cpu_s is not None:
+            self.fake_cpu_per_msg.append(r.fake_cpu_s / n)
 
 
-async def _measure(p: Platform, fake: Any, answers: _Answers, n: int, tag: str,
-                   level: Level | None) -> None:
-    """Push n mentions at once; seconds from the push to each visible answer."""
-    tags = [f"{tag}-{i}" for i in range(n)]
-    cpu0 = time.process_time()
-    t0 = time.perf_counter()
-    await p.push(fake, tags)
-
-    def all_done() -> bool:
-        answers.scan()
-        return all(t in answers.seen for t in tags)
-
-    await p.wait(fake, all_done)
-    if level is not None:
-        level.samples += [answers.seen[t] - t0 for t in tags]
-        level.cpu_per_msg.append((time.process_time() - cpu0) / n)
+def _runner(p: Platform, side: str, fake: Fake, home: Path, tuning: Tuning) -> Runner:
+    return p.floor(fake) if side == "floor" else p.geode(fake, home, tuning)
 
 
-async def _side(p: Platform, side: str, levels: list[int], rounds: int, home: Path
-                ) -> dict[int, Level]:
+async def _side(p: Platform, side: str, levels: list[int], rounds: int, home: Path, *,
+                in_process: bool) -> dict[int, Level]:
     out: dict[int, Level] = {}
-    async with p.fake() as fake:
-        runner = p.floor(fake) if side == "floor" else p.geode(fake, home)
-        async with runner:
-            answers = _Answers(p.written(fake))
-            # connections, first turn, the SDKs' lazy imports
-            await _measure(p, fake, answers, 2, f"{side}-warm", None)
-            for n in levels:
-                out[n] = Level()
-                for r in range(rounds):
-                    await _measure(p, fake, answers, n, f"{side}-{n}-{r}", out[n])
+    async with (_started_fake(p.fake, p.fake_config, in_process=in_process) as fake,
+                _runner(p, side, fake, home, Tuning())):
+        # connections, first turn, the SDKs' lazy imports
+        await _burst(p, fake, [f"{side}-warm-{i}" for i in range(2)])
+        for n in levels:
+            out[n] = Level()
+            for r in range(rounds):
+                out[n].add(await _burst(p, fake, [f"{side}-{n}-{r}-{i}" for i in range(n)]))
     return out
 
 
@@ -432,32 +584,40 @@ def _pct(samples: Sequence[float], q: float) -> float:
     return statistics.quantiles(samples, n=100, method="inclusive")[int(q) - 1]
 
 
-async def _run(platforms: list[str], levels: list[int], rounds: int) -> None:
+def _ms(values: list[float]) -> str:
+    return f"{statistics.mean(values) * 1e3:.1f}" if values else "-"
+
+
+async def _run(platforms: list[str], levels: list[int], rounds: int, *,
+               in_process: bool) -> None:
     configure_logging(level="ERROR")
     results: dict[str, tuple[dict[int, Level], dict[int, Level]]] = {}
     for name in platforms:
         p = PLATFORMS[name]
         home = Path(tempfile.mkdtemp(prefix="bench-ch-"))
         try:
-            floor = await _side(p, "floor", levels, rounds, home)
-            geode = await _side(p, "geode", levels, rounds, home)
+            floor = await _side(p, "floor", levels, rounds, home, in_process=in_process)
+            geode = await _side(p, "geode", levels, rounds, home, in_process=in_process)
         finally:
             shutil.rmtree(home, ignore_errors=True)
         results[name] = (floor, geode)
         print(f"  {name}: done", file=sys.stderr, flush=True)
-    _print(results, levels, rounds)
+    _print(results, levels, rounds, in_process=in_process)
 
 
 def _print(results: dict[str, tuple[dict[int, Level], dict[int, Level]]], levels: list[int],
-           rounds: int) -> None:
-    print(f"mention -> final reply, ms ({rounds} round(s) per level; added = GEODE - floor; "
-          f"cpu = process CPU ms per message, bot + fake)")
-    print(f"GEODE lanes: global_cap = channel_cap = {LANES['global_cap']}, "
-          f"max_concurrent_threads = {LAYER['max_concurrent_threads']} (lanes are not the "
-          "bottleneck here; the defaults are 8 / 6)")
-    head = (f"{'platform':<12} {'thr':>3} | {'floor p50':>9} {'p99':>7} {'cpu':>5} | "
-            f"{'GEODE p50':>9} {'p99':>7} {'cpu':>5} | {'added p50':>9} {'p99':>7} | "
-            f"{'ratio p50':>9}")
+           rounds: int, *, in_process: bool) -> None:
+    where = ("the fakes ran IN THIS PROCESS (--in-process): cpu = bot + fake, fake = -"
+             if in_process else
+             "each fake in its own process: cpu = the bot's process, fake = the fake's process")
+    print(f"mention -> final reply, ms ({rounds} round(s) per level after a warm-up; "
+          "added = GEODE - floor; cpu / fake = CPU ms per message)")
+    print(where)
+    print(f"GEODE lanes: global_cap = channel_cap = {CONCURRENCY}, max_concurrent_threads = "
+          f"{CONCURRENCY} (lanes are not the bottleneck here; the defaults are 8 / 6)")
+    head = (f"{'platform':<12} {'thr':>3} | {'floor p50':>9} {'p99':>7} {'cpu':>5} "
+            f"{'fake':>5} | {'GEODE p50':>9} {'p99':>7} {'cpu':>5} {'fake':>5} | "
+            f"{'added p50':>9} {'p99':>7} | {'ratio p50':>9}")
     print(head)
     print("-" * len(head))
     verdicts: list[str] = []
@@ -466,10 +626,10 @@ def _print(results: dict[str, tuple[dict[int, Level], dict[int, Level]]], levels
             f, g = floor[n], geode[n]
             f50, f99 = _pct(f.samples, 50) * 1e3, _pct(f.samples, 99) * 1e3
             g50, g99 = _pct(g.samples, 50) * 1e3, _pct(g.samples, 99) * 1e3
-            fc = statistics.mean(f.cpu_per_msg) * 1e3
-            gc = statistics.mean(g.cpu_per_msg) * 1e3
-            print(f"{name:<12} {n:>3} | {f50:>9.1f} {f99:>7.1f} {fc:>5.1f} | "
-                  f"{g50:>9.1f} {g99:>7.1f} {gc:>5.1f} | {g50 - f50:>9.1f} {g99 - f99:>7.1f} | "
+            print(f"{name:<12} {n:>3} | {f50:>9.1f} {f99:>7.1f} {_ms(f.cpu_per_msg):>5} "
+                  f"{_ms(f.fake_cpu_per_msg):>5} | {g50:>9.1f} {g99:>7.1f} "
+                  f"{_ms(g.cpu_per_msg):>5} {_ms(g.fake_cpu_per_msg):>5} | "
+                  f"{g50 - f50:>9.1f} {g99 - f99:>7.1f} | "
                   f"{g50 / f50 if f50 else 0:>8.2f}x")
             if n == 50:
                 ok = g50 - f50 <= 20 and g99 - f99 <= 100
@@ -477,6 +637,94 @@ def _print(results: dict[str, tuple[dict[int, Level], dict[int, Level]]], levels
     if verdicts:
         print("targets at 50 threads (added p50 <= 20 ms, p99 <= 100 ms): "
               + "; ".join(verdicts))
+
+
+# -- the load run ----------------------------------------------------------------------------------
+
+
+def _status_mb(key: str = "VmRSS") -> float | None:
+    """A size line of /proc/self/status, in MB (VmRSS: now; VmHWM: the peak)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1]) / 1024
+    return None
+
+
+async def _load(name: str, n: int, model_latency: float, *, in_process: bool) -> bool:
+    """GEODE alone under ``n`` concurrent new threads; prints a report, True if on target.
+
+    Meant to run in a fresh process (see ``_load_in_child``): ``ru_maxrss`` is a lifetime
+    high-water mark.
+    """
+    configure_logging(level="ERROR")
+    p = PLATFORMS[name]
+    tuning = Tuning(concurrency=max(CONCURRENCY, n), model_latency=model_latency)
+    home = Path(tempfile.mkdtemp(prefix="bench-load-"))
+    try:
+        async with (_started_fake(p.fake, p.fake_config, in_process=in_process) as fake,
+                    p.geode(fake, home, tuning)):
+            await _burst(p, fake, ["load-warm-0", "load-warm-1"])
+            rss_before = _status_mb()
+            tuning.gauge.peak = 0
+            r = await _burst(p, fake, [f"load-{i}" for i in range(n)], within=LOAD_WITHIN_S,
+                             partial=True)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    hwm = _status_mb("VmHWM")
+    answered = [s for s in r.latencies if s is not None]
+    ok = len(answered) == n and peak_mb <= RSS_TARGET_MB
+    print(f"load ({name}, GEODE only): {n} mentions at once, each a new thread; scripted "
+          f"model sleeps {model_latency:g} s per response; lanes global_cap = channel_cap = "
+          f"max_concurrent_threads = {tuning.concurrency}"
+          + ("; fake IN THIS PROCESS (--in-process)" if in_process else ""))
+    if answered:
+        print(f"  answered: {len(answered)} / {n}; "
+              + (f"all answered after {max(answered):.2f} s" if len(answered) == n
+                 else f"the rest not within {LOAD_WITHIN_S:g} s")
+              + f" (latency p50 {_pct(answered, 50):.2f} s, p99 {_pct(answered, 99):.2f} s)")
+    else:
+        print(f"  answered: 0 / {n} within {LOAD_WITHIN_S:g} s")
+    before = f"; {rss_before:.1f} MB before the burst" if rss_before is not None else ""
+    fake_cpu = f"; fake process CPU {r.fake_cpu_s:.2f} s" if r.fake_cpu_s is not None else ""
+    print(f"  model calls in flight at once: at most {tuning.gauge.peak} (of {n}; fewer means "
+          "turns were waiting before their model call, on the bot's CPU or a cap)")
+    hwm_s = f", VmHWM {hwm:.1f} MB" if hwm is not None else ""
+    print(f"  bot process: peak RSS {peak_mb:.1f} MB (ru_maxrss{hwm_s}; MB = 2**20 bytes{before}); "
+          f"CPU over the burst {r.bot_cpu_s:.2f} s{fake_cpu}")
+    print(f"  target (all answered, peak RSS <= {RSS_TARGET_MB:g} MB): "
+          f"{'met' if ok else 'NOT met'}", flush=True)
+    return ok
+
+
+async def _load_in_child(name: str, args: argparse.Namespace) -> int:
+    """Run one load in a fresh process, its output going straight to ours."""
+    argv = [sys.executable, str(_HERE / Path(__file__).name), "--load-worker", name,
+            "--load", str(args.load), "--model-latency", str(args.model_latency)]
+    if args.in_process:
+        argv.append("--in-process")
+    # Its own session: a ctrl-C reaches only us, and we pass it on, so that it stops its fake.
+    proc = await asyncio.create_subprocess_exec(*argv, start_new_session=True)
+    try:
+        rc = await proc.wait()
+    finally:
+        await _stop_process(proc)
+    if rc < 0:  # killed by a signal: no report was printed
+        print(f"load ({name}): the load process was killed by signal {-rc}", flush=True)
+        return 128 - rc
+    return rc
+
+
+async def _main(args: argparse.Namespace, levels: list[int], rounds: int) -> int:
+    if not args.load_only:
+        await _run(args.platforms, levels, rounds, in_process=args.in_process)
+    code = 0
+    if args.load:
+        for name in args.platforms:
+            print(flush=True)
+            code = max(code, await _load_in_child(name, args))
+    return code
 
 
 def main() -> None:
@@ -487,13 +735,32 @@ def main() -> None:
                     default=list(PLATFORMS))
     ap.add_argument("--quick", action="store_true",
                     help="a short run: 1 round of 1 and 10 threads (unless given)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run the fakes in this process (bills their CPU to the bot)")
+    ap.add_argument("--load", type=int, metavar="N", default=0,
+                    help="after the table, a GEODE-only run of N concurrent new threads "
+                         "per platform, each in a fresh process (peak RSS)")
+    ap.add_argument("--model-latency", type=float, default=2.0, metavar="S",
+                    help="the scripted model's sleep per response in the --load run")
+    ap.add_argument("--load-only", action="store_true", help="with --load: skip the table")
+    ap.add_argument("--load-worker", metavar="PLATFORM", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.load_only and not args.load:
+        ap.error("--load-only needs --load N")
     rounds, threads = args.rounds, args.threads
     if args.quick:
         rounds = 1
         if "--threads" not in sys.argv:
             threads = [1, 10]
-    asyncio.run(_run(args.platforms, threads, rounds))
+    try:
+        if args.load_worker:
+            ok = asyncio.run(_load(args.load_worker, args.load, args.model_latency,
+                                   in_process=args.in_process))
+            sys.exit(0 if ok else 1)
+        sys.exit(asyncio.run(_main(args, threads, rounds)))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":
