@@ -18,8 +18,12 @@ from telegram import Bot, InputFile
 from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, TimedOut
 from telegram.request import BaseRequest, HTTPXRequest
 
-from bots.telegram import TelegramOptions
+from bots.connector import DeliveryError
+from bots.events import ReplyTarget
+from bots.format import Chunk
+from bots.telegram import TelegramConnector, TelegramOptions
 from bots.telegram._request import AiohttpRequest, build_request
+from bots.telegram.connector import _Bot
 from geode.testing.fake_telegram import FakeTelegramServer
 
 
@@ -318,3 +322,41 @@ async def test_connector_answers_over_either_backend(make_stack, fake, backend, 
     assert connector.bot is not None and isinstance(connector.bot.request, cls)
     fake.user_says(CHAT, f"@geode_bot over {backend}", from_user=42)
     await fake.wait_until(lambda: finals(fake, f"answer to: over {backend}"), within=10)
+
+
+# -- the connector's sendMessage / editMessageText (results kept as JSON) --------------------------
+
+
+async def _answers_true(request: web.Request) -> web.StreamResponse:
+    return web.json_response({"ok": True, "result": True})
+
+
+async def _connector_on(base_url: str, request: AiohttpRequest) -> TelegramConnector:
+    connector = TelegramConnector(host=None, token=TOKEN)  # type: ignore[arg-type]  # unused here
+    connector.bot = _Bot(token=TOKEN, base_url=base_url, request=request)
+    return connector
+
+
+async def test_send_and_edit_wire_format(fake: FakeTelegramServer):
+    fake.add_chat(CHAT)
+    async with AiohttpRequest() as request:
+        connector = await _connector_on(fake.base_url, request)
+        target = ReplyTarget(channel=str(CHAT), thread_root="1")
+        chunk = Chunk(html="<b>bold</b> text", plain="bold text")
+        mid = await connector.send(target, chunk)
+        await connector.edit(target, mid, Chunk(html="<i>x</i>", plain="x"), plain=True)
+    send, edit = [c for c in fake.calls if c.method in ("sendMessage", "editMessageText")]
+    assert send.params == {"chat_id": CHAT, "text": "<b>bold</b> text", "parse_mode": "HTML",
+                           "link_preview_options": {"is_disabled": True}}
+    assert edit.params == {"chat_id": CHAT, "message_id": int(mid), "text": "x",
+                           "link_preview_options": {"is_disabled": True}}
+    assert [m.plain_text for m in fake.messages_in(CHAT, from_bot=True)] == ["x"]
+
+
+async def test_send_answered_without_a_message_id_is_unknown():
+    async with LocalApi(respond=_answers_true) as api, AiohttpRequest() as request:
+        connector = await _connector_on(api.base_url, request)
+        target = ReplyTarget(channel="7", thread_root="1")
+        with pytest.raises(DeliveryError) as info:
+            await connector.send(target, Chunk(html="hi", plain="hi"))
+    assert info.value.kind == "unknown"  # it may be visible: reconcile, never blindly re-send
