@@ -7,12 +7,14 @@ Heavy modules (the store, aiohttp, the runtime) are imported inside the commands
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
+import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -331,11 +333,31 @@ async def _repl(*, session_id: str | None, model: str | None, allow: tuple[str, 
                     break
                 current = nxt
                 continue
-            result = await current.run(line)
+            with _ctrl_c_stops(current):
+                result = await current.run(line)
             typer.echo("")
             if not result.ok:
                 typer.echo(f"[{result.termination.value}] {result.detail}", err=True)
     _save_history(settings.home / "repl_history")
+
+
+@contextlib.contextmanager
+def _ctrl_c_stops(session: Session) -> Iterator[None]:
+    """While a turn runs, Ctrl-C stops the turn (checkpointed, reason ``cancelled``) and the
+    REPL goes on; at the prompt it quits as before. Where the loop cannot take SIGINT
+    (Windows, not the main thread) Ctrl-C keeps quitting."""
+    loop = asyncio.get_running_loop()
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        loop.add_signal_handler(signal.SIGINT, session.cancel)
+    except (NotImplementedError, RuntimeError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        signal.signal(signal.SIGINT, previous)  # asyncio.run's own handler, not the default
 
 
 async def _repl_command(

@@ -126,3 +126,43 @@ def test_repl_runs_turns_in_process_with_approvals_and_commands(home: Path) -> N
     assert "new session" in err
     assert done.stdout.count("tried to write") == 2
     assert (home / "e2e.txt").read_text() == "x"  # the "y" in the new session wrote it
+
+
+def test_repl_ctrl_c_stops_the_running_turn_and_keeps_the_session(home: Path) -> None:
+    # The model takes 60 s to answer: only a stopped turn lets this test end in time.
+    script = write_script(home / "slow.json", ["too late"], latency=60.0)
+    proc = subprocess.Popen(
+        [*CLI, "repl", "--cwd", str(home)], env=env_for(home, GEODE_SCRIPTED_MODEL=str(script)),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=str(home),
+    )
+    try:
+        assert proc.stdin is not None and proc.stderr is not None
+        banner = proc.stderr.readline()
+        assert banner.startswith("geode repl: session "), banner
+        sid = banner.split()[3].rstrip(",")
+        proc.stdin.write("hello\n")
+        proc.stdin.flush()
+        # The turn's first checkpoint (the user message) is written before the model call.
+        asyncio.run(_wait_turn_started(home, sid))
+        proc.send_signal(signal.SIGINT)
+        proc.stdin.write("/status\n/exit\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "[cancelled] the turn was stopped" in err
+    assert "last turn cancelled" in err  # /status after it: the REPL went on
+    assert "too late" not in out
+
+
+async def _wait_turn_started(home: Path, sid: str) -> None:
+    async with await open_store(f"sqlite:///{home / 'geode.db'}", migrate=False) as store:
+        for _ in range(400):
+            if await store.checkpoints.list(sid, limit=1):
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError("the REPL's turn never started")
