@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +23,7 @@ from dotenv import dotenv_values
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
@@ -157,16 +160,17 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        files = _CONFIG_FILES.get() or []
-        home = _CONFIG_FILES.home
+        load = _LOAD.get()
+        if load is None:  # Settings() outside load_settings: the process env, no files
+            return (init_settings, env_settings)
         # later files in the list win: project over home
         tomls = [
             TomlConfigSettingsSource(settings_cls, toml_file=f)
-            if home is not None and f.parent == home
+            if f.parent == load.home
             else _ProjectTomlSource(settings_cls, toml_file=f)
-            for f in reversed(files)
+            for f in reversed(load.files)
         ]
-        return (init_settings, env_settings, *tomls)
+        return (init_settings, _EnvSource(settings_cls, load.env), *tomls)
 
 
 #: sections a project file may not set: they spawn processes (hooks, MCP servers) or
@@ -192,21 +196,34 @@ class _ProjectTomlSource(TomlConfigSettingsSource):
         return {k: v for k, v in data.items() if k not in PROJECT_FORBIDDEN}
 
 
-class _Files:
-    """Which TOML files the next Settings() reads (set by load_settings)."""
+@dataclass(frozen=True)
+class _Load:
+    """What the Settings() of one load_settings call reads (context-local, not global)."""
 
-    def __init__(self) -> None:
-        self._files: list[Path] = []
-        self.home: Path | None = None
-
-    def get(self) -> list[Path]:
-        return self._files
-
-    def set(self, files: list[Path]) -> None:
-        self._files = files
+    files: tuple[Path, ...]
+    home: Path
+    env: Mapping[str, str]
 
 
-_CONFIG_FILES = _Files()
+_LOAD: ContextVar[_Load | None] = ContextVar("geode_settings_load", default=None)
+
+
+class _EnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping instead of os.environ,
+    so that load_settings(env=...) never touches the process environment."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]) -> None:
+        self._given = env  # read by _load_env_vars, which the base __init__ calls
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        out: dict[str, str | None] = {}
+        for key, value in self._given.items():
+            if self.env_ignore_empty and value == "":
+                continue
+            parsed = None if value == self.env_parse_none_str else value
+            out[key if self.case_sensitive else key.lower()] = parsed
+        return out
 
 
 class Secrets:
@@ -252,22 +269,15 @@ def load_settings(
             tomllib.loads(f.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"Cannot read {f}: {exc}. Fix the TOML syntax.") from exc
-    _CONFIG_FILES.set(files)
-    _CONFIG_FILES.home = home
-    saved = dict(os.environ)
+    token = _LOAD.set(_Load(files=tuple(files), home=home,
+                            env={k: v for k, v in env.items() if k != "GEODE_MODEL"}))
     try:
-        # pydantic-settings reads os.environ; give it exactly the env we were handed
-        # (start-up only, before any task or thread runs)
-        os.environ.clear()
-        os.environ.update({k: v for k, v in env.items() if k != "GEODE_MODEL"})
         settings = Settings(home=home, **overrides)
     except (ValidationError, SettingsError) as exc:
         where = ", ".join(str(f) for f in files) or "the environment"
         raise ConfigError(f"Invalid configuration in {where}:\n{exc}") from exc
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        _CONFIG_FILES.set([])
+        _LOAD.reset(token)
     dotenv_file = home / ".env"
     dotenv = dotenv_values(dotenv_file) if dotenv_file.is_file() else {}
     secrets = Secrets(env=env, dotenv=dotenv)

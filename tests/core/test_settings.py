@@ -64,3 +64,36 @@ def test_invalid_value_is_a_config_error(tmp_path: Path) -> None:
     home = _home(tmp_path, '[loop]\nmax_rounds = "many"\n')
     with pytest.raises(ConfigError, match="max_rounds"):
         load_settings(cwd=tmp_path, env={"GEODE_HOME": str(home)})
+
+
+def test_given_env_is_read_instead_of_the_process_env_which_is_untouched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import threading
+
+    home = _home(tmp_path, "")
+    monkeypatch.setenv("GEODE_LOOP__MAX_ROUNDS", "11")  # the process says 11
+    before = dict(os.environ)
+    seen: list[str | None] = []
+    stop = threading.Event()
+
+    def reader() -> None:  # another thread reading the environment meanwhile
+        while not stop.is_set():
+            seen.append(os.environ.get("GEODE_LOOP__MAX_ROUNDS"))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for _ in range(20):
+            s, _ = load_settings(env={"GEODE_HOME": str(home), "GEODE_LOOP__MAX_ROUNDS": "4"})
+            assert s.loop.max_rounds == 4
+            s, _ = load_settings(env={"GEODE_HOME": str(home)})
+            assert s.loop.max_rounds != 11  # the given env has no such key
+    finally:
+        stop.set()
+        t.join()
+    assert dict(os.environ) == before
+    assert set(seen) == {"11"}
+    s, _ = load_settings(env={**os.environ, "GEODE_HOME": str(home)})
+    assert s.loop.max_rounds == 11
