@@ -37,6 +37,10 @@ class ScheduledJobModel(Base):
     last_session_id: Mapped[str | None] = mapped_column(String(200))
     claimed_by: Mapped[str] = mapped_column(String(200), default="")
     run_count: Mapped[int] = mapped_column(Integer, default=0)
+    #: the daemon running the job now (None when none) and until when its lease holds
+    #: (Unix seconds; renewed while the run lasts, so a dead daemon's lease runs out)
+    running_by: Mapped[str | None] = mapped_column(String(200))
+    running_until: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

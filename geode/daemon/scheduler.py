@@ -17,8 +17,12 @@ Missed runs (policy: **run once, then continue**): after downtime a job whose ``
 is in the past runs once, as soon as a daemon is up; ``:following`` is computed from *now*,
 so the backlog of missed times is skipped rather than replayed.
 
-Overlap: if a job is still running in this daemon when it is due again, the due time is
-claimed and recorded as skipped (``last_status = "skipped: still running"``).
+Overlap (no second run while one goes on, in any daemon): the claim that starts a run also
+takes the job's run lease (``running_by``, ``running_until``), renewed every third of
+``lease_s`` while the run lasts and released when it ends. A due time that comes while the
+lease holds is claimed as skipped (``last_status = "skipped: still running"``), not run. If
+the daemon running the job dies, its lease runs out after at most ``lease_s`` (60 s) and
+the next due time runs again.
 """
 
 from __future__ import annotations
@@ -30,11 +34,11 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 from croniter import croniter
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, or_, select, update
 
 from geode.daemon._tables import jobs_table
 from geode.errors import ConfigError
@@ -43,10 +47,17 @@ from geode.store.models import utcnow
 if TYPE_CHECKING:
     from geode.store import Store
 
-__all__ = ["Job", "JobStore", "RunJob", "Scheduler", "next_after", "validate_cron"]
+__all__ = ["Claim", "Job", "JobStore", "RunJob", "Scheduler", "next_after", "validate_cron"]
 
 log = structlog.get_logger(__name__)
 _J = jobs_table
+
+#: seconds a run lease holds without renewal (renewed every third of it)
+RUN_LEASE_S = 60.0
+SKIPPED = "skipped: still running"
+#: what a claim got: "run" (start it, the lease is ours), "overlap" (due, but the previous
+#: run holds the lease: recorded as skipped); None when another daemon claimed the due time
+Claim = Literal["run", "overlap"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,25 +159,56 @@ class JobStore:
             ).all()
         return [Job.from_row(r) for r in rows]
 
-    async def claim(self, job: Job, *, now: float, owner: str) -> bool:
-        """Compare-and-set ``next_run``: True for exactly one daemon per due time."""
+    async def claim(
+        self, job: Job, *, now: float, owner: str, lease_s: float = RUN_LEASE_S
+    ) -> Claim | None:
+        """Compare-and-set ``next_run``: exactly one daemon gets each due time (see the
+        module docstring); the one that gets ``"run"`` holds the run lease."""
         following = next_after(job.cron, max(now, job.next_run))
+        t = int(now)
+        this_due = (_J.c.id == job.id, _J.c.next_run == job.next_run, _J.c.enabled.is_(True))
         async with self._store.write() as conn:
             result = await conn.execute(
                 update(_J)
-                .where(_J.c.id == job.id, _J.c.next_run == job.next_run,
-                       _J.c.enabled.is_(True))
-                .values(next_run=following, last_run=int(now), claimed_by=owner,
-                        run_count=_J.c.run_count + 1)
+                .where(*this_due, or_(_J.c.running_until.is_(None), _J.c.running_until <= t))
+                .values(next_run=following, last_run=t, claimed_by=owner,
+                        run_count=_J.c.run_count + 1, running_by=owner,
+                        running_until=_lease_end(now, lease_s))
+            )
+            if result.rowcount == 1:
+                return "run"
+            result = await conn.execute(
+                update(_J).where(*this_due).values(next_run=following, last_status=SKIPPED)
+            )
+        return "overlap" if result.rowcount == 1 else None
+
+    async def renew(self, job_id: str, *, owner: str, now: float, lease_s: float) -> bool:
+        """Extend ``owner``'s run lease; False if it is not ``owner``'s any more."""
+        async with self._store.write() as conn:
+            result = await conn.execute(
+                update(_J).where(_J.c.id == job_id, _J.c.running_by == owner)
+                .values(running_until=_lease_end(now, lease_s))
             )
         return result.rowcount == 1
 
-    async def finish(self, job_id: str, *, status: str, session_id: str | None) -> None:
+    async def finish(
+        self, job_id: str, *, status: str, session_id: str | None, owner: str | None = None
+    ) -> None:
+        """Record a run's outcome; with ``owner``, release that owner's run lease."""
         async with self._store.write() as conn:
             await conn.execute(
                 update(_J).where(_J.c.id == job_id)
                 .values(last_status=status[:32], last_session_id=session_id)
             )
+            if owner is not None:
+                await conn.execute(
+                    update(_J).where(_J.c.id == job_id, _J.c.running_by == owner)
+                    .values(running_by=None, running_until=None)
+                )
+
+
+def _lease_end(now: float, lease_s: float) -> int:
+    return int(now + lease_s) + 1  # whole seconds, rounded up: never shorter than asked
 
 
 #: runs one claimed job; returns (status, session id)
@@ -183,12 +225,14 @@ class Scheduler:
         run_job: RunJob,
         owner: str,
         tick_s: float = 1.0,
+        lease_s: float = RUN_LEASE_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.jobs = jobs
         self.run_job = run_job
         self.owner = owner
         self.tick_s = tick_s
+        self.lease_s = lease_s
         self.clock = clock
         self._running: dict[str, asyncio.Task[None]] = {}
         self._loop_task: asyncio.Task[None] | None = None
@@ -232,11 +276,16 @@ class Scheduler:
         for job in await self.jobs.due(now):
             if self._stopping:
                 break
-            if not await self.jobs.claim(job, now=now, owner=self.owner):
+            claim = await self.jobs.claim(job, now=now, owner=self.owner, lease_s=self.lease_s)
+            if claim is None:
                 continue  # another daemon claimed this due time
+            if claim == "overlap":
+                log.info("scheduler.skipped_overlap", job_id=job.id)
+                continue
             if job.id in self._running:
-                await self.jobs.finish(job.id, status="skipped: still running",
-                                       session_id=job.last_session_id)
+                # Our own lease ran out while the run goes on (renewals failed): the claim
+                # took it again, and the running run releases it when it ends.
+                await self.jobs.finish(job.id, status=SKIPPED, session_id=job.last_session_id)
                 log.info("scheduler.skipped_overlap", job_id=job.id)
                 continue
             task = asyncio.create_task(self._run(job), name=f"geode-job-{job.id}")
@@ -246,12 +295,29 @@ class Scheduler:
 
     async def _run(self, job: Job) -> None:
         status, session_id = "error", None
+        heartbeat = asyncio.create_task(self._renew(job.id), name=f"geode-job-lease-{job.id}")
         try:
             status, session_id = await self.run_job(job, job.next_run)
         except Exception as exc:
             log.error("scheduler.run_failed", job_id=job.id, error=str(exc)[:300])
             status = "error"
         finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
             self._running.pop(job.id, None)
             with contextlib.suppress(Exception):
-                await self.jobs.finish(job.id, status=status, session_id=session_id)
+                await self.jobs.finish(job.id, status=status, session_id=session_id,
+                                       owner=self.owner)
+
+    async def _renew(self, job_id: str) -> None:
+        """Keep this run's lease while it lasts (a store hiccup is retried next time)."""
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                if not await self.jobs.renew(job_id, owner=self.owner, now=self.clock(),
+                                             lease_s=self.lease_s):
+                    log.warning("scheduler.lease_lost", job_id=job_id)
+            except Exception as exc:
+                log.warning("scheduler.lease_renew_failed", job_id=job_id,
+                            error=type(exc).__name__)

@@ -6,11 +6,13 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
 
 from geode.daemon import JobStore
+from geode.daemon._tables import jobs_table
 from geode.daemon.scheduler import Scheduler, next_after
 from geode.errors import ConfigError
 from geode.store import Store, open_store
@@ -52,9 +54,95 @@ async def test_one_due_time_is_claimed_by_exactly_one_claimant(store: Store) -> 
     claims = await asyncio.gather(
         *(jobs.claim(job, now=job.next_run + 1, owner=f"d{i}") for i in range(5))
     )
-    assert sorted(claims) == [False] * 4 + [True]
+    assert claims.count("run") == 1 and claims.count(None) == 4
     after = await jobs.get(job.id)
     assert after is not None and after.run_count == 1 and after.next_run > job.next_run
+
+
+async def _lease(store: Store, job_id: str) -> tuple[str | None, int | None]:
+    async with store.read() as conn:
+        row = (await conn.execute(select(jobs_table.c.running_by, jobs_table.c.running_until)
+                                  .where(jobs_table.c.id == job_id))).one()
+    return row.running_by, row.running_until
+
+
+async def test_a_run_still_going_in_one_daemon_is_not_started_again_by_another(
+    store: Store,
+) -> None:
+    jobs = JobStore(store=store)
+    now = [1_800_000_000.0]
+    job = await jobs.add("*/5 * * * *", "long report", now=now[0] - 60)
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    def runner(name: str) -> Any:
+        async def run(_job: object, _due: int) -> tuple[str, str | None]:
+            ran.append(name)
+            await release.wait()
+            return "natural", None
+        return run
+
+    # the fake clock jumps 5 min at once: a lease of 10 min outlasts it without renewals
+    a = Scheduler(jobs=jobs, run_job=runner("a"), owner="a", lease_s=600, clock=lambda: now[0])
+    b = Scheduler(jobs=jobs, run_job=runner("b"), owner="b", clock=lambda: now[0])
+    assert await a.tick() == [job.id]
+    await asyncio.sleep(0)
+    assert await _lease(store, job.id) == ("a", int(now[0] + 600) + 1)
+
+    now[0] += 300  # due again while a's run goes on: b claims the due time, skips it
+    assert await b.tick() == []
+    skipped = await jobs.get(job.id)
+    assert skipped is not None
+    assert (skipped.last_status, skipped.run_count) == ("skipped: still running", 1)
+    assert skipped.next_run > now[0]  # that due time is gone, not retried
+
+    release.set()
+    await a.wait_runs()
+    assert await _lease(store, job.id) == (None, None)  # released at the end of the run
+    done = await jobs.get(job.id)
+    assert done is not None and done.last_status == "natural"
+
+    now[0] += 300
+    assert await b.tick() == [job.id]  # the next due time runs, in whichever daemon
+    await b.wait_runs()
+    assert ran == ["a", "b"]
+
+
+async def test_the_lease_of_a_dead_daemon_runs_out(store: Store) -> None:
+    jobs = JobStore(store=store)
+    now = 1_800_000_000.0
+    job = await jobs.add("* * * * *", "x", now=now - 60)
+    assert await jobs.claim(job, now=now, owner="dead", lease_s=60) == "run"  # never finishes
+    job = await jobs.get(job.id) or job
+    assert await jobs.claim(job, now=now + 30, owner="b", lease_s=60) == "overlap"
+    job = await jobs.get(job.id) or job
+    assert await jobs.claim(job, now=now + 61.5, owner="b", lease_s=60) == "run"
+    assert await _lease(store, job.id) == ("b", int(now + 61.5 + 60) + 1)
+
+
+async def test_a_long_run_renews_its_lease(store: Store) -> None:
+    jobs = JobStore(store=store)
+    now = [1_800_000_000.0]
+    job = await jobs.add("* * * * *", "x", now=now[0] - 60)
+    release = asyncio.Event()
+
+    async def run(_job: object, _due: int) -> tuple[str, str | None]:
+        await release.wait()
+        return "natural", None
+
+    a = Scheduler(jobs=jobs, run_job=run, owner="a", lease_s=0.3, clock=lambda: now[0])
+    assert await a.tick() == [job.id]
+    now[0] += 3600  # an hour on: only renewals keep the lease
+    for _ in range(200):
+        if (await _lease(store, job.id))[1] == int(now[0] + 0.3) + 1:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the lease was never renewed")
+    job = await jobs.get(job.id) or job
+    assert await jobs.claim(job, now=now[0], owner="b") == "overlap"
+    release.set()
+    await a.wait_runs()
 
 
 async def test_missed_runs_after_downtime_run_once_then_continue(store: Store) -> None:
