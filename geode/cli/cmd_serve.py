@@ -445,12 +445,16 @@ async def _open_store(settings: Settings) -> Store:
 
 @schedule_app.command("add")
 def schedule_add(
-    cron: Annotated[str, typer.Argument(help="Cron expression, UTC ('0 9 * * 1-5').")],
+    cron: Annotated[str, typer.Argument(help="Cron expression ('0 9 * * 1-5'), read in --tz.")],
     prompt: Annotated[str, typer.Argument(help="The prompt to run.")],
     session: Annotated[
         str | None, typer.Option("--session", "-s", help="Run in this session every time.")
     ] = None,
     model: ModelOpt = None,
+    tz: Annotated[
+        str | None,
+        typer.Option("--tz", help="IANA time zone of the cron, e.g. Europe/Berlin (default UTC)."),
+    ] = None,
 ) -> None:
     """Add a scheduled prompt; prints its id and first run."""
     from geode.daemon.scheduler import JobStore
@@ -459,10 +463,11 @@ def schedule_add(
 
     async def main() -> Any:
         async with await _open_store(settings) as store:
-            return await JobStore(store=store).add(cron, prompt, session_id=session, model=model)
+            return await JobStore(store=store).add(cron, prompt, session_id=session, model=model,
+                                                   tz=tz)
 
     job = asyncio.run(main())
-    typer.echo(f"{job.id}  next run {_utc(job.next_run)}")
+    typer.echo(f"{job.id}  next run {_utc(job.next_run)}{_local(job.next_run, job.tz)}")
 
 
 @schedule_app.command("list")
@@ -488,7 +493,8 @@ def schedule_list(
         typer.echo("no scheduled prompts (add one with `geode schedule add CRON PROMPT`)")
     for j in jobs:
         last = f"last {_utc(j.last_run)} {j.last_status}" if j.last_run else "never ran"
-        typer.echo(f"{j.id}  {j.cron!r}  next {_utc(j.next_run)}  runs {j.run_count}  {last}"
+        cron = f"{j.cron!r} {j.tz}" if j.tz else repr(j.cron)
+        typer.echo(f"{j.id}  {cron}  next {_utc(j.next_run)}  runs {j.run_count}  {last}"
                    f"\n    {j.prompt[:100]!r}" + (f"  session {j.session_id}" if j.session_id
                                                   else ""))
 
@@ -517,6 +523,16 @@ def _utc(ts: int | None) -> str:
     if ts is None:
         return "-"
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _local(ts: int, tz: str | None) -> str:
+    """`` (10:00 Europe/Berlin)`` for a job with a time zone, else nothing."""
+    if tz is None:
+        return ""
+    import zoneinfo
+    from datetime import datetime
+
+    return f" ({datetime.fromtimestamp(ts, zoneinfo.ZoneInfo(tz)):%Y-%m-%d %H:%M} {tz})"
 
 
 # -- geode sessions -----------------------------------------------------------------------------

@@ -41,6 +41,8 @@ class ScheduledJobModel(Base):
     #: (Unix seconds; renewed while the run lasts, so a dead daemon's lease runs out)
     running_by: Mapped[str | None] = mapped_column(String(200))
     running_until: Mapped[int | None] = mapped_column(BigInteger)
+    #: IANA time zone the cron is read in (None = UTC); next_run stays Unix seconds
+    tz: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -2,7 +2,9 @@
 
 Cron expressions are parsed by croniter (never by hand): the usual five fields, or six
 with croniter's seconds field last (``* * * * * */10`` = every 10 s). They are evaluated
-in **UTC**.
+in the job's IANA time zone (``tz``, e.g. ``Europe/Berlin``; UTC when unset), so
+``0 9 * * 1-5`` stays 09:00 local across daylight-saving changes. Due times are stored as
+Unix seconds either way.
 
 Claiming a run (no double run with several daemons on one PostgreSQL): each job row holds
 ``next_run``, the due time of its next run. A daemon that sees a due job runs::
@@ -32,8 +34,10 @@ import builtins
 import contextlib
 import secrets
 import time
+import zoneinfo
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
@@ -47,7 +51,10 @@ from geode.store.models import utcnow
 if TYPE_CHECKING:
     from geode.store import Store
 
-__all__ = ["Claim", "Job", "JobStore", "RunJob", "Scheduler", "next_after", "validate_cron"]
+__all__ = [
+    "Claim", "Job", "JobStore", "RunJob", "Scheduler", "next_after", "validate_cron",
+    "validate_tz",
+]
 
 log = structlog.get_logger(__name__)
 _J = jobs_table
@@ -73,6 +80,8 @@ class Job:
     last_status: str = ""
     last_session_id: str | None = None
     run_count: int = 0
+    #: IANA time zone the cron is evaluated in; None = UTC
+    tz: str | None = None
 
     @classmethod
     def from_row(cls, r: Any) -> Job:
@@ -81,7 +90,7 @@ class Job:
             enabled=bool(r.enabled), next_run=int(r.next_run),
             last_run=None if r.last_run is None else int(r.last_run),
             last_status=r.last_status or "", last_session_id=r.last_session_id,
-            run_count=int(r.run_count or 0),
+            run_count=int(r.run_count or 0), tz=r.tz,
         )
 
 
@@ -92,14 +101,31 @@ def validate_cron(expr: str) -> str:
         raise ConfigError(
             f"invalid cron expression {expr!r}: use five fields 'MIN HOUR DOM MON DOW' "
             "(e.g. '0 9 * * 1-5'), or six with seconds last (e.g. '* * * * * */10'); "
-            "times are UTC"
+            "times are UTC unless the job has a time zone"
         )
     return expr
 
 
-def next_after(expr: str, ts: float) -> int:
-    """The first due time strictly after ``ts`` (Unix seconds, UTC)."""
-    return int(croniter(expr, float(ts)).get_next(float))
+def validate_tz(tz: str | None) -> str | None:
+    """An IANA time zone name as given (None for UTC), or ConfigError saying what is valid."""
+    if tz is None or tz in ("UTC", "Etc/UTC"):
+        return None
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigError(
+            f"unknown time zone {tz!r}: use an IANA name such as 'Europe/Berlin' or "
+            "'America/New_York' (or leave it out for UTC)"
+        ) from exc
+    return tz
+
+
+def next_after(expr: str, ts: float, tz: str | None = None) -> int:
+    """The first due time strictly after ``ts`` (Unix seconds), the cron read in ``tz``."""
+    if tz is None:
+        return int(croniter(expr, float(ts)).get_next(float))
+    start = datetime.fromtimestamp(ts, zoneinfo.ZoneInfo(tz))
+    return int(croniter(expr, start).get_next(datetime).timestamp())
 
 
 class JobStore:
@@ -115,23 +141,26 @@ class JobStore:
         *,
         session_id: str | None = None,
         model: str | None = None,
+        tz: str | None = None,
         now: float | None = None,
     ) -> Job:
         expr = validate_cron(cron)
+        zone = validate_tz(tz)
         if not prompt.strip():
             raise ConfigError("the scheduled prompt is empty")
         job_id = f"job-{secrets.token_hex(4)}"
-        first = next_after(expr, time.time() if now is None else now)
+        first = next_after(expr, time.time() if now is None else now, zone)
         async with self._store.write() as conn:
             await conn.execute(
                 _J.insert().values(
                     id=job_id, cron=expr, prompt=prompt, session_id=session_id, model=model,
                     enabled=True, next_run=first, last_run=None, last_status="",
-                    last_session_id=None, claimed_by="", run_count=0, created_at=utcnow(),
+                    last_session_id=None, claimed_by="", run_count=0, tz=zone,
+                    created_at=utcnow(),
                 )
             )
         return Job(id=job_id, cron=expr, prompt=prompt, session_id=session_id, model=model,
-                   next_run=first)
+                   next_run=first, tz=zone)
 
     async def get(self, job_id: str) -> Job | None:
         async with self._store.read() as conn:
@@ -164,7 +193,7 @@ class JobStore:
     ) -> Claim | None:
         """Compare-and-set ``next_run``: exactly one daemon gets each due time (see the
         module docstring); the one that gets ``"run"`` holds the run lease."""
-        following = next_after(job.cron, max(now, job.next_run))
+        following = next_after(job.cron, max(now, job.next_run), job.tz)
         t = int(now)
         this_due = (_J.c.id == job.id, _J.c.next_run == job.next_run, _J.c.enabled.is_(True))
         async with self._store.write() as conn:

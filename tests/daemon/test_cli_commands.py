@@ -53,6 +53,14 @@ def test_schedule_add_list_remove(cli: CliRunner) -> None:
     assert again.exit_code == 2 and "no scheduled prompt" in again.output
     assert json.loads(cli.invoke(app, ["schedule", "list", "--json"]).output) == []
 
+    zoned = cli.invoke(app, ["schedule", "add", "0 9 * * 1-5", "standup", "--tz", "Asia/Tokyo"])
+    assert zoned.exit_code == 0, zoned.output
+    assert "Asia/Tokyo)" in zoned.output and " 09:00 Asia/Tokyo" in zoned.output
+    assert "'0 9 * * 1-5' Asia/Tokyo" in cli.invoke(app, ["schedule", "list"]).output
+    assert cli.invoke(app, ["schedule", "remove", zoned.output.split()[0]]).exit_code == 0
+    nowhere = cli.invoke(app, ["schedule", "add", "0 9 * * *", "x", "--tz", "Nowhere/City"])
+    assert isinstance(nowhere.exception, ConfigError)
+
     bad = cli.invoke(app, ["schedule", "add", "now", "x"])
     assert isinstance(bad.exception, ConfigError)  # main() turns it into exit 2
     assert "invalid cron" in str(bad.exception)

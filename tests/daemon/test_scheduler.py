@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from geode.daemon import JobStore
 from geode.daemon._tables import jobs_table
-from geode.daemon.scheduler import Scheduler, next_after
+from geode.daemon.scheduler import Scheduler, next_after, validate_tz
 from geode.errors import ConfigError
 from geode.store import Store, open_store
 from geode.store.models import sessions_table, timeline_table
@@ -46,6 +46,39 @@ async def test_jobs_are_added_listed_and_removed(store: Store) -> None:
         await jobs.add("every monday", "x")
     with pytest.raises(ConfigError, match="invalid cron"):
         await jobs.add("61 * * * *", "x")
+
+
+def test_a_cron_in_a_time_zone_keeps_local_time_across_daylight_saving() -> None:
+    from datetime import UTC, datetime
+
+    def utc(ts: int) -> str:
+        return datetime.fromtimestamp(ts, UTC).strftime("%m-%d %H:%M")
+
+    # Berlin moves to summer time on 2027-03-28: 09:00 local is 08:00Z before, 07:00Z after
+    before = datetime(2027, 3, 26, 12, tzinfo=UTC).timestamp()
+    first = next_after("0 9 * * *", before, "Europe/Berlin")
+    second = next_after("0 9 * * *", first, "Europe/Berlin")
+    third = next_after("0 9 * * *", second, "Europe/Berlin")
+    assert [utc(first), utc(second), utc(third)] == ["03-27 08:00", "03-28 07:00", "03-29 07:00"]
+    assert utc(next_after("0 9 * * *", before)) == "03-27 09:00"  # no zone: UTC
+    assert validate_tz("America/New_York") == "America/New_York"
+    assert validate_tz("UTC") is None and validate_tz(None) is None
+    with pytest.raises(ConfigError, match="unknown time zone 'Mars/Olympus'"):
+        validate_tz("Mars/Olympus")
+
+
+async def test_a_job_with_a_time_zone_is_claimed_in_it(store: Store) -> None:
+    jobs = JobStore(store=store)
+    now = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC = 03:00 in New York
+    job = await jobs.add("30 9 * * *", "standup", tz="America/New_York", now=now)
+    assert job.tz == "America/New_York"
+    assert job.next_run == int(now) + 6 * 3600 + 30 * 60  # 09:30 New York = 14:30Z
+    assert (await jobs.get(job.id)) == job
+    assert await jobs.claim(job, now=job.next_run, owner="a") == "run"
+    after = await jobs.get(job.id)
+    assert after is not None and after.next_run == job.next_run + 24 * 3600
+    with pytest.raises(ConfigError, match="unknown time zone"):
+        await jobs.add("* * * * *", "x", tz="Europe/Atlantis")
 
 
 async def test_one_due_time_is_claimed_by_exactly_one_claimant(store: Store) -> None:
