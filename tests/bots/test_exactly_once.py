@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 from _harness import ANSWERED_POINTS, CRASH_POINTS, answering, crash_at
-from conftest import CHAT, finals, user_messages
 
 from geode.providers.scripted import ScriptedProvider
+from tests.bots.conftest import CHAT, finals, user_messages
 
 __all__ = ["answering", "crash_at"]  # test_pg.py runs the same crashes on PostgreSQL
 

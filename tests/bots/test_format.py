@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 
-from conftest import CHAT, finals
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bots.format import chunk_markdown, markdown_to_telegram_html, utf16_len
 from geode.providers.scripted import ScriptedProvider
 from geode.testing._telegram_html import parse_telegram_html
+from tests.bots.conftest import CHAT, finals
 
 
 def _balanced(html: str) -> bool:

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CHAT, CHAT2, TOKEN, Stack, binding, echo, finals, store_url_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from geode.providers.scripted import ScriptedProvider
 from geode.testing.fake_telegram import FakeTelegramServer
+from tests.bots.conftest import CHAT, CHAT2, TOKEN, Stack, binding, echo, finals, store_url_for
 
 # -- strategies -------------------------------------------------------------------------------
 

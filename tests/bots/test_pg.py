@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import CHAT, finals, user_messages
 from test_exactly_once import answering, crash_at
 
 from geode.providers.scripted import ScriptedProvider
+from tests.bots.conftest import CHAT, finals, user_messages
 
 
 async def test_pg_bound_mention_gets_one_reply_and_restarts_keep_the_session(

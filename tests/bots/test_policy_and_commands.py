@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from conftest import CHAT, binding, finals
-
 from geode.providers.base import ModelRequest
 from geode.providers.scripted import ScriptedProvider, ToolCall
+from tests.bots.conftest import CHAT, binding, finals
 
 
 def calls_tool(name: str, args: dict) -> object:

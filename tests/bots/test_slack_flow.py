@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest import echo, user_messages
 from slack_helpers import (
     ALICE,
     BOB,
@@ -29,6 +28,7 @@ from slack_helpers import (
 from geode.providers.base import ModelRequest
 from geode.providers.scripted import ScriptedProvider, ToolCall
 from geode.testing.fake_slack import FakeSlack
+from tests.bots.conftest import echo, user_messages
 
 
 @pytest.fixture

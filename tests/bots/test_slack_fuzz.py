@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import echo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from slack_helpers import ALICE, BOT, CH, CH2, STRANGER, SlackStack, mention, slack_binding, visible
 
 from geode.providers.scripted import ScriptedProvider
 from geode.testing.fake_slack import FakeSlack
+from tests.bots.conftest import echo
 
 _scalar = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
                     st.floats(allow_nan=True), st.text(max_size=20))

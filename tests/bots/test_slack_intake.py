@@ -9,7 +9,6 @@ from pathlib import Path
 from urllib.parse import parse_qs
 
 import pytest
-from conftest import echo
 from slack_helpers import (
     ALICE,
     BOT,
@@ -24,6 +23,7 @@ from slack_helpers import (
 
 from geode.providers.scripted import ScriptedProvider
 from geode.testing.fake_slack import FakeSlack
+from tests.bots.conftest import echo
 
 
 @pytest.fixture

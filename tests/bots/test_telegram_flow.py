@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from conftest import CHAT, CHAT2, binding, bot_texts, echo, finals, user_messages
-
 from geode.providers.scripted import ScriptedProvider
+from tests.bots.conftest import CHAT, CHAT2, binding, bot_texts, echo, finals, user_messages
 
 
 async def test_bound_allowed_mention_gets_exactly_one_reply_in_thread(make_stack, fake):

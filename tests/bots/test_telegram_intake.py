@@ -8,13 +8,13 @@ import socket
 import time
 from pathlib import Path
 
-from conftest import CHAT, CHAT2, TOKEN, binding, finals, last_user_text, store_url_for
 from sqlalchemy import func, select
 
 from bots._tables import events_table
 from bots.leases import Lease
 from geode.providers.scripted import ScriptedProvider
 from geode.store import open_store
+from tests.bots.conftest import CHAT, CHAT2, TOKEN, binding, finals, last_user_text, store_url_for
 
 
 def _free_port() -> int:

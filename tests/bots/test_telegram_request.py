@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from conftest import CHAT, TOKEN, finals
 from telegram import Bot, InputFile
 from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, TimedOut
 from telegram.request import BaseRequest, HTTPXRequest
@@ -25,6 +24,7 @@ from bots.telegram import TelegramConnector, TelegramOptions
 from bots.telegram._request import AiohttpRequest, build_request
 from bots.telegram.connector import _Bot
 from geode.testing.fake_telegram import FakeTelegramServer
+from tests.bots.conftest import CHAT, TOKEN, finals
 
 
 def _bot(base_url: str, request: BaseRequest, updates: BaseRequest | None = None) -> Bot:
