@@ -32,7 +32,7 @@ defaults, 8 / 6, would queue a 50-message burst by design).
 GEODE-only run per platform: N mentions at once, each a new thread, the scripted model
 sleeping ``--model-latency`` s per response, lanes and ``max_concurrent_threads`` raised to
 N, so that all N turns are in flight together. It reports how many were answered, the time
-until the last answer, and the bot process's peak RSS (``ru_maxrss``) against the target
+until the last answer, and the bot process's peak RSS (``VmHWM``) against the target
 (all answered, <= 300 MB, MB = 2**20 bytes). Each load run is a fresh Python process, so
 its peak RSS is that bot's alone (no earlier run, no fake). ``--load-only`` skips the table.
 
@@ -654,7 +654,7 @@ def _status_mb(key: str = "VmRSS") -> float | None:
 async def _load(name: str, n: int, model_latency: float, *, in_process: bool) -> bool:
     """GEODE alone under ``n`` concurrent new threads; prints a report, True if on target.
 
-    Meant to run in a fresh process (see ``_load_in_child``): ``ru_maxrss`` is a lifetime
+    Meant to run in a fresh process (see ``_load_in_child``): ``VmHWM`` is a lifetime
     high-water mark.
     """
     configure_logging(level="ERROR")
@@ -671,8 +671,12 @@ async def _load(name: str, n: int, model_latency: float, *, in_process: bool) ->
                              partial=True)
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    # VmHWM: this process's own peak. ru_maxrss would do where there is no /proc, but on
+    # Linux it carries over the forked parent's peak across exec.
     hwm = _status_mb("VmHWM")
+    source = "VmHWM" if hwm is not None else "ru_maxrss"
+    peak_mb = hwm if hwm is not None else (
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # KiB on Linux
     answered = [s for s in r.latencies if s is not None]
     ok = len(answered) == n and peak_mb <= RSS_TARGET_MB
     print(f"load ({name}, GEODE only): {n} mentions at once, each a new thread; scripted "
@@ -690,8 +694,7 @@ async def _load(name: str, n: int, model_latency: float, *, in_process: bool) ->
     fake_cpu = f"; fake process CPU {r.fake_cpu_s:.2f} s" if r.fake_cpu_s is not None else ""
     print(f"  model calls in flight at once: at most {tuning.gauge.peak} (of {n}; fewer means "
           "turns were waiting before their model call, on the bot's CPU or a cap)")
-    hwm_s = f", VmHWM {hwm:.1f} MB" if hwm is not None else ""
-    print(f"  bot process: peak RSS {peak_mb:.1f} MB (ru_maxrss{hwm_s}; MB = 2**20 bytes{before}); "
+    print(f"  bot process: peak RSS {peak_mb:.1f} MB ({source}; MB = 2**20 bytes{before}); "
           f"CPU over the burst {r.bot_cpu_s:.2f} s{fake_cpu}")
     print(f"  target (all answered, peak RSS <= {RSS_TARGET_MB:g} MB): "
           f"{'met' if ok else 'NOT met'}", flush=True)
