@@ -1,8 +1,9 @@
 """Catch-up after downtime and thread context, from Slack's history APIs.
 
-For each bound channel, ``conversations.history`` from the channel's persisted cursor gives
-the top-level posts missed; ``conversations.replies`` gives the missed replies of threads
-with new activity and of the threads the bot is engaged in. Everything is recorded oldest
+For each bound channel, ``conversations.history`` over the last ``catch_up_max_age_s`` gives
+the top-level posts missed (those after the channel's persisted cursor) and the threads with
+replies since the cursor, even under an old root; ``conversations.replies`` gives the missed
+replies of those threads and of the threads the bot is engaged in. Everything is recorded oldest
 first through the connector's normal intake (so the dedupe key drops what the event stream
 delivered too), and the cursor moves with each recorded batch.
 """
@@ -54,18 +55,10 @@ class SlackHistory:
             async with self.c.layer.store.write() as conn:
                 await self.c.layer.inbound.cursors.put(conn, name, f"{now:.6f}")
             return
-        oldest = max(float(since), now - self.c.opts.catch_up_max_age_s)
+        horizon = now - self.c.opts.catch_up_max_age_s
+        oldest = max(float(since), horizon)
         oldest_ts = f"{oldest:.6f}"
-        found: dict[str, dict[str, Any]] = {}
-        roots: set[str] = set()
-        for msg in await self._pages("conversations_history", channel=channel,
-                                     oldest=oldest_ts):
-            ts = msg.get("ts")
-            if valid_ts(ts):
-                found[ts] = msg
-                latest = msg.get("latest_reply")
-                if valid_ts(latest) and float(latest) > oldest:
-                    roots.add(ts)
+        found, roots = await self._missed_posts(channel, horizon=horizon, oldest=oldest)
         for root in await self._engaged_roots(channel):
             roots.add(root)
         for root in sorted(roots)[-self.c.opts.catch_up_max_threads:]:
@@ -94,6 +87,29 @@ class SlackHistory:
                               cursor=(name, batch[-1].message_id))
         if events:
             log.info("slack.caught_up", channel=channel, messages=len(events))
+
+    async def _missed_posts(
+        self, channel: str, *, horizon: float, oldest: float
+    ) -> tuple[dict[str, dict[str, Any]], set[str]]:
+        """Top-level posts after ``oldest`` by ts, and the roots of threads replied to since.
+
+        Read from the horizon, not the cursor: a reply during downtime in a thread whose
+        root is older than the cursor shows only as that root's ``latest_reply`` (thread
+        replies are not in the channel history), and the bot may never have engaged there.
+        """
+        found: dict[str, dict[str, Any]] = {}
+        roots: set[str] = set()
+        for msg in await self._pages("conversations_history", channel=channel,
+                                     oldest=f"{horizon:.6f}"):
+            ts = msg.get("ts")
+            if not valid_ts(ts):
+                continue
+            if float(ts) > oldest:
+                found[ts] = msg
+            latest = msg.get("latest_reply")
+            if valid_ts(latest) and float(latest) > oldest:
+                roots.add(ts)
+        return found, roots
 
     async def _pages(self, method: str, **params: Any) -> list[dict[str, Any]]:
         assert self.c.client is not None

@@ -170,6 +170,30 @@ async def test_catch_up_answers_what_was_posted_while_down(stacks, home, fake):
     assert len(visible(fake, "answer to: follow-up while down")) == 1
 
 
+async def test_catch_up_finds_a_mention_in_an_old_thread_the_bot_never_joined(
+    stacks, home, fake
+):
+    stack = make(stacks, home, fake)
+    await stack.start()
+    old_root = await fake.user_posts(CH, "lunch plans?", user=BOB)  # no mention: not engaged
+    await fake.user_posts(CH, mention("marker"), user=ALICE)
+    await fake.wait_until(lambda: visible(fake, "answer to: marker"), within=10)
+    await stack.stop()
+    # while down, somebody asks the bot in that old thread
+    await fake.user_posts(CH, mention("in the old thread"), user=ALICE, thread_ts=old_root,
+                          deliver=False)
+    await stack.start()
+    await fake.wait_until(lambda: visible(fake, "answer to: in the old thread"), within=10)
+    assert [m["text"] for m in bot_messages(fake, CH, thread=old_root)] == [
+        "answer to: in the old thread"]
+    assert not visible(fake, "answer to: lunch plans?")  # its root is still not answered
+    await stack.stop()
+    await stack.start()  # and a second restart answers nothing twice
+    await fake.user_posts(CH, mention("marker 2"), user=ALICE)
+    await fake.wait_until(lambda: visible(fake, "answer to: marker 2"), within=10)
+    assert len(visible(fake, "answer to: in the old thread")) == 1
+
+
 def calls_tool(name: str, args: dict) -> object:
     def respond(request: ModelRequest) -> object:
         last = request.messages[-1]
