@@ -205,7 +205,9 @@ class Store:
         self.secrets = secrets
         self._write_engine = engine.execution_options(geode_write=True)
         self.sync_engine = sync_engine if sync_engine is not None else _build_sync_engine(url)
-        self._sqlite_begin = ("BEGIN IMMEDIATE", "BEGIN") if self.dialect == "sqlite" else None
+        # SQLite reads begin explicitly (isolation_level=None); SQLite writes go through
+        # _GroupCommit, which begins IMMEDIATE itself.
+        self._sqlite_read_begin = "BEGIN" if self.dialect == "sqlite" else None
         # Created on first use and again after aclose(), so a closed store can be reused
         # like a disposed engine can.
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -248,7 +250,8 @@ class Store:
     async def _hop(self, fn: Callable[[Connection], _T], *, write: bool) -> _T:
         abandoned = threading.Event()
         engine = self.sync_engine
-        begin = self._sqlite_begin[0 if write else 1] if self._sqlite_begin else None
+        # Writes reach here only on PostgreSQL (SQLite writes are group-committed).
+        begin = None if write else self._sqlite_read_begin
 
         def job() -> _T:
             if abandoned.is_set():
@@ -256,7 +259,7 @@ class Store:
             with engine.connect() as conn:  # closing rolls back whatever is not committed
                 if begin is not None:
                     # pysqlite runs with isolation_level=None (see the connect hook), so
-                    # SQLite's transaction starts here: IMMEDIATE takes the write lock now.
+                    # SQLite's transaction starts here.
                     conn.exec_driver_sql(begin)
                 result = fn(conn)
                 if write:

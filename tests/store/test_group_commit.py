@@ -53,6 +53,13 @@ class _Gate:
         return task
 
 
+async def _queued(store: Store, *fns: Any) -> list[asyncio.Task[Any]]:
+    """Writers started now, given a moment to queue (behind a held gate)."""
+    tasks = [asyncio.create_task(store.run_write(fn)) for fn in fns]
+    await asyncio.sleep(0.05)
+    return tasks
+
+
 def _insert(sid: str) -> Any:
     def job(conn: Connection) -> str:
         conn.execute(_S.insert(), _row(sid))
@@ -75,8 +82,7 @@ async def test_queued_writers_share_a_transaction_and_get_their_own_results(
     gate = _Gate()
     held = await gate.hold(store)
     before = group.batches
-    writers = [asyncio.create_task(store.run_write(_insert(f"w{i:02}"))) for i in range(20)]
-    await asyncio.sleep(0.05)
+    writers = await _queued(store, *(_insert(f"w{i:02}") for i in range(20)))
     gate.release.set()
     assert await held == "gate"
     assert await asyncio.gather(*writers) == [f"w{i:02}" for i in range(20)]
@@ -87,11 +93,9 @@ async def test_queued_writers_share_a_transaction_and_get_their_own_results(
 async def test_a_failing_job_is_rolled_back_alone(store: Store) -> None:
     gate = _Gate()
     held = await gate.hold(store)
-    ok1 = asyncio.create_task(store.run_write(_insert("ok1")))
-    bad = asyncio.create_task(store.run_write(_fails_after_insert("bad")))
-    dup = asyncio.create_task(store.run_write(_insert("ok1")))  # IntegrityError: duplicate
-    ok2 = asyncio.create_task(store.run_write(_insert("ok2")))
-    await asyncio.sleep(0.05)
+    # the second "ok1" is a duplicate key: IntegrityError
+    ok1, bad, dup, ok2 = await _queued(store, _insert("ok1"), _fails_after_insert("bad"),
+                                       _insert("ok1"), _insert("ok2"))
     gate.release.set()
     await held
     assert await ok1 == "ok1" and await ok2 == "ok2"
@@ -111,10 +115,7 @@ async def test_a_broken_transaction_fails_every_job_in_it_and_commits_none(
 
     gate = _Gate()
     held = await gate.hold(store)
-    before = asyncio.create_task(store.run_write(_insert("before")))
-    breaker = asyncio.create_task(store.run_write(breaks))
-    after = asyncio.create_task(store.run_write(_insert("after")))
-    await asyncio.sleep(0.05)
+    before, breaker, after = await _queued(store, _insert("before"), breaks, _insert("after"))
     gate.release.set()
     await held
     results = await asyncio.gather(before, breaker, after, return_exceptions=True)
@@ -133,9 +134,7 @@ async def test_a_writer_cancelled_while_queued_never_runs(store: Store) -> None:
 
     gate = _Gate()
     held = await gate.hold(store)
-    queued = asyncio.create_task(store.run_write(job))
-    other = asyncio.create_task(store.run_write(_insert("other")))
-    await asyncio.sleep(0.05)
+    queued, other = await _queued(store, job, _insert("other"))
     queued.cancel()
     await asyncio.sleep(0)
     gate.release.set()
@@ -157,10 +156,7 @@ async def test_a_writer_cancelled_while_its_job_runs_is_rolled_back_alone(store:
 
     gate = _Gate()
     held = await gate.hold(store)
-    first = asyncio.create_task(store.run_write(_insert("first")))
-    victim = asyncio.create_task(store.run_write(slow))
-    last = asyncio.create_task(store.run_write(_insert("last")))
-    await asyncio.sleep(0.05)
+    first, victim, last = await _queued(store, _insert("first"), slow, _insert("last"))
     gate.release.set()
     await held
     assert await asyncio.to_thread(entered.wait, 10)
@@ -198,8 +194,7 @@ async def test_a_stopped_writer_finishes_its_batch_and_fails_the_queue(store: St
     held = await gate.hold(store)
     drainer = group._drainer
     assert drainer is not None
-    queued = asyncio.create_task(store.run_write(_insert("queued")))
-    await asyncio.sleep(0.05)
+    (queued,) = await _queued(store, _insert("queued"))
     drainer.cancel()  # as when the event loop shuts down
     await asyncio.sleep(0.05)
     gate.release.set()
