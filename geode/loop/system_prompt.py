@@ -9,7 +9,9 @@ The conversation is passed separately, never folded into this text.
 
 from __future__ import annotations
 
+import os
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,9 @@ __all__ = ["SECTIONS", "SystemPromptSources", "build_system_prompt", "read_secti
 
 SECTIONS = ("Identity", "Instructions", "Rules", "Project", "Conventions")
 _MAX_SECTION_CHARS = 8_000
+#: parsed GEODE.md files, keyed by path, valid while (mtime_ns, size, inode) are unchanged
+_PARSED: OrderedDict[Path, tuple[tuple[int, int, int], dict[str, str]]] = OrderedDict()
+_PARSED_MAX = 256
 
 BASE = (
     "You are GEODE, an autonomous agent. The host runs your tool calls after checking each "
@@ -27,11 +32,33 @@ BASE = (
 
 
 def read_sections(path: Path) -> dict[str, str]:
-    """The declared ``## Section`` bodies of a GEODE.md (missing file: nothing)."""
+    """The declared ``## Section`` bodies of a GEODE.md (missing file: nothing).
+
+    The prompt is rebuilt before every model call, on the event loop: the file is read and
+    parsed again only when its stat changes (one ``stat`` per call otherwise).
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        _PARSED.pop(path, None)
+        return {}
+    key = (st.st_mtime_ns, st.st_size, st.st_ino)
+    hit = _PARSED.get(path)
+    if hit is not None and hit[0] == key:
+        _PARSED.move_to_end(path)
+        return dict(hit[1])
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return {}
+    out = _parse(text)
+    _PARSED[path] = (key, out)
+    while len(_PARSED) > _PARSED_MAX:
+        _PARSED.popitem(last=False)
+    return dict(out)
+
+
+def _parse(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for m in re.finditer(r"^##\s+(.+?)\s*$(.*?)(?=^##\s|\Z)", text, re.M | re.S):
         title = m.group(1).strip()

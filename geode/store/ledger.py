@@ -100,8 +100,12 @@ class EvidenceLedger:
         return await asyncio.shield(fut)
 
     def _append_sync(self, path: Path, row: dict[str, Any]) -> dict[str, Any]:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileNotFoundError:  # the first row of this home (or the folder was removed)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, flags, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             row["seq"] = _last_seq(fd) + 1

@@ -131,3 +131,14 @@ async def test_a_read_sees_every_append_already_under_way(tmp_path: Path) -> Non
     assert sorted(r["summary"] for r in rows) == sorted(str(i) for i in range(20))
     assert [r["seq"] for r in rows] == list(range(1, 21))
     await asyncio.gather(*writers)
+
+
+async def test_append_recreates_a_removed_ledger_dir(tmp_path: Path) -> None:
+    ledger = EvidenceLedger(tmp_path / "home-not-created-yet")
+    await ledger.append(session_id="s1", kind="k")
+    path = ledger.path_for("s1")
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    path.unlink()
+    ledger.dir.rmdir()  # e.g. an operator cleaned the home while the daemon ran
+    await ledger.append(session_id="s1", kind="k")
+    assert [r["seq"] for r in await ledger.read("s1")] == [1]
