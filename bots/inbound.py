@@ -67,6 +67,12 @@ def _insert_ignore_for(postgres: bool, table: Any, keys: tuple[str, ...]) -> Any
     return dialect_insert(table).on_conflict_do_nothing(index_elements=list(keys))
 
 
+@functools.cache
+def _insert_event_returning_id(postgres: bool) -> Any:
+    """Insert-ignore of an event that returns its new id (no row: recorded before)."""
+    return _insert_ignore_for(postgres, _E, ("dedupe_key",)).returning(_E.c.id)
+
+
 def _cursor_upsert(store: Store, name: str, value: str) -> tuple[Any, Any]:
     """The two statements that upsert a cursor (portable: insert-ignore, then update)."""
     now = utcnow()
@@ -119,7 +125,7 @@ class InboundLog:
         index under its thread, so replies to it resolve to the same thread.
         """
         store = self._store
-        insert_event = _insert_ignore(store, _E, ["dedupe_key"])
+        insert_event = _insert_event_returning_id(store.is_postgres)
         insert_message = _insert_ignore(store, _M, ["platform", "workspace", "channel",
                                                     "message_id"])
         cursor_stmts = _cursor_upsert(store, *cursor) if cursor is not None else ()
@@ -128,20 +134,18 @@ class InboundLog:
             new_ids: list[int] = []
             for event, status in events:
                 now = utcnow()
-                result = conn.execute(insert_event, {
+                inserted = conn.execute(insert_event, {
                     "dedupe_key": event.dedupe_key[:300], "platform": event.platform,
                     "workspace": event.workspace, "channel": event.channel,
                     "thread_root": event.thread_root, "message_id": event.message_id,
                     "sender": event.sender, "payload": event.to_json(), "status": status,
                     "decision": "", "session_id": None, "owner": "", "created_at": now,
                     "updated_at": now,
-                })
-                if not result.rowcount:
+                }).first()
+                if inserted is None:  # ON CONFLICT DO NOTHING returns no row
                     log.debug("inbound.duplicate", key=event.dedupe_key)
                     continue
-                new_ids.append(int(conn.execute(
-                    select(_E.c.id).where(_E.c.dedupe_key == event.dedupe_key[:300])
-                ).scalar_one()))
+                new_ids.append(int(inserted.id))
                 if event.message_id and not event.is_edit:
                     conn.execute(insert_message, {
                         "platform": event.platform, "workspace": event.workspace,
@@ -173,25 +177,18 @@ class InboundLog:
         the rows this call moved are returned (a concurrent claimer gets the others), so
         every later decision on them is recorded exactly once.
         """
+        # One statement: the oldest unclaimed ids, re-checked by the UPDATE itself (a
+        # concurrent claimer's rows no longer match), the claimed rows returned.
+        oldest = (select(_E.c.id).where(_E.c.platform == platform,
+                                        _E.c.workspace == workspace,
+                                        _E.c.status == "received")
+                  .order_by(_E.c.id).limit(limit))
+        stmt = (update(_E).where(_E.c.id.in_(oldest), _E.c.status == "received")
+                .values(status="processing", owner=owner, updated_at=utcnow())
+                .returning(*_E.c))
 
         def tx(conn: Connection) -> list[Any]:
-            ids = conn.execute(
-                select(_E.c.id).where(
-                    _E.c.platform == platform, _E.c.workspace == workspace,
-                    _E.c.status == "received",
-                ).order_by(_E.c.id).limit(limit)
-            ).scalars().all()
-            if not ids:
-                return []
-            claimed = conn.execute(
-                update(_E).where(_E.c.id.in_(ids), _E.c.status == "received")
-                .values(status="processing", owner=owner, updated_at=utcnow())
-                .returning(_E.c.id)
-            ).scalars().all()
-            if not claimed:
-                return []
-            return list(conn.execute(select(_E).where(_E.c.id.in_(claimed))
-                                     .order_by(_E.c.id)).all())
+            return sorted(conn.execute(stmt).all(), key=lambda r: int(r.id))
 
         return [_stored(r) for r in await self._store.run_write(tx)]
 

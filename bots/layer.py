@@ -170,9 +170,10 @@ class ChannelLayer:
         dispatch made the 50th message of a burst wait for 49 others' transactions).
         """
         c = self.connector
+        limit = 100
         while True:
             batch = await self.inbound.claim_batch(c.platform, c.workspace, owner=self.owner,
-                                                   limit=100)
+                                                   limit=limit)
             if not batch:
                 return
             chains: dict[str, list[StoredEvent]] = {}
@@ -187,6 +188,10 @@ class ChannelLayer:
                     raise r
             if failed:
                 raise failed[0]
+            if len(batch) < limit:
+                # Drained: an event recorded since sets ``_wake`` for the next pass, so
+                # claiming again now would only cost an empty write transaction.
+                return
 
     async def _dispatch_chain(self, chain: list[StoredEvent]) -> None:
         for i, stored in enumerate(chain):

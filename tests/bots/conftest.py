@@ -3,6 +3,7 @@ PTB-based TelegramConnector that talks to the wire-level fake Telegram server.""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
@@ -144,6 +145,21 @@ def bot_texts(fake: FakeTelegramServer, chat: int = CHAT) -> list[str]:
 def finals(fake: FakeTelegramServer, text: str) -> list[Any]:
     """sendMessage/editMessageText records whose visible text is ``text``."""
     return [s for s in fake.sent if s.plain_text == text]
+
+
+async def settled(stack: Stack, *, within: float = 10.0) -> None:
+    """Wait until every recorded event is decided and every queued reply or notice is sent.
+
+    The events of one ``getUpdates`` batch in different threads are dispatched at once, so
+    "the last message was answered" says nothing about the others' notices.
+    """
+    c = stack.connector
+    assert c is not None and c.layer is not None
+    layer = c.layer
+    async with asyncio.timeout(within):
+        while (await layer.inbound.unfinished(c.platform, c.workspace)
+               or await layer.outbox.open_rows(c.platform, c.workspace)):
+            await asyncio.sleep(0.02)
 
 
 def unique() -> str:

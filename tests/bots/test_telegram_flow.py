@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from geode.providers.scripted import ScriptedProvider
-from tests.bots.conftest import CHAT, CHAT2, binding, bot_texts, echo, finals, user_messages
+from tests.bots.conftest import (
+    CHAT,
+    CHAT2,
+    binding,
+    bot_texts,
+    echo,
+    finals,
+    settled,
+    user_messages,
+)
 
 
 async def test_bound_allowed_mention_gets_exactly_one_reply_in_thread(make_stack, fake):
@@ -32,8 +41,9 @@ async def test_unbound_unknown_and_unaddressed_never_reach_the_model(make_stack,
     fake.user_says(CHAT, "no mention here", from_user=42)
     fake.user_says(CHAT, "@geode_bot I am a stranger", from_user=99)
     fake.user_says(CHAT, "@geode_bot stranger again", from_user=99)
-    fake.user_says(CHAT, "@geode_bot marker", from_user=42)  # processed after the others
+    fake.user_says(CHAT, "@geode_bot marker", from_user=42)
     await fake.wait_until(lambda: finals(fake, "answer to: marker"), within=10)
+    await settled(stack)  # the other threads' decisions and notices, too
     assert len(provider.calls) == 1
     assert bot_texts(fake, CHAT2) == []
     pairing = [t for t in bot_texts(fake) if "Pairing code" in t]
