@@ -73,13 +73,14 @@ def _insert_event_returning_id(postgres: bool) -> Any:
     return _insert_ignore_for(postgres, _E, ("dedupe_key",)).returning(_E.c.id)
 
 
-def _cursor_upsert(store: Store, name: str, value: str) -> tuple[Any, Any]:
-    """The two statements that upsert a cursor (portable: insert-ignore, then update)."""
-    now = utcnow()
-    return (
-        _insert_ignore(store, _C, ["name"]).values(name=name, value=value, updated_at=now),
-        update(_C).where(_C.c.name == name).values(value=value, updated_at=now),
-    )
+def _cursor_upsert(store: Store, name: str, value: str) -> tuple[Any, ...]:
+    """The statement that upserts a cursor (``ON CONFLICT (name) DO UPDATE``, both dialects)."""
+    insert_ = postgresql.insert if store.is_postgres else sqlite.insert
+    stmt = insert_(_C).values(name=name, value=value, updated_at=utcnow())
+    return (stmt.on_conflict_do_update(
+        index_elements=[_C.c.name],
+        set_={"value": stmt.excluded.value, "updated_at": stmt.excluded.updated_at},
+    ),)
 
 
 class Cursors:

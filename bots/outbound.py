@@ -49,6 +49,7 @@ PLACEHOLDER = "…"
 # executing it): a statement with its parameters is a ``_Stmt``.
 _INSERT = insert(_O)
 _UPDATE = update(_O).where(_O.c.id == bindparam("b_id"))
+_UPDATE_RETURNING = _UPDATE.returning(*_O.c)  # the row as updated (SQLite 3.35+, PostgreSQL)
 _BY_ID = select(_O).where(_O.c.id == bindparam("b_id"))
 _UPDATE_EVENT = update(_E).where(_E.c.id == bindparam("b_id"))
 _Stmt = tuple[Any, dict[str, Any]]
@@ -244,8 +245,7 @@ class Outbox:
         stmt = self.update_stmt(row_id, values)
 
         def tx(conn: Connection) -> Any:
-            conn.execute(*stmt)
-            return conn.execute(_BY_ID, {"b_id": row_id}).first()
+            return conn.execute(_UPDATE_RETURNING, stmt[1]).first()
 
         return _row(await self._store.run_write(tx))
 
@@ -267,12 +267,12 @@ class Outbox:
                                        status="done" if status == "sent" else "failed")
 
         def tx(conn: Connection) -> Any:
-            conn.execute(*stmt)
+            updated = conn.execute(_UPDATE_RETURNING, stmt[1]).first()
             if event_stmt is not None:
                 conn.execute(*event_stmt)
             if also is not None:
-                also(conn)
-            return conn.execute(_BY_ID, {"b_id": row.id}).first()
+                also(conn)  # the message index only: ``updated`` stays the row as committed
+            return updated
 
         return _row(await self._store.run_write(tx))
 

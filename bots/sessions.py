@@ -12,6 +12,7 @@ reply to any message of a thread (the bot's answers included) lands in that thre
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from sqlalchemy import bindparam, select, update
 
 from bots._tables import messages_table, threads_table
 from bots.events import InboundEvent
-from bots.inbound import _insert_ignore
+from bots.inbound import _insert_ignore, _insert_ignore_for
 from geode.store.models import utcnow
 
 if TYPE_CHECKING:
@@ -32,6 +33,12 @@ __all__ = ["MessageIndex", "ThreadSessions", "ThreadState"]
 _T = threads_table
 _M = messages_table
 _THREAD = select(_T).where(_T.c.thread_key == bindparam("b_key"))
+
+
+@functools.cache
+def _engage_stmt(postgres: bool) -> Any:
+    """Insert-ignore of a thread row, returning it when new."""
+    return _insert_ignore_for(postgres, _T, ("thread_key",)).returning(*_T.c)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,15 +73,16 @@ class ThreadSessions:
         """:meth:`engage` inside the caller's (sync) write transaction."""
         # Insert-or-ignore, not insert + IntegrityError: a failed statement would abort the
         # caller's whole transaction on PostgreSQL.
-        conn.execute(
-            _insert_ignore(self._store, _T, ["thread_key"]), {
+        row = conn.execute(
+            _engage_stmt(self._store.is_postgres), {
                 "thread_key": event.thread_key, "platform": event.platform,
                 "workspace": event.workspace, "channel": event.channel,
                 "thread_root": event.thread_root, "session_id": event.thread_key,
                 "generation": 0, "engaged": True, "created_at": utcnow(), "updated_at": utcnow(),
             }
-        )
-        row = conn.execute(_THREAD, {"b_key": event.thread_key}).first()
+        ).first()
+        if row is None:  # engaged before: the existing row
+            row = conn.execute(_THREAD, {"b_key": event.thread_key}).first()
         assert row is not None
         return _state(row)
 
