@@ -9,7 +9,8 @@ recorded.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+import copy
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 __all__ = ["Attachment", "InboundEvent", "ReplyTarget", "thread_key"]
@@ -110,9 +111,12 @@ class InboundEvent:
         return replace(self, thread_root=thread_root)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        # Field by field rather than ``asdict`` (which deep-copies every value through its
+        # generic recursion): only ``extra`` is a nested, mutable value.
+        data = {name: getattr(self, name) for name in _EVENT_FIELDS}
         data["attachments"] = [asdict(a) for a in self.attachments]
         data["context"] = list(self.context)
+        data["extra"] = copy.deepcopy(self.extra)
         return data
 
     @classmethod
@@ -123,3 +127,6 @@ class InboundEvent:
         kw["context"] = tuple(data.get("context") or ())
         kw["extra"] = dict(data.get("extra") or {})
         return cls(**kw)
+
+
+_EVENT_FIELDS = tuple(f.name for f in fields(InboundEvent))
