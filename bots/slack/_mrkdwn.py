@@ -15,6 +15,7 @@ split between lines into several closed blocks).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
@@ -29,11 +30,33 @@ SLACK_LIMIT = 3900
 _FENCE = "```"
 _md = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
+_BACKTICK_RUN = re.compile(r"`(?=`)")
 
 
 def escape(text: str) -> str:
     """Slack's three control characters as entities."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _literal(text: str) -> str:
+    """Escaped text whose backtick runs cannot open a code block.
+
+    A fence-like run left as text (``:```` is an unclosed code span in Markdown, so plain
+    text) would pair with a later ````` ``` ````` in the same message and turn what lies
+    between into code: a zero-width space goes between adjacent backticks.
+    """
+    return _BACKTICK_RUN.sub("`\u200b", escape(text))
+
+
+def _code_span(code: str) -> str:
+    """```` `code` ````; backticks inside are kept apart from each other and from the
+    delimiters (mrkdwn has no longer delimiters), so no run of three can appear."""
+    body = _BACKTICK_RUN.sub("`\u200b", escape(code))
+    if body.startswith("`"):
+        body = "\u200b" + body
+    if body.endswith("`"):
+        body += "\u200b"
+    return f"`{body}`"
 
 
 @dataclass(frozen=True)
@@ -48,11 +71,11 @@ def _inline(node: SyntaxTreeNode, *, plain: bool = False) -> str:
     for child in node.children:
         t = child.type
         if t == "text":
-            out.append(escape(child.content))
+            out.append(_literal(child.content))
         elif t in ("softbreak", "hardbreak"):
             out.append("\n")
         elif t == "code_inline":
-            out.append(escape(child.content) if plain else f"`{escape(child.content)}`")
+            out.append(escape(child.content) if plain else _code_span(child.content))
         elif t in ("strong", "em", "s"):
             inner = _inline(child, plain=plain)
             mark = {"strong": "*", "em": "_", "s": "~"}[t]

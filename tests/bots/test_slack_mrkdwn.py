@@ -69,6 +69,19 @@ def test_empty_answer_is_still_a_message():
     assert chunk_mrkdwn("   \n")[0].html == "(empty answer)"
 
 
+def test_literal_backtick_runs_cannot_open_a_code_block():
+    # ":```" is an unclosed code span in Markdown (plain text); left as is, it would pair
+    # with the next ``` of the message and turn what lies between into code.
+    out = markdown_to_mrkdwn("a ```\n\n*not code*\n\nb ```")
+    assert "```" not in out
+    assert "_not code_" in out  # still formatted as text
+    # inside code spans too: a span of backticks, and one that starts with one
+    for md in ("```` ``` ````", "`` ` ``", "`` `x ``"):
+        [chunk] = chunk_mrkdwn(md, limit=60)
+        assert "```" not in chunk.html, md
+    assert markdown_to_mrkdwn("`plain`") == "`plain`"
+
+
 @settings(max_examples=60, deadline=None, database=None)
 @given(st.text(alphabet=st.sampled_from("ab *_~`#>-|[]()<>&!@\n:/"), max_size=600),
        st.integers(min_value=60, max_value=400))
