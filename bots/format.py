@@ -186,7 +186,8 @@ def _split_long(block: _Block, limit: int) -> list[_Block]:
     if block.code is not None:
         pieces: list[_Block] = []
         lines: list[str] = []
-        budget = limit - 40  # room for <pre><code class=...></code></pre>
+        # room for <pre><code class="language-…"></code></pre>, whatever the language
+        budget = max(limit - utf16_len(_code_block("", block.lang).html), 1)
         for line in block.code.split("\n"):
             while utf16_len(_esc(line)) > budget:  # one enormous line: cut it by characters
                 cut = budget // 6 or 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -80,6 +81,16 @@ def test_a_single_enormous_line_and_astral_characters_respect_utf16_limits() -> 
         assert utf16_len(c.html) <= 4096 and _balanced(c.html)
     total = "".join(parse_telegram_html(c.html)[0] for c in chunks)
     assert total.count("😀") == 5000 and total.count("𝔘") == 9000
+
+
+@pytest.mark.parametrize("lang", ["", "py", "javascript", "objective-c++-and-more"])
+def test_a_long_code_block_fits_whatever_its_language(lang: str) -> None:
+    # The split budget was a fixed 40 characters of markup; "py" alone needs 44.
+    code = "\n".join(f"x = {i};" for i in range(2000))
+    chunks = chunk_markdown(f"```{lang}\n{code}\n```", limit=4096)
+    assert all(utf16_len(c.html) <= 4096 and _balanced(c.html) for c in chunks)
+    shown = "\n".join(parse_telegram_html(c.html)[0] for c in chunks)
+    assert shown.split("\n") == code.split("\n")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
