@@ -20,10 +20,14 @@ def _last_results(request: ModelRequest) -> list[ToolResultBlock]:
 
 
 def _answer(request: ModelRequest) -> str:
-    prompt = next((m.text for m in request.messages if m.role == "user" and m.text), "")
+    # This turn only: a continued session holds earlier prompts and their tool results.
+    start = max((i for i, m in enumerate(request.messages) if m.role == "user" and m.text),
+                default=0)
+    turn = request.messages[start:]
+    prompt = turn[0].text if turn and turn[0].role == "user" else ""
     listing = ""
     readme = ""
-    for m in request.messages:
+    for m in turn:
         for r in m.tool_results:
             text = r.text_content
             if not listing:
