@@ -167,7 +167,9 @@ async def mention_gate(layer: ChannelLayer, d: Dispatch, nxt: Next) -> None:
         await layer.ignore(d, "edit")
         return
     d.command = parse_command(ev.text, layer.connector.bot_username())
-    d.thread = await layer.threads.get(ev.thread_key)
+    # A message that roots its own thread cannot be in an engaged one (no read hop for it);
+    # route() engages the thread in the same transaction that accepts the turn.
+    d.thread = None if ev.starts_thread else await layer.threads.get(ev.thread_key)
     engaged = d.thread is not None and d.thread.engaged
     addressed = (
         ev.mentions_bot or ev.reply_to_bot or ev.is_dm or d.command is not None or engaged
