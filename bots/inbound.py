@@ -55,32 +55,34 @@ def _stored(row: Any) -> StoredEvent:
                        session_id=row.session_id)
 
 
-def _insert_ignore(store: Store, table: Any, keys: list[str]) -> Any:
+def _insert_ignore(
+    store: Store, table: Any, keys: list[str], *, returning: Sequence[str] = ()
+) -> Any:
     """``INSERT ... ON CONFLICT DO NOTHING`` for the store's dialect (built once per table;
-    execute it with a parameter dict rather than ``.values()``, which builds a new one)."""
-    return _insert_ignore_for(store.is_postgres, table, tuple(keys))
+    execute it with a parameter dict rather than ``.values()``, which builds a new one).
+
+    ``returning``: columns the statement returns for a new row (no row: it existed).
+    """
+    return _insert_ignore_for(store.is_postgres, table, tuple(keys), tuple(returning))
 
 
 @functools.cache
-def _insert_ignore_for(postgres: bool, table: Any, keys: tuple[str, ...]) -> Any:
+def _insert_ignore_for(
+    postgres: bool, table: Any, keys: tuple[str, ...], returning: tuple[str, ...]
+) -> Any:
     dialect_insert = postgresql.insert if postgres else sqlite.insert
-    return dialect_insert(table).on_conflict_do_nothing(index_elements=list(keys))
+    stmt = dialect_insert(table).on_conflict_do_nothing(index_elements=list(keys))
+    return stmt.returning(*(table.c[name] for name in returning)) if returning else stmt
 
 
-@functools.cache
-def _insert_event_returning_id(postgres: bool) -> Any:
-    """Insert-ignore of an event that returns its new id (no row: recorded before)."""
-    return _insert_ignore_for(postgres, _E, ("dedupe_key",)).returning(_E.c.id)
-
-
-def _cursor_upsert(store: Store, name: str, value: str) -> tuple[Any, ...]:
+def _cursor_upsert(store: Store, name: str, value: str) -> Any:
     """The statement that upserts a cursor (``ON CONFLICT (name) DO UPDATE``, both dialects)."""
     insert_ = postgresql.insert if store.is_postgres else sqlite.insert
     stmt = insert_(_C).values(name=name, value=value, updated_at=utcnow())
-    return (stmt.on_conflict_do_update(
+    return stmt.on_conflict_do_update(
         index_elements=[_C.c.name],
         set_={"value": stmt.excluded.value, "updated_at": stmt.excluded.updated_at},
-    ),)
+    )
 
 
 class Cursors:
@@ -96,8 +98,7 @@ class Cursors:
 
     async def put(self, conn: AsyncConnection, name: str, value: str) -> None:
         """Upsert inside the caller's (async) transaction."""
-        for stmt in _cursor_upsert(self._store, name, value):
-            await conn.execute(stmt)
+        await conn.execute(_cursor_upsert(self._store, name, value))
 
 
 class InboundLog:
@@ -126,10 +127,10 @@ class InboundLog:
         index under its thread, so replies to it resolve to the same thread.
         """
         store = self._store
-        insert_event = _insert_event_returning_id(store.is_postgres)
+        insert_event = _insert_ignore(store, _E, ["dedupe_key"], returning=["id"])
         insert_message = _insert_ignore(store, _M, ["platform", "workspace", "channel",
                                                     "message_id"])
-        cursor_stmts = _cursor_upsert(store, *cursor) if cursor is not None else ()
+        cursor_stmt = _cursor_upsert(store, *cursor) if cursor is not None else None
 
         def tx(conn: Connection) -> list[int]:
             new_ids: list[int] = []
@@ -153,8 +154,8 @@ class InboundLog:
                         "channel": event.channel, "message_id": event.message_id,
                         "thread_root": event.thread_root, "from_bot": False, "created_at": now,
                     })
-            for stmt in cursor_stmts:
-                conn.execute(stmt)
+            if cursor_stmt is not None:
+                conn.execute(cursor_stmt)
             return new_ids
 
         return await store.run_write(tx)

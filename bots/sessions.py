@@ -12,7 +12,6 @@ reply to any message of a thread (the bot's answers included) lands in that thre
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,7 @@ from sqlalchemy import bindparam, select, update
 
 from bots._tables import messages_table, threads_table
 from bots.events import InboundEvent
-from bots.inbound import _insert_ignore, _insert_ignore_for
+from bots.inbound import _insert_ignore
 from geode.store.models import utcnow
 
 if TYPE_CHECKING:
@@ -33,12 +32,6 @@ __all__ = ["MessageIndex", "ThreadSessions", "ThreadState"]
 _T = threads_table
 _M = messages_table
 _THREAD = select(_T).where(_T.c.thread_key == bindparam("b_key"))
-
-
-@functools.cache
-def _engage_stmt(postgres: bool) -> Any:
-    """Insert-ignore of a thread row, returning it when new."""
-    return _insert_ignore_for(postgres, _T, ("thread_key",)).returning(*_T.c)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +67,7 @@ class ThreadSessions:
         # Insert-or-ignore, not insert + IntegrityError: a failed statement would abort the
         # caller's whole transaction on PostgreSQL.
         row = conn.execute(
-            _engage_stmt(self._store.is_postgres), {
+            _insert_ignore(self._store, _T, ["thread_key"], returning=_T.c.keys()), {
                 "thread_key": event.thread_key, "platform": event.platform,
                 "workspace": event.workspace, "channel": event.channel,
                 "thread_root": event.thread_root, "session_id": event.thread_key,

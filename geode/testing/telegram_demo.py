@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from bots.progress import WORKING
 from geode.logging import configure_logging
 from geode.testing.fake_telegram import FakeTelegramServer, TelegramCall, parse_telegram_html
 
@@ -47,8 +48,6 @@ TOKEN = "4242:OFFLINE-DEMO-TOKEN"
 BOT = "geode_bot"
 CHAT = -1004242
 USER = {"id": 42, "is_bot": False, "first_name": "You", "username": "you"}
-#: the progress message's text starts with this (bots.progress.WORKING) until the answer
-_WORKING = "⏳"
 _START_WITHIN_S = 60.0
 
 
@@ -115,11 +114,9 @@ class Demo:
 
     async def start(self) -> None:
         await self.fake.start()
-        self.home.mkdir(parents=True, exist_ok=True)
-        (self.home / "config.toml").write_text(config_toml(self.fake), encoding="utf-8")
+        log = await asyncio.to_thread(self._prepare_home)
         env = {**os.environ, "GEODE_HOME": str(self.home), "TELEGRAM_BOT_TOKEN": TOKEN}
         env.pop("GEODE_HEALTH_PORT", None)
-        log = (self.home / "serve.log").open("ab")
         try:
             # cwd = the home: a project's ./.geode/config.toml must not reach the demo daemon
             self.daemon = await asyncio.create_subprocess_exec(
@@ -135,6 +132,12 @@ class Demo:
         self._say(f"connected. You are @{USER['username']} in chat {CHAT}; each line is a "
                   f"mention of @{BOT} in a new thread, '+text' continues the last thread, "
                   "/status /new /help are commands. Ctrl-D ends.")
+
+    def _prepare_home(self) -> IO[bytes]:
+        """Write the home's config; the daemon's log file, open for appending."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "config.toml").write_text(config_toml(self.fake), encoding="utf-8")
+        return (self.home / "serve.log").open("ab")
 
     async def stop(self) -> None:
         proc, self.daemon = self.daemon, None
@@ -182,7 +185,7 @@ class Demo:
     def _answer_to(self, mid: int) -> int | None:
         """The bot's message answering ``mid`` (not the progress placeholder), if any."""
         for m in self.fake.messages_in(CHAT, from_bot=True):
-            if m.reply_to_message_id == mid and not m.plain_text.startswith(_WORKING):
+            if m.reply_to_message_id == mid and not m.plain_text.startswith(WORKING):
                 return m.message_id
         return None
 
