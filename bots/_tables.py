@@ -33,6 +33,7 @@ __all__ = [
     "ChannelMessageModel",
     "ChannelOutboxModel",
     "ChannelPairingModel",
+    "ChannelThreadLeaseModel",
     "ChannelThreadModel",
     "bindings_table",
     "cursors_table",
@@ -41,6 +42,7 @@ __all__ = [
     "messages_table",
     "outbox_table",
     "pairing_table",
+    "thread_leases_table",
     "threads_table",
 ]
 
@@ -200,6 +202,29 @@ class ChannelLeaseModel(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class ChannelThreadLeaseModel(Base):
+    """Which replica processes a thread now (per-thread lease: replicas run active-active).
+
+    A row exists while its thread is held: taken by the claim of the thread's first event,
+    renewed in bulk by the holder's heartbeat, deleted when the thread has been idle for a
+    TTL with nothing unfinished, and taken over (its unfinished work recovered) by another
+    replica once it expires.
+    """
+
+    __tablename__ = "channel_thread_leases"
+
+    platform: Mapped[str] = mapped_column(String(32), primary_key=True)
+    workspace: Mapped[str] = mapped_column(String(100), primary_key=True)
+    channel: Mapped[str] = mapped_column(String(100), primary_key=True)
+    thread_root: Mapped[str] = mapped_column(String(100), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    expires_at: Mapped[int] = mapped_column(BigInteger)  # unix milliseconds
+    #: when the holder last claimed an event of the thread (unix milliseconds)
+    touched_at: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index(None, "owner"),)
+
+
 events_table = cast(Table, ChannelEventModel.__table__)
 outbox_table = cast(Table, ChannelOutboxModel.__table__)
 threads_table = cast(Table, ChannelThreadModel.__table__)
@@ -208,3 +233,4 @@ pairing_table = cast(Table, ChannelPairingModel.__table__)
 bindings_table = cast(Table, ChannelBindingModel.__table__)
 cursors_table = cast(Table, ChannelCursorModel.__table__)
 leases_table = cast(Table, ChannelLeaseModel.__table__)
+thread_leases_table = cast(Table, ChannelThreadLeaseModel.__table__)

@@ -128,9 +128,10 @@ class BaseConnector(ABC):
         self.layer: ChannelLayer | None = None
         #: test seam: called with a pipeline point name (a test raises there = a crash)
         self.fault: Callable[[str], None] | None = fault
-        #: the store lease whose holder processes (set by the subclass in :meth:`connect`)
+        #: the bot's intake lease (set by the subclass in :meth:`connect`): its holder
+        #: polls / catches up; every replica processes (per-thread leases, see the layer)
         self.lease: Lease | None = None
-        #: True while another replica holds :attr:`lease` and this one waits
+        #: True while another replica holds :attr:`lease` and this one waits for the intake
         self.standby = False
         self._ready = False
 
@@ -141,7 +142,7 @@ class BaseConnector(ABC):
         return self._ready
 
     async def start(self) -> None:
-        """Build the layer on the daemon's store, connect, recover, then take events."""
+        """Build the layer on the daemon's store, connect, then process (every replica)."""
         from bots.layer import ChannelLayer
 
         runtime = self.host.runtime
@@ -150,6 +151,7 @@ class BaseConnector(ABC):
         self.layer = ChannelLayer(connector=self, store=runtime.store, host=self.host,
                                   bindings=self.bindings, options=self.options)
         await self.connect()
+        await self.layer.start_processing()
         self._ready = True
         log.info("connector.started", platform=self.platform, workspace=self.workspace)
 
@@ -170,7 +172,7 @@ class BaseConnector(ABC):
         assert self.layer is not None
         return await self.layer.submit(events, cursor=cursor)
 
-    # -- processing lease (shared by the platforms' supervisors) ----------------------------
+    # -- intake lease (shared by the platforms' supervisors) -------------------------------------
 
     def start_supervisor(
         self, *, lease_name: str, ttl_s: float, work: Callable[[], Awaitable[None]] | None = None
@@ -184,12 +186,13 @@ class BaseConnector(ABC):
     async def supervise(
         self, *, period: float, work: Callable[[], Awaitable[None]] | None = None
     ) -> None:
-        """Hold :attr:`lease` (or wait as a standby for it); while held, process.
+        """Hold :attr:`lease` (or wait as a standby for it); while held, run the intake.
 
-        Processing is the layer's pump plus ``work`` (e.g. Telegram's ``getUpdates`` loop),
-        run in one task while the lease is renewed every ``period`` seconds. Losing the
-        lease cancels that task and stops processing: only the holder may answer. A
-        failure stops processing too, and it starts again after ``period``.
+        The intake is :meth:`catch_up`, then ``work`` (e.g. Telegram's ``getUpdates`` loop),
+        in one task while the lease is renewed every ``period`` seconds. Losing the lease
+        cancels that task: only the holder may poll. A failure ends it too, and it starts
+        again after ``period``. Processing is not tied to this lease (every replica
+        processes the threads it holds).
         """
         assert self.lease is not None and self.layer is not None
         while True:
@@ -203,7 +206,7 @@ class BaseConnector(ABC):
             self.standby = False
             log.info("connector.lease_acquired", platform=self.platform,
                      workspace=self.workspace)
-            task = asyncio.create_task(self._process(work), name=f"{self.platform}-processing")
+            task = asyncio.create_task(self._intake_work(work), name=f"{self.platform}-intake")
             try:
                 while not task.done():
                     await asyncio.wait({task}, timeout=period)
@@ -217,22 +220,20 @@ class BaseConnector(ABC):
             finally:
                 failed = task.done() and not task.cancelled() and task.exception() is not None
                 await reap(task)
-                await self.layer.stop_processing()
             if failed:
-                log.error("connector.processing_failed", platform=self.platform,
+                log.error("connector.intake_failed", platform=self.platform,
                           error=repr(task.exception()))
                 await asyncio.sleep(period)
 
-    async def _process(self, work: Callable[[], Awaitable[None]] | None) -> None:
-        assert self.layer is not None
-        await self.layer.start_processing()
+    async def _intake_work(self, work: Callable[[], Awaitable[None]] | None) -> None:
+        await self.catch_up()
         if work is not None:
             await work()
         else:
-            await asyncio.Event().wait()  # the pump runs in the layer until cancelled
+            await asyncio.Event().wait()  # hold the lease (catch-up is done once per hold)
 
     async def release_processing(self) -> None:
-        """Stop processing and give the lease up (``disconnect``; never raises on release)."""
+        """Stop processing and give the leases up (``disconnect``; never raises on release)."""
         if self.layer is not None:
             await self.layer.stop_processing()
         if self.lease is not None and self.lease.held:
@@ -245,8 +246,8 @@ class BaseConnector(ABC):
     async def connect(self) -> None:
         """Log in, set :attr:`workspace`, start the intake (which calls :meth:`submit`).
 
-        The intake must call ``self.layer.start_processing()`` once it owns the bot's
-        processing (e.g. after taking the poller lease).
+        A single intake (Telegram's poller, catch-up) runs under :meth:`start_supervisor`;
+        processing starts after ``connect`` returns, on every replica.
         """
 
     @abstractmethod

@@ -83,6 +83,19 @@ class BaseEventProcessor(ABC):
     def pending(self, key: str) -> int:
         """Jobs of ``key`` waiting behind the running one."""
 
+    @property
+    @abstractmethod
+    def busy(self) -> int:
+        """Keys with a job running or waiting."""
+
+    @abstractmethod
+    def keys(self) -> list[str]:
+        """The keys of :attr:`busy`."""
+
+    @abstractmethod
+    async def cancel(self, key: str) -> None:
+        """Cancel the running job of ``key`` and drop its waiting ones."""
+
     @abstractmethod
     async def aclose(self) -> None:
         """Cancel everything (the daemon is stopping or the lease was lost)."""
@@ -104,6 +117,21 @@ class ThreadOrderedProcessor(BaseEventProcessor):
     def pending(self, key: str) -> int:
         q = self._queues.get(key)
         return max(0, len(q) - 1) if q else 0
+
+    @property
+    def busy(self) -> int:
+        return len(self._workers)
+
+    def keys(self) -> list[str]:
+        return list(self._workers)
+
+    async def cancel(self, key: str) -> None:
+        from bots.connector import reap
+
+        queue = self._queues.get(key)
+        if queue is not None:
+            queue.clear()
+        await reap(self._workers.get(key))
 
     async def _work(self, key: str) -> None:
         queue = self._queues[key]

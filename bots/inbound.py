@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from sqlalchemy import select, update
+from sqlalchemy import and_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bots._tables import cursors_table, events_table, messages_table
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
     from sqlalchemy.ext.asyncio import AsyncConnection
 
+    from bots.leases import ThreadLeases
     from geode.store import Store
 
 __all__ = ["Cursors", "InboundLog", "StoredEvent"]
@@ -171,26 +172,50 @@ class InboundLog:
         return [_stored(r) for r in rows]
 
     async def claim_batch(
-        self, platform: str, workspace: str, *, owner: str, limit: int = 100
+        self, platform: str, workspace: str, *, owner: str, limit: int = 100,
+        leases: ThreadLeases | None = None, new_threads: int = 1 << 30,
     ) -> list[StoredEvent]:
         """Claim (received -> processing) up to ``limit`` recorded events, oldest first.
 
         The pump's form of the dedupe step: one transaction claims a whole batch, and only
         the rows this call moved are returned (a concurrent claimer gets the others), so
         every later decision on them is recorded exactly once.
-        """
-        # One statement: the oldest unclaimed ids, re-checked by the UPDATE itself (a
-        # concurrent claimer's rows no longer match), the claimed rows returned.
-        oldest = (select(_E.c.id).where(_E.c.platform == platform,
-                                        _E.c.workspace == workspace,
-                                        _E.c.status == "received")
-                  .order_by(_E.c.id).limit(limit))
-        stmt = (update(_E).where(_E.c.id.in_(oldest), _E.c.status == "received")
-                .values(status="processing", owner=owner, updated_at=utcnow())
-                .returning(*_E.c))
 
-        def tx(conn: Connection) -> list[Any]:
-            return sorted(conn.execute(stmt).all(), key=lambda r: int(r.id))
+        With ``leases`` (the layer's pump), only events of threads whose lease this replica
+        holds, or takes in the same transaction (at most ``new_threads`` free ones, oldest
+        first), are claimed; the others stay ``received`` for their holder. Without: every
+        event qualifies (one processor).
+        """
+        received = and_(_E.c.platform == platform, _E.c.workspace == workspace,
+                        _E.c.status == "received")
+        claim = {"status": "processing", "owner": owner, "updated_at": utcnow()}
+        if leases is None:
+            # One statement: the oldest unclaimed ids, re-checked by the UPDATE itself (a
+            # concurrent claimer's rows no longer match), the claimed rows returned.
+            oldest = select(_E.c.id).where(received).order_by(_E.c.id).limit(limit)
+            stmt = (update(_E).where(_E.c.id.in_(oldest), _E.c.status == "received")
+                    .values(**claim).returning(*_E.c))
+
+            def tx(conn: Connection) -> list[Any]:
+                return sorted(conn.execute(stmt).all(), key=lambda r: int(r.id))
+        else:
+            # Not another replica's threads: their backlog must not hide free threads'
+            # events from this replica (it would starve behind the window).
+            candidates = (select(_E.c.id, _E.c.channel, _E.c.thread_root)
+                          .where(received, ~leases.held_by_others(_E))
+                          .order_by(_E.c.id).limit(limit))
+
+            def tx(conn: Connection) -> list[Any]:
+                rows = conn.execute(candidates).all()
+                held = leases.take_in(conn, platform, workspace,
+                                      [(r.channel, r.thread_root) for r in rows],
+                                      new=new_threads)
+                ids = [r.id for r in rows if (r.channel, r.thread_root) in held]
+                if not ids:
+                    return []
+                mine = (update(_E).where(_E.c.id.in_(ids), _E.c.status == "received")
+                        .values(**claim).returning(*_E.c))
+                return sorted(conn.execute(mine).all(), key=lambda r: int(r.id))
 
         return [_stored(r) for r in await self._store.run_write(tx)]
 

@@ -6,12 +6,16 @@ bindings), the dispatcher and the per-thread processor, and the two loops:
 * the **pump** claims recorded events in id order and dispatches them: the events of one
   thread in order, different threads concurrently (cheap checks run inline; turns go to
   the per-thread processor, commands run at once);
-* **recovery** (at :meth:`start_processing`) finishes what a previous run left: events
-  claimed but not decided are dispatched again, accepted turns are resumed or delivered,
-  ready outbox rows are sent.
+* **recovery** finishes what a previous run left in the threads this replica takes over
+  (at :meth:`start_processing`, then at each heartbeat): events claimed but not decided are
+  dispatched again, accepted turns are resumed or delivered, ready outbox rows are sent;
+* the **heartbeat** renews this replica's thread leases, drops idle ones, and takes over the
+  threads of a replica that stopped renewing (:class:`~bots.leases.ThreadLeases`).
 
-Processing starts only when the connector owns the bot (the poller lease), so two
-replicas never answer the same event.
+Every replica processes (active-active); a thread's events are claimed only with its
+thread lease, so one replica at a time runs a thread, in order, and two replicas never
+answer the same event. Only the intake (Telegram's ``getUpdates``, catch-up) is single, under
+the connector's bot lease.
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ from bots.bindings import BindingTable, StoredBindings
 from bots.commands import ActiveTurn, run_command
 from bots.connector import reap
 from bots.dispatcher import BaseEventProcessor, Dispatch, Dispatcher, ThreadOrderedProcessor
-from bots.events import InboundEvent
+from bots.events import InboundEvent, thread_key
 from bots.inbound import InboundLog, StoredEvent
+from bots.leases import Thread, ThreadLeases
 from bots.outbound import Deliverer, Outbox, OutboxRow
 from bots.senders import PairingStore, SenderPolicy
 from bots.sessions import MessageIndex, ThreadSessions
@@ -62,9 +67,15 @@ class LayerOptions(BaseModel):
     ack_emoji: str | None = "👀"
     #: events older than this when first seen (downtime backlog) are not answered
     catch_up_max_age_s: float = 24 * 3600
+    #: threads run at once; beyond it no new thread is claimed (another replica may take it)
     max_concurrent_threads: int = 64
     pairing_max_new_per_hour: int = 20
+    #: how often recorded events are looked for without a wake-up (e.g. ones another
+    #: replica's intake recorded in a thread this replica holds)
     pump_interval_s: float = 1.0
+    #: the bot's intake lease and each thread lease last this long unless renewed (every
+    #: third of it); a replica that died is taken over after it
+    lease_ttl_s: float = 30.0
 
 
 class ChannelLayer:
@@ -102,8 +113,15 @@ class ChannelLayer:
                                    fault=self.fault)
         self.turns = TurnRunner(layer=self)
         self.active: dict[str, ActiveTurn] = {}
+        self.thread_leases = ThreadLeases(store=store, owner=self.owner,
+                                          ttl_s=options.lease_ttl_s)
         self._wake = asyncio.Event()
+        #: a claim left new threads unclaimed at capacity: a finished job wakes the pump
+        self._deferred = False
+        #: the heartbeat could not renew for a TTL and stopped the running threads
+        self._stalled = False
         self._pump_task: asyncio.Task[None] | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pairing_lock = asyncio.Lock()
         self.processing = False
@@ -129,22 +147,32 @@ class ChannelLayer:
     # -- processing ---------------------------------------------------------------------------
 
     async def start_processing(self) -> None:
-        """Recover what a previous run left, then pump new events (lease holder only)."""
+        """Take over and recover the threads nobody holds, then pump new events."""
         if self.processing:
             return
         self.processing = True
         await self.bindings.refresh(force=True)
-        await self.recover()
-        await self.connector.catch_up()
+        await self.take_over()
         self._pump_task = asyncio.create_task(self._pump(), name="channel-pump")
+        self._heartbeat_task = asyncio.create_task(self._heartbeat(), name="channel-leases")
 
     async def stop_processing(self) -> None:
+        was = self.processing
         self.processing = False
+        await reap(self._heartbeat_task)
         await reap(self._pump_task)
-        self._pump_task = None
+        self._pump_task = self._heartbeat_task = None
         await self.processor.aclose()
         for t in list(self._tasks):
             await reap(t)
+        if was:
+            # Nothing of ours runs any more: whatever is unfinished is recovered by the
+            # replica (or the next run) that takes the threads.
+            c = self.connector
+            try:
+                await self.thread_leases.release_all(c.platform, c.workspace)
+            except Exception:
+                log.warning("thread_leases.release_failed", exc_info=True)
 
     async def stop(self) -> None:
         await self.stop_processing()
@@ -168,12 +196,18 @@ class ChannelLayer:
         order, and a batch is finished before the next is claimed; different threads are
         dispatched concurrently (each dispatch waits on the store, so strictly serial
         dispatch made the 50th message of a burst wait for 49 others' transactions).
+        Only threads whose lease this replica holds (or takes now) are claimed, and new
+        threads only up to ``max_concurrent_threads`` running ones (the rest wait for room
+        here, or for another replica).
         """
         c = self.connector
         limit = 100
         while True:
+            room = self.options.max_concurrent_threads - self.processor.busy
             batch = await self.inbound.claim_batch(c.platform, c.workspace, owner=self.owner,
-                                                   limit=limit)
+                                                   limit=limit, leases=self.thread_leases,
+                                                   new_threads=room)
+            self._deferred = self.thread_leases.skipped > 0
             if not batch:
                 return
             chains: dict[str, list[StoredEvent]] = {}
@@ -204,9 +238,55 @@ class ChannelLayer:
                 await self.inbound.release([s.id for s in chain[i + 1:]])
                 raise
 
-    async def recover(self) -> None:
+    # -- thread leases ----------------------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        """Renew this replica's thread leases; drop idle ones; take over dead replicas'."""
+        ttl = self.options.lease_ttl_s
+        last_renewed = time.monotonic()
+        while True:
+            await asyncio.sleep(max(0.05, ttl / 3))
+            try:
+                await self.heartbeat_once()
+                last_renewed = time.monotonic()
+            except Exception:
+                log.warning("thread_leases.heartbeat_failed", exc_info=True)
+                if time.monotonic() - last_renewed > ttl and not self._stalled:
+                    # Our leases may have been taken over by now: stop running threads
+                    # another replica may be recovering (it starts them again).
+                    log.error("thread_leases.expired", platform=self.connector.platform)
+                    self._stalled = True
+                    await self.processor.aclose()
+
+    async def heartbeat_once(self) -> None:
+        c = self.connector
+        held = await self.thread_leases.renew(c.platform, c.workspace)
+        if self._stalled:
+            # Back after a stall that stopped our turns: what nobody took over is still
+            # ours and unfinished; recover it like a taken-over thread.
+            self._stalled = False
+            await self.recover(held)
+        keys = {thread_key(c.platform, c.workspace, ch, root) for ch, root in held}
+        for key in self.processor.keys():
+            if key not in keys:  # taken over while we were stalled: it runs elsewhere now
+                log.warning("thread_leases.lost", thread=key)
+                await self.processor.cancel(key)
+        await self.thread_leases.release_idle(c.platform, c.workspace)
+        await self.take_over()
+
+    async def take_over(self) -> None:
+        c = self.connector
+        taken = await self.thread_leases.take_over(c.platform, c.workspace)
+        if taken:
+            log.info("thread_leases.taken_over", threads=len(taken))
+            await self.recover(taken)
+
+    async def recover(self, threads: set[Thread]) -> None:
+        """Finish what another run left in ``threads`` (whose leases this replica took)."""
         c = self.connector
         for stored in await self.inbound.unfinished(c.platform, c.workspace):
+            if (stored.event.channel, stored.event.thread_root) not in threads:
+                continue
             row = await self.outbox.for_event(stored.id)
             if row is None:
                 # Claimed, never decided (no reply row): decide again from the start.
@@ -217,12 +297,24 @@ class ChannelLayer:
             binding = await self.bindings.lookup(stored.event.platform, stored.event.workspace,
                                                  stored.event.channel)
             log.info("recover.turn", event_id=stored.id, row_status=row.status)
-            self.processor.submit(stored.event.thread_key, _bind(self.turns.recover, stored,
-                                                                  row, binding))
+            self.processor.submit(stored.event.thread_key, self._bind(self.turns.recover, stored,
+                                                                       row, binding))
         for row in await self.outbox.open_rows(c.platform, c.workspace):
-            if row.kind == "notice":
+            if row.kind == "notice" and (row.target.channel, row.target.thread_root) in threads:
                 self._spawn(self.deliverer.deliver(row))
         self._wake.set()
+
+    def _bind(self, fn: Any, *args: Any) -> Callable[[], Any]:
+        """A processor job; when it ends, a claim deferred at capacity is tried again."""
+
+        async def job() -> None:
+            try:
+                await fn(*args)
+            finally:
+                if self._deferred:
+                    self._wake.set()
+
+        return job
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -298,7 +390,8 @@ class ChannelLayer:
         if active is not None and d.binding.busy_policy == "interrupt":
             log.info("channel.interrupt", thread=ev.thread_key)
             active.cancel()
-        self.processor.submit(ev.thread_key, _bind(self.turns.run, d.stored, row, d.binding))
+        self.processor.submit(ev.thread_key, self._bind(self.turns.run, d.stored, row,
+                                                        d.binding))
 
     async def _command(self, d: Dispatch, name: str, binding: BindingSettings) -> None:
         try:
@@ -313,8 +406,3 @@ def _no_fault(point: str) -> None:
     return None
 
 
-def _bind(fn: Any, *args: Any) -> Callable[[], Any]:
-    async def job() -> None:
-        await fn(*args)
-
-    return job

@@ -1,19 +1,29 @@
-"""Leases in the store: one poller (and one event processor) per bot token across replicas.
+"""Leases in the store: one intake per bot token, one processor per thread, across replicas.
 
-Telegram allows one ``getUpdates`` caller per token; a second one gets 409 and the two
-knock each other out (the peers' supervisor-restart 409 storms). Here a second
-``geode serve`` on the same token finds the lease held and waits as a standby; it takes
-over when the holder stops renewing (crash) or releases it (clean stop).
+* :class:`Lease` — a named lease; the bot's intake lease (``telegram:<bot id>`` ...) is held
+  by one replica. Telegram allows one ``getUpdates`` caller per token; a second one gets
+  409 and the two knock each other out (the peers' supervisor-restart 409 storms). Here a
+  second ``geode serve`` on the same token finds the lease held and waits as a standby for
+  the intake; it takes over when the holder stops renewing (crash) or releases it.
+* :class:`ThreadLeases` — per-thread leases (``channel_thread_leases``): every replica
+  processes, and each thread is processed by one replica at a time. A replica takes a
+  thread's lease in the same transaction that claims the thread's events, renews all of
+  its leases in one statement per heartbeat, drops the leases of threads idle for a TTL
+  with nothing unfinished, and takes over (then recovers) the threads of a replica that
+  stopped renewing. A thread's events are therefore claimed, run and answered by the
+  holder of its lease only, in order.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, delete, exists, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
 
-from bots._tables import leases_table
+from bots._tables import events_table, leases_table, outbox_table, thread_leases_table
 from bots.inbound import _insert_ignore
 from geode.store.models import utcnow
 
@@ -22,9 +32,18 @@ if TYPE_CHECKING:
 
     from geode.store import Store
 
-__all__ = ["Lease"]
+__all__ = ["Lease", "Thread", "ThreadLeases"]
 
 _L = leases_table
+_T = thread_leases_table
+_E = events_table
+_O = outbox_table
+
+#: a thread of one bot: (channel, thread_root)
+Thread = tuple[str, str]
+#: event statuses that mean "claimed, not finished"; outbox statuses that mean "owed"
+UNFINISHED_EVENTS = ("processing", "running")
+OPEN_OUTBOX = ("pending", "ready", "sending")
 
 
 def _now_ms() -> int:
@@ -70,3 +89,134 @@ class Lease:
         query = select(_L).where(_L.c.name == self.name)
         row = await self._store.run_read(lambda conn: conn.execute(query).first())
         return None if row is None else (str(row.owner), int(row.expires_at))
+
+
+def _same_thread(table: Any) -> Any:
+    return and_(table.c.platform == _T.c.platform, table.c.workspace == _T.c.workspace,
+                table.c.channel == _T.c.channel, table.c.thread_root == _T.c.thread_root)
+
+
+class ThreadLeases:
+    """The per-thread leases of one replica (``owner``) on one bot (platform, workspace).
+
+    Every method but :meth:`take_in` is one transaction; a lease lives ``ttl_s`` from its
+    last renewal. A lease row exists while a replica holds the thread; no row = free.
+    """
+
+    def __init__(self, *, store: Store, owner: str, ttl_s: float) -> None:
+        self._store = store
+        self.owner = owner
+        self.ttl_ms = max(1, int(ttl_s * 1000))
+        #: free threads the last :meth:`take_in` left for lack of room
+        self.skipped = 0
+
+    def _mine(self, platform: str, workspace: str) -> Any:
+        return and_(_T.c.platform == platform, _T.c.workspace == workspace,
+                    _T.c.owner == self.owner)
+
+    def held_by_others(self, table: Any) -> Any:
+        """SQL: the row of ``table`` (events) is in a thread another replica holds."""
+        return exists().where(_same_thread(table), _T.c.owner != self.owner)
+
+    def take_in(
+        self, conn: Connection, platform: str, workspace: str, threads: Sequence[Thread], *,
+        new: int,
+    ) -> set[Thread]:
+        """Inside the caller's transaction: of ``threads``, those this owner holds now.
+
+        The ones it holds are kept (touched); of the free ones, the first ``new`` are taken
+        (:attr:`skipped` counts the free ones left for lack of room). A thread held by
+        another replica is not taken, even if its lease expired: its unfinished work must
+        be recovered first (:meth:`take_over`).
+        """
+        if not threads:
+            return set()
+        now = _now_ms()
+        keep = (update(_T).where(self._mine(platform, workspace),
+                                 tuple_(_T.c.channel, _T.c.thread_root).in_(list(threads)))
+                .values(expires_at=now + self.ttl_ms, touched_at=now)
+                .returning(_T.c.channel, _T.c.thread_root))
+        held = {(str(r.channel), str(r.thread_root)) for r in conn.execute(keep)}
+        others = list(dict.fromkeys(t for t in threads if t not in held))
+        fresh = others[:max(0, new)]
+        self.skipped = len(others) - len(fresh)
+        if fresh:
+            rows = [{"platform": platform, "workspace": workspace, "channel": channel,
+                     "thread_root": root, "owner": self.owner,
+                     "expires_at": now + self.ttl_ms, "touched_at": now}
+                    for channel, root in sorted(fresh)]  # one key order: no deadlock
+            insert_ = postgresql.insert if self._store.is_postgres else sqlite.insert
+            take = (insert_(_T).values(rows).on_conflict_do_nothing()
+                    .returning(_T.c.channel, _T.c.thread_root))
+            held |= {(str(r.channel), str(r.thread_root)) for r in conn.execute(take)}
+        return held
+
+    async def renew(self, platform: str, workspace: str) -> set[Thread]:
+        """Extend every lease of this owner; returns the threads it still holds."""
+        stmt = (update(_T).where(self._mine(platform, workspace))
+                .values(expires_at=_now_ms() + self.ttl_ms)
+                .returning(_T.c.channel, _T.c.thread_root))
+        rows = await self._store.run_write(lambda conn: conn.execute(stmt).all())
+        return {(str(r.channel), str(r.thread_root)) for r in rows}
+
+    async def release_idle(self, platform: str, workspace: str) -> int:
+        """Drop the leases of threads untouched for a TTL with nothing unfinished or owed."""
+        stmt = delete(_T).where(
+            self._mine(platform, workspace),
+            _T.c.touched_at < _now_ms() - self.ttl_ms,
+            ~exists().where(_same_thread(_E), _E.c.status.in_(UNFINISHED_EVENTS)),
+            ~exists().where(_same_thread(_O), _O.c.status.in_(OPEN_OUTBOX)),
+        )
+        return await self._store.run_write(lambda conn: int(conn.execute(stmt).rowcount))
+
+    async def release_all(self, platform: str, workspace: str) -> None:
+        """Give every lease up (a clean stop: another replica recovers what is unfinished)."""
+        stmt = delete(_T).where(self._mine(platform, workspace))
+        await self._store.run_write(lambda conn: conn.execute(stmt))
+
+    async def take_over(self, platform: str, workspace: str) -> set[Thread]:
+        """Take the threads nobody holds any more; returns them, for recovery.
+
+        Those are the expired leases of other owners (a replica that died), and threads with
+        unfinished events or owed replies but no lease (released by a clean stop, or left
+        by a version without thread leases).
+        """
+        now = _now_ms()
+        expired = (update(_T).where(_T.c.platform == platform, _T.c.workspace == workspace,
+                                    _T.c.owner != self.owner, _T.c.expires_at < now)
+                   .values(owner=self.owner, expires_at=now + self.ttl_ms, touched_at=now)
+                   .returning(_T.c.channel, _T.c.thread_root))
+        unleased = [
+            select(t.c.channel, t.c.thread_root).distinct().where(
+                t.c.platform == platform, t.c.workspace == workspace, t.c.status.in_(statuses),
+                ~exists().where(_T.c.platform == platform, _T.c.workspace == workspace,
+                                _T.c.channel == t.c.channel, _T.c.thread_root == t.c.thread_root),
+            )
+            for t, statuses in ((_E, UNFINISHED_EVENTS), (_O, OPEN_OUTBOX))
+        ]
+        seed = _insert_ignore(self._store, _T, ["platform", "workspace", "channel",
+                                                "thread_root"], returning=["channel",
+                                                                           "thread_root"])
+
+        def tx(conn: Connection) -> set[Thread]:
+            taken = {(str(r.channel), str(r.thread_root)) for r in conn.execute(expired)}
+            orphans = {(str(r.channel), str(r.thread_root))
+                       for query in unleased for r in conn.execute(query)}
+            for channel, root in sorted(orphans - taken):
+                row = conn.execute(seed, {
+                    "platform": platform, "workspace": workspace, "channel": channel,
+                    "thread_root": root, "owner": self.owner,
+                    "expires_at": now + self.ttl_ms, "touched_at": now,
+                }).first()
+                if row is not None:
+                    taken.add((channel, root))
+            return taken
+
+        return await self._store.run_write(tx)
+
+    async def holders(self, platform: str, workspace: str) -> dict[Thread, str]:
+        """Who holds which thread (status, tests)."""
+        query = select(_T.c.channel, _T.c.thread_root, _T.c.owner).where(
+            _T.c.platform == platform, _T.c.workspace == workspace)
+        rows = await self._store.run_read(lambda conn: conn.execute(query).all())
+        return {(str(r.channel), str(r.thread_root)): str(r.owner) for r in rows}

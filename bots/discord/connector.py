@@ -15,8 +15,9 @@ persisted cursor (minus a small overlap) is read and recorded; the unique per-me
 makes the overlap and the live/catch-up race harmless. So a message is never lost (the
 cursor moves only with a durable record) and never processed twice (unique key).
 
-Processing (the layer's pump, recovery) runs only in the holder of the store lease
-``discord:<bot id>``; other replicas record and wait.
+Every replica records and processes (each thread on the replica holding its thread lease,
+see ``bots.leases``); the start-up catch-up runs on the holder of the store lease
+``discord:<bot id>``.
 
 Replies: a mention in a channel starts a thread on that message (the thread has the
 message's id, so the session id is the same before and after); where threads are not
@@ -79,7 +80,6 @@ class DiscordOptions(LayerOptions):
     identify_delay_s: float = 5.0
     #: a single 429 wait longer than this fails the request (retried by the outbox)
     max_ratelimit_timeout_s: float = 60.0
-    lease_ttl_s: float = 30.0
     #: catch-up re-reads this much history before each cursor (dedupe drops the overlap)
     catch_up_overlap_s: float = 60.0
     catch_up_max_pages: int = 20

@@ -14,8 +14,9 @@ Redeliveries (``X-Slack-Retry-Num``, ``retry_attempt``, a replayed envelope) and
 ``message`` + ``app_mention`` pair of one post map to one dedupe key (channel + ts), so the
 store keeps one row and the layer answers once.
 
-Processing (recovery, catch-up, the pump) runs only on the holder of the store lease
-``slack:<team>:<bot>``; every replica may take and record events. Catch-up after downtime
+Every replica takes, records and processes events (each thread on the replica holding its
+thread lease, see ``bots.leases``); catch-up runs only on the holder of the store lease
+``slack:<team>:<bot>``. Catch-up after downtime
 reads ``conversations.history`` and, for engaged threads and threads with new replies,
 ``conversations.replies`` from the channel's persisted cursor.
 """
@@ -126,7 +127,6 @@ class SlackOptions(LayerOptions):
     status_api: bool = True
     status_text: str = "is working…"
     chunk_limit: int = SLACK_LIMIT
-    lease_ttl_s: float = 30.0
     rate_limit_retries: int = 3
     history_page_size: int = 200
     catch_up_max_threads: int = 50

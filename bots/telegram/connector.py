@@ -6,7 +6,8 @@ Intake (one of):
   recorded (events + new offset in one transaction) *before* the next ``getUpdates``
   confirms it to Telegram, so a crash loses nothing and replays nothing. Only the holder of
   the store lease ``telegram:<bot id>`` polls: a second ``geode serve`` on the same token
-  waits as a standby instead of fighting over ``getUpdates`` (409).
+  waits as a standby for polling instead of fighting over ``getUpdates`` (409), and
+  processes like the first (each thread on the replica holding its thread lease).
 * **webhook**: an aiohttp endpoint checks ``X-Telegram-Bot-Api-Secret-Token`` (constant
   time), records the update, and only then answers 200 (a failure answers 500, and
   Telegram redelivers).
@@ -64,7 +65,6 @@ class TelegramOptions(LayerOptions):
     mode: Literal["polling", "webhook"] = "polling"
     poll_timeout_s: float = 25.0
     poll_limit: int = 100
-    lease_ttl_s: float = 30.0
     webhook_url: str | None = None
     webhook_listen: str = "127.0.0.1"
     webhook_port: int = 8443

@@ -1,0 +1,151 @@
+"""Two ``geode serve`` replicas on one store and one bot token, active-active: one polls
+Telegram, both process; each thread runs on one replica at a time (per-thread leases), and
+a replica that dies has its threads taken over, exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from geode.providers.scripted import ScriptedProvider
+from geode.testing.fake_telegram import FakeTelegramServer
+from tests.bots.conftest import CHAT, Stack, echo, finals, store_url_for, user_messages
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared_url(request: pytest.FixtureRequest, home: Path) -> str:
+    """The replicas' one store (PostgreSQL: the deployment's shared store)."""
+    if request.param == "sqlite":
+        return store_url_for(home)
+    return str(request.getfixturevalue("pg_store_url"))
+
+
+async def _replicas(
+    make_stack: Callable[..., Stack], fake: FakeTelegramServer, home: Path, url: str,
+    *, providers: tuple[ScriptedProvider, ScriptedProvider],
+    options: tuple[dict[str, Any], dict[str, Any]] = ({}, {}),
+) -> tuple[Stack, Stack]:
+    first = make_stack(store_url=url, provider=providers[0], options=options[0])
+    await first.start()
+    home2 = home / "replica2"
+    home2.mkdir()
+    second = make_stack(store_url=url, provider=providers[1], options=options[1])
+    second.home = home2
+    c2 = await second.start()
+    await fake.wait_until(lambda: c2.standby, within=10)  # one poller: the first
+    return first, second
+
+
+async def test_both_replicas_answer_and_a_thread_stays_on_one(
+    shared_url: str, make_stack: Callable[..., Stack], fake: FakeTelegramServer, home: Path
+) -> None:
+    # The poller runs one thread at a time: the others spill to the standby replica.
+    first, second = await _replicas(
+        make_stack, fake, home, shared_url,
+        providers=(ScriptedProvider([echo], repeat_last=True, latency=0.5),
+                   ScriptedProvider([echo], repeat_last=True)),
+        options=({"max_concurrent_threads": 1}, {}),
+    )
+    mids = {i: fake.message_id_for(fake.user_says(CHAT, f"@geode_bot q{i}", from_user=42))
+            for i in range(4)}
+    await fake.wait_until(lambda: all(finals(fake, f"answer to: q{i}") for i in range(4)),
+                          within=20)
+    assert all(len(finals(fake, f"answer to: q{i}")) == 1 for i in range(4))
+    assert len(first.provider.calls) >= 1 and len(second.provider.calls) >= 1
+    assert len(first.provider.calls) + len(second.provider.calls) == 4
+    c1, c2 = first.connector, second.connector
+    assert c1 is not None and c2 is not None and c1.layer is not None
+    assert c1.polls > 0 and c2.polls == 0
+
+    # A follow-up in a thread the standby answered is answered there again, in its session.
+    holders = await c1.layer.thread_leases.holders("telegram", c1.workspace)
+    i = next(i for i in range(4) if holders.get((str(CHAT), str(mids[i]))) == c2.owner)
+    before = len(second.provider.calls), len(first.provider.calls)
+    fake.user_says(CHAT, f"more on q{i}", from_user=42, reply_to=mids[i])
+    await fake.wait_until(lambda: finals(fake, f"answer to: more on q{i}"), within=15)
+    assert (len(second.provider.calls), len(first.provider.calls)) == (before[0] + 1,
+                                                                       before[1])
+    restored = await first.store.checkpointer(f"telegram:123456:{CHAT}:{mids[i]}").load()
+    assert [t.rsplit("): ", 1)[-1] for t in user_messages(restored.messages)] == [
+        f"q{i}", f"more on q{i}"]
+
+
+async def test_a_killed_replicas_running_turn_is_taken_over_exactly_once(
+    shared_url: str, make_stack: Callable[..., Stack], fake: FakeTelegramServer, home: Path
+) -> None:
+    first, second = await _replicas(
+        make_stack, fake, home, shared_url,
+        providers=(ScriptedProvider([echo], repeat_last=True, latency=1.0),
+                   ScriptedProvider([echo], repeat_last=True, latency=1.0)),
+    )
+    fake.user_says(CHAT, "@geode_bot slow one", from_user=42)
+    stacks = (first, second)
+    await fake.wait_until(lambda: any(s.provider.calls for s in stacks), within=10)
+    victim = next(s for s in stacks if s.provider.calls)
+    survivor = second if victim is first else first
+    c = victim.connector
+    assert c is not None and c.layer is not None and c.lease is not None
+
+    # kill -9: nothing is released; the survivor waits for the leases to expire
+    async def nothing(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    c.layer.thread_leases.release_all = nothing  # type: ignore[method-assign]
+    c.lease.release = nothing  # type: ignore[method-assign]
+    await victim.crash()
+
+    await fake.wait_until(lambda: finals(fake, "answer to: slow one"), within=20)
+    fake.user_says(CHAT, "@geode_bot after the kill", from_user=42)
+    await fake.wait_until(lambda: finals(fake, "answer to: after the kill"), within=20)
+    await asyncio.sleep(0.5)
+    assert len(finals(fake, "answer to: slow one")) == 1
+    assert len(victim.provider.calls) == 1  # it died inside the model call
+    assert len(survivor.provider.calls) == 2  # the taken-over turn, and the new message
+    assert all(call.status == 200 for call in fake.calls_to("getUpdates"))  # no 409
+
+
+async def test_after_a_stall_its_own_stopped_turns_are_recovered(
+    make_stack: Callable[..., Stack], fake: FakeTelegramServer
+) -> None:
+    stack = make_stack(provider=ScriptedProvider([echo], repeat_last=True, latency=0.5))
+    c = await stack.start()
+    assert c.layer is not None
+    layer = c.layer
+    fake.user_says(CHAT, "@geode_bot during a stall", from_user=42)
+    await fake.wait_until(lambda: stack.provider.calls, within=10)
+    # what the heartbeat does when it could not renew for a TTL: stop the running turns
+    layer._stalled = True
+    await layer.processor.aclose()
+    assert layer.processor.busy == 0
+    await layer.heartbeat_once()  # renewed again: nobody took the thread, so recover it
+    await fake.wait_until(lambda: finals(fake, "answer to: during a stall"), within=10)
+    await asyncio.sleep(0.3)
+    assert len(finals(fake, "answer to: during a stall")) == 1
+    assert len(stack.provider.calls) == 2  # the stopped call, and the recovered one
+
+
+async def test_a_thread_taken_over_while_stalled_stops_running_here(
+    make_stack: Callable[..., Stack], fake: FakeTelegramServer
+) -> None:
+    from sqlalchemy import update
+
+    from bots._tables import thread_leases_table as t
+
+    stack = make_stack(provider=ScriptedProvider([echo], repeat_last=True, latency=2.0))
+    c = await stack.start()
+    assert c.layer is not None
+    layer = c.layer
+    fake.user_says(CHAT, "@geode_bot taken from me", from_user=42)
+    await fake.wait_until(lambda: stack.provider.calls, within=10)
+    assert layer.processor.busy == 1
+    # another replica took the thread over (our lease had expired while we stalled)
+    stmt = update(t).values(owner="another-replica")
+    await stack.store.run_write(lambda conn: conn.execute(stmt))
+    await layer.heartbeat_once()
+    assert layer.processor.busy == 0  # it runs there now, not here as well
+    await asyncio.sleep(2.5)
+    assert not finals(fake, "answer to: taken from me")
