@@ -92,28 +92,6 @@ class Stack(DaemonHost):
         return self.connector
 
 
-@pytest.fixture
-def pg_store_url(pg_url: str) -> Iterator[str]:
-    """The root ``pg_url`` (skips, or fails under CI=true, when unset) in a fresh schema."""
-    import contextlib
-    from urllib.parse import quote
-
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    libpq = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    schema = f"b_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(libpq, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    sep = "&" if "?" in pg_url else "?"
-    try:
-        yield f"{pg_url}{sep}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with contextlib.suppress(Exception), psycopg.connect(libpq, autocommit=True) as conn:
-            conn.execute("SET lock_timeout = '10s'")  # never hang a run on a leaked session
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
 def store_url_for(home: Path) -> str:
     return f"sqlite:///{home / 'geode.db'}"
 

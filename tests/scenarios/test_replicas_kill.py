@@ -1,0 +1,119 @@
+"""Two real `geode serve` replicas on one PostgreSQL store and one Telegram token, active-active;
+kill -9 the one running a turn: the other takes its threads over and every message still gets
+exactly one final reply (and enters its session once)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from geode.testing.fake_telegram import FakeTelegramServer
+from tests.scenarios._serve_proc import kill_9, serve_env, start_serve, stop
+
+TOKEN = "123456:REPLICA-TEST-TOKEN"
+CHAT = -100123
+FINAL = "Done: the answer."
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegramServer]:
+    async with FakeTelegramServer(token=TOKEN, bot_username="geode_bot") as srv:
+        yield srv
+
+
+def _replica(tmp_path: Path, name: str, fake: FakeTelegramServer,
+             store_url: str) -> tuple[Path, dict[str, str]]:
+    home = tmp_path / name
+    home.mkdir()
+    (home / "config.toml").write_text(f"""
+[store]
+url = "{store_url}"
+
+[channels.telegram]
+base_url = "{fake.base_url}"
+base_file_url = "{fake.base_file_url}"
+poll_timeout_s = 1
+lease_ttl_s = 1.5
+progress_edit_interval_s = 0
+pump_interval_s = 0.2
+rate_group_per_min = 0
+max_concurrent_threads = 1
+
+[[bindings]]
+platform = "telegram"
+channel = "{CHAT}"
+allow_users = ["42"]
+""")
+    work = tmp_path / f"{name}-work"
+    work.mkdir()
+    env = serve_env(home, work, final=FINAL, drop_prefix="TELEGRAM_", TELEGRAM_BOT_TOKEN=TOKEN)
+    return home, env
+
+
+def _finals_for(fake: FakeTelegramServer, mid: int) -> list[object]:
+    return [s for s in fake.sent if s.plain_text == FINAL and s.reply_to_message_id == mid]
+
+
+def _progress_shown(fake: FakeTelegramServer, mid: int) -> bool:
+    return any(s.reply_to_message_id == mid and "Working" in s.plain_text for s in fake.sent)
+
+
+async def _holders(store_url: str) -> dict[str, int]:
+    """thread root -> pid of the replica holding it (owners are ``host:pid:random``)."""
+    from bots.leases import ThreadLeases
+    from geode.store import open_store
+
+    async with await open_store(store_url, migrate=False) as store:
+        held = await ThreadLeases(store=store, owner="", ttl_s=1).holders("telegram", "123456")
+    return {root: int(owner.split(":")[1]) for (_, root), owner in held.items()}
+
+
+async def test_kill_9_of_a_busy_replica_its_threads_are_answered_once_by_the_other(
+    pg_store_url: str, fake: FakeTelegramServer, tmp_path: Path
+) -> None:
+    home_a, env_a = _replica(tmp_path, "a", fake, pg_store_url)
+    home_b, env_b = _replica(tmp_path, "b", fake, pg_store_url)
+    a = await start_serve(home_a, env_a)
+    b = None
+    try:
+        await fake.wait_until(lambda: fake.calls_to("getUpdates"), within=30)
+        b = await start_serve(home_b, env_b)
+        await asyncio.sleep(1.0)  # b is up (and a standby for polling)
+        mids = [fake.message_id_for(fake.user_says(CHAT, f"@geode_bot q{i}", from_user=42))
+                for i in range(4)]
+        # one thread at a time per replica: two turns run, one on each replica
+        await fake.wait_until(lambda: sum(_progress_shown(fake, m) for m in mids) >= 2,
+                              within=30)
+        holders = await _holders(pg_store_url)
+        running = {holders[str(m)] for m in mids if _progress_shown(fake, m)}
+        assert running == {a.pid, b.pid}, (holders, a.pid, b.pid)
+        victim = a if holders[str(mids[0])] == a.pid else b
+        await kill_9(victim)
+        survivor = b if victim is a else a
+
+        later = fake.message_id_for(fake.user_says(CHAT, "@geode_bot after", from_user=42))
+        await fake.wait_until(lambda: all(_finals_for(fake, m) for m in [*mids, later]),
+                              within=60)
+        await asyncio.sleep(0.5)  # let any (wrong) duplicate show up before counting
+        assert survivor.returncode is None
+    finally:
+        await stop(a)
+        if b is not None:
+            await stop(b)
+
+    for m in [*mids, later]:
+        assert len(_finals_for(fake, m)) == 1, (m, fake.sent)
+    assert not [c for c in fake.calls_to("getUpdates") if c.status == 409]
+
+    from geode.store import open_store
+
+    async with await open_store(pg_store_url, migrate=False) as store:
+        for m, text in [*((m, f"q{i}") for i, m in enumerate(mids)), (later, "after")]:
+            restored = await store.checkpointer(f"telegram:123456:{CHAT}:{m}").load()
+            assert restored is not None
+            said = [msg.text for msg in restored.messages if msg.role == "user" and msg.text]
+            assert sum(t.endswith(f": {text}") for t in said) == 1, said
+
