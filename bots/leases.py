@@ -129,26 +129,41 @@ class ThreadLeases:
         another replica is not taken, even if its lease expired: its unfinished work must
         be recovered first (:meth:`take_over`).
         """
-        if not threads:
+        distinct = sorted(set(threads))  # one key order for every replica: no deadlock
+        if not distinct:
             return set()
         now = _now_ms()
-        keep = (update(_T).where(self._mine(platform, workspace),
-                                 tuple_(_T.c.channel, _T.c.thread_root).in_(list(threads)))
-                .values(expires_at=now + self.ttl_ms, touched_at=now)
-                .returning(_T.c.channel, _T.c.thread_root))
-        held = {(str(r.channel), str(r.thread_root)) for r in conn.execute(keep)}
-        others = list(dict.fromkeys(t for t in threads if t not in held))
-        fresh = others[:max(0, new)]
-        self.skipped = len(others) - len(fresh)
-        if fresh:
-            rows = [{"platform": platform, "workspace": workspace, "channel": channel,
+        insert_ = postgresql.insert if self._store.is_postgres else sqlite.insert
+
+        def rows(of: list[Thread]) -> list[dict[str, Any]]:
+            return [{"platform": platform, "workspace": workspace, "channel": channel,
                      "thread_root": root, "owner": self.owner,
                      "expires_at": now + self.ttl_ms, "touched_at": now}
-                    for channel, root in sorted(fresh)]  # one key order: no deadlock
-            insert_ = postgresql.insert if self._store.is_postgres else sqlite.insert
-            take = (insert_(_T).values(rows).on_conflict_do_nothing()
-                    .returning(_T.c.channel, _T.c.thread_root))
-            held |= {(str(r.channel), str(r.thread_root)) for r in conn.execute(take)}
+                    for channel, root in of]
+
+        def held_by(stmt: Any) -> set[Thread]:
+            stmt = stmt.returning(_T.c.channel, _T.c.thread_root)
+            return {(str(r.channel), str(r.thread_root)) for r in conn.execute(stmt)}
+
+        self.skipped = 0
+        if new >= len(distinct):
+            # Room for all: one upsert takes the free threads and touches our own.
+            ins = insert_(_T).values(rows(distinct))
+            return held_by(ins.on_conflict_do_update(
+                index_elements=[_T.c.platform, _T.c.workspace, _T.c.channel, _T.c.thread_root],
+                set_={"expires_at": ins.excluded.expires_at, "touched_at": ins.excluded.touched_at},
+                where=_T.c.owner == self.owner,
+            ))
+        held = held_by(update(_T).where(self._mine(platform, workspace),
+                                        tuple_(_T.c.channel, _T.c.thread_root).in_(distinct))
+                       .values(expires_at=now + self.ttl_ms, touched_at=now))
+        # The free ones in the order of ``threads`` (oldest event first), up to ``new``.
+        others = [t for t in dict.fromkeys(threads) if t not in held]
+        fresh = others[:max(0, new)]
+        if fresh:
+            held |= held_by(insert_(_T).values(rows(sorted(fresh))).on_conflict_do_nothing())
+        # What is left: free threads (or another's) this replica had no room for.
+        self.skipped = len(others) - len(fresh)
         return held
 
     async def renew(self, platform: str, workspace: str) -> set[Thread]:
