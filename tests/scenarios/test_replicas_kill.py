@@ -12,10 +12,9 @@ import pytest
 
 from geode.testing.fake_telegram import FakeTelegramServer
 from tests.scenarios._serve_proc import kill_9, serve_env, start_serve, stop
-
-TOKEN = "123456:REPLICA-TEST-TOKEN"
-CHAT = -100123
-FINAL = "Done: the answer."
+from tests.scenarios.test_telegram_kill import CHAT, FINAL, TOKEN
+from tests.scenarios.test_telegram_kill import _finals_for as finals_for
+from tests.scenarios.test_telegram_kill import _progress_shown as progress_shown
 
 
 @pytest.fixture
@@ -53,14 +52,6 @@ allow_users = ["42"]
     return home, env
 
 
-def _finals_for(fake: FakeTelegramServer, mid: int) -> list[object]:
-    return [s for s in fake.sent if s.plain_text == FINAL and s.reply_to_message_id == mid]
-
-
-def _progress_shown(fake: FakeTelegramServer, mid: int) -> bool:
-    return any(s.reply_to_message_id == mid and "Working" in s.plain_text for s in fake.sent)
-
-
 async def _holders(store_url: str) -> dict[str, int]:
     """thread root -> pid of the replica holding it (owners are ``host:pid:random``)."""
     from bots.leases import ThreadLeases
@@ -85,17 +76,17 @@ async def test_kill_9_of_a_busy_replica_its_threads_are_answered_once_by_the_oth
         mids = [fake.message_id_for(fake.user_says(CHAT, f"@geode_bot q{i}", from_user=42))
                 for i in range(4)]
         # one thread at a time per replica: two turns run, one on each replica
-        await fake.wait_until(lambda: sum(_progress_shown(fake, m) for m in mids) >= 2,
+        await fake.wait_until(lambda: sum(progress_shown(fake, m) for m in mids) >= 2,
                               within=30)
         holders = await _holders(pg_store_url)
-        running = {holders[str(m)] for m in mids if _progress_shown(fake, m)}
+        running = {holders[str(m)] for m in mids if progress_shown(fake, m)}
         assert running == {a.pid, b.pid}, (holders, a.pid, b.pid)
         victim = a if holders[str(mids[0])] == a.pid else b
         await kill_9(victim)
         survivor = b if victim is a else a
 
         later = fake.message_id_for(fake.user_says(CHAT, "@geode_bot after", from_user=42))
-        await fake.wait_until(lambda: all(_finals_for(fake, m) for m in [*mids, later]),
+        await fake.wait_until(lambda: all(finals_for(fake, m) for m in [*mids, later]),
                               within=60)
         await asyncio.sleep(0.5)  # let any (wrong) duplicate show up before counting
         assert survivor.returncode is None
@@ -105,7 +96,7 @@ async def test_kill_9_of_a_busy_replica_its_threads_are_answered_once_by_the_oth
             await stop(b)
 
     for m in [*mids, later]:
-        assert len(_finals_for(fake, m)) == 1, (m, fake.sent)
+        assert len(finals_for(fake, m)) == 1, (m, fake.sent)
     assert not [c for c in fake.calls_to("getUpdates") if c.status == 409]
 
     from geode.store import open_store
