@@ -16,11 +16,10 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, delete, exists, select, tuple_, update
+from sqlalchemy import BigInteger, and_, cast, delete, exists, extract, func, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bots._tables import events_table, leases_table, outbox_table, thread_leases_table
@@ -46,8 +45,17 @@ UNFINISHED_EVENTS = ("processing", "running")
 OPEN_OUTBOX = ("pending", "ready", "sending")
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def _now_ms(store: Store) -> Any:
+    """The database's clock in unix milliseconds, as SQL.
+
+    Every replica reads lease times off the one store's clock, so a replica whose own clock
+    runs ahead cannot see a live lease as expired (and one running behind cannot keep a
+    dead one). Each statement evaluates it once (SQLite: ``'now'`` is fixed per statement;
+    PostgreSQL: ``clock_timestamp()``, not the transaction's start).
+    """
+    if store.is_postgres:
+        return cast(func.floor(extract("epoch", func.clock_timestamp()) * 1000), BigInteger)
+    return cast((func.julianday("now") - 2440587.5) * 86400000.0, BigInteger)
 
 
 class Lease:
@@ -62,7 +70,7 @@ class Lease:
 
     async def try_acquire(self) -> bool:
         """Take or renew the lease; False while another live owner holds it."""
-        now = _now_ms()
+        now = _now_ms(self._store)
         seed = _insert_ignore(self._store, _L, ["name"]).values(
             name=self.name, owner="", expires_at=0, updated_at=utcnow()
         )
@@ -89,6 +97,12 @@ class Lease:
         query = select(_L).where(_L.c.name == self.name)
         row = await self._store.run_read(lambda conn: conn.execute(query).first())
         return None if row is None else (str(row.owner), int(row.expires_at))
+
+
+def _threads(conn: Connection, stmt: Any) -> set[Thread]:
+    """Run a lease statement; the threads of the rows it wrote."""
+    rows = conn.execute(stmt.returning(_T.c.channel, _T.c.thread_root))
+    return {(str(r.channel), str(r.thread_root)) for r in rows}
 
 
 def _same_thread(table: Any) -> Any:
@@ -132,53 +146,51 @@ class ThreadLeases:
         distinct = sorted(set(threads))  # one key order for every replica: no deadlock
         if not distinct:
             return set()
-        now = _now_ms()
-        insert_ = postgresql.insert if self._store.is_postgres else sqlite.insert
-
-        def rows(of: list[Thread]) -> list[dict[str, Any]]:
-            return [{"platform": platform, "workspace": workspace, "channel": channel,
-                     "thread_root": root, "owner": self.owner,
-                     "expires_at": now + self.ttl_ms, "touched_at": now}
-                    for channel, root in of]
-
-        def held_by(stmt: Any) -> set[Thread]:
-            stmt = stmt.returning(_T.c.channel, _T.c.thread_root)
-            return {(str(r.channel), str(r.thread_root)) for r in conn.execute(stmt)}
-
+        now = _now_ms(self._store)
         self.skipped = 0
         if new >= len(distinct):
             # Room for all: one upsert takes the free threads and touches our own.
-            ins = insert_(_T).values(rows(distinct))
-            return held_by(ins.on_conflict_do_update(
+            ins = self._insert(platform, workspace, distinct, now)
+            return _threads(conn, ins.on_conflict_do_update(
                 index_elements=[_T.c.platform, _T.c.workspace, _T.c.channel, _T.c.thread_root],
                 set_={"expires_at": ins.excluded.expires_at, "touched_at": ins.excluded.touched_at},
                 where=_T.c.owner == self.owner,
             ))
-        held = held_by(update(_T).where(self._mine(platform, workspace),
-                                        tuple_(_T.c.channel, _T.c.thread_root).in_(distinct))
-                       .values(expires_at=now + self.ttl_ms, touched_at=now))
+        held = _threads(conn, update(_T).where(
+            self._mine(platform, workspace),
+            tuple_(_T.c.channel, _T.c.thread_root).in_(distinct),
+        ).values(expires_at=now + self.ttl_ms, touched_at=now))
         # The free ones in the order of ``threads`` (oldest event first), up to ``new``.
         others = [t for t in dict.fromkeys(threads) if t not in held]
         fresh = others[:max(0, new)]
         if fresh:
-            held |= held_by(insert_(_T).values(rows(sorted(fresh))).on_conflict_do_nothing())
-        # What is left: free threads (or another's) this replica had no room for.
+            held |= _threads(conn, self._insert(platform, workspace, sorted(fresh), now)
+                             .on_conflict_do_nothing())
+        # What is left: free threads this replica had no room for.
         self.skipped = len(others) - len(fresh)
         return held
+
+    def _insert(self, platform: str, workspace: str, threads: list[Thread], now: Any) -> Any:
+        """``INSERT`` of this owner's leases on ``threads`` (add the ``ON CONFLICT``)."""
+        insert_ = postgresql.insert if self._store.is_postgres else sqlite.insert
+        return insert_(_T).values([
+            {"platform": platform, "workspace": workspace, "channel": channel,
+             "thread_root": root, "owner": self.owner, "expires_at": now + self.ttl_ms,
+             "touched_at": now}
+            for channel, root in threads
+        ])
 
     async def renew(self, platform: str, workspace: str) -> set[Thread]:
         """Extend every lease of this owner; returns the threads it still holds."""
         stmt = (update(_T).where(self._mine(platform, workspace))
-                .values(expires_at=_now_ms() + self.ttl_ms)
-                .returning(_T.c.channel, _T.c.thread_root))
-        rows = await self._store.run_write(lambda conn: conn.execute(stmt).all())
-        return {(str(r.channel), str(r.thread_root)) for r in rows}
+                .values(expires_at=_now_ms(self._store) + self.ttl_ms))
+        return await self._store.run_write(lambda conn: _threads(conn, stmt))
 
     async def release_idle(self, platform: str, workspace: str) -> int:
         """Drop the leases of threads untouched for a TTL with nothing unfinished or owed."""
         stmt = delete(_T).where(
             self._mine(platform, workspace),
-            _T.c.touched_at < _now_ms() - self.ttl_ms,
+            _T.c.touched_at < _now_ms(self._store) - self.ttl_ms,
             ~exists().where(_same_thread(_E), _E.c.status.in_(UNFINISHED_EVENTS)),
             ~exists().where(_same_thread(_O), _O.c.status.in_(OPEN_OUTBOX)),
         )
@@ -196,11 +208,10 @@ class ThreadLeases:
         unfinished events or owed replies but no lease (released by a clean stop, or left
         by a version without thread leases).
         """
-        now = _now_ms()
+        now = _now_ms(self._store)
         expired = (update(_T).where(_T.c.platform == platform, _T.c.workspace == workspace,
                                     _T.c.owner != self.owner, _T.c.expires_at < now)
-                   .values(owner=self.owner, expires_at=now + self.ttl_ms, touched_at=now)
-                   .returning(_T.c.channel, _T.c.thread_root))
+                   .values(owner=self.owner, expires_at=now + self.ttl_ms, touched_at=now))
         unleased = [
             select(t.c.channel, t.c.thread_root).distinct().where(
                 t.c.platform == platform, t.c.workspace == workspace, t.c.status.in_(statuses),
@@ -209,22 +220,14 @@ class ThreadLeases:
             )
             for t, statuses in ((_E, UNFINISHED_EVENTS), (_O, OPEN_OUTBOX))
         ]
-        seed = _insert_ignore(self._store, _T, ["platform", "workspace", "channel",
-                                                "thread_root"], returning=["channel",
-                                                                           "thread_root"])
-
         def tx(conn: Connection) -> set[Thread]:
-            taken = {(str(r.channel), str(r.thread_root)) for r in conn.execute(expired)}
+            taken = _threads(conn, expired)
             orphans = {(str(r.channel), str(r.thread_root))
                        for query in unleased for r in conn.execute(query)}
-            for channel, root in sorted(orphans - taken):
-                row = conn.execute(seed, {
-                    "platform": platform, "workspace": workspace, "channel": channel,
-                    "thread_root": root, "owner": self.owner,
-                    "expires_at": now + self.ttl_ms, "touched_at": now,
-                }).first()
-                if row is not None:
-                    taken.add((channel, root))
+            if orphans - taken:
+                taken |= _threads(conn, self._insert(platform, workspace,
+                                                     sorted(orphans - taken), now)
+                                  .on_conflict_do_nothing())
             return taken
 
         return await self._store.run_write(tx)

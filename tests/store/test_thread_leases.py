@@ -4,8 +4,10 @@ idle threads are given up, and a dead replica's threads are taken over (with the
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
+import pytest
 from sqlalchemy import update
 
 from bots._tables import events_table
@@ -155,3 +157,19 @@ async def test_another_replicas_backlog_does_not_hide_free_threads(store: Store)
     await log.record([(_event(ws, 2, 1), "received")])
     batch = await log.claim_batch("telegram", ws, owner="b", limit=5, leases=b)
     assert [e.event.text for e in batch] == ["t2 m1"]
+
+
+async def test_lease_times_are_the_stores_clock_not_the_replicas(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = _ws()
+    log = InboundLog(store=store)
+    a = ThreadLeases(store=store, owner="a", ttl_s=30)
+    b = ThreadLeases(store=store, owner="b", ttl_s=30)
+    await log.record([(_event(ws, 1, 1), "received")])
+    assert await log.claim_batch("telegram", ws, owner="a", leases=a)
+    # b's host clock runs an hour ahead: a's live lease must not look expired to it
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)
+    assert await b.take_over("telegram", ws) == set()
+    assert await a.holders("telegram", ws) == {("-100", "1"): "a"}
