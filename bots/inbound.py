@@ -34,9 +34,12 @@ if TYPE_CHECKING:
     from bots.leases import ThreadLeases
     from geode.store import Store
 
-__all__ = ["Cursors", "InboundLog", "StoredEvent"]
+__all__ = ["EVENTS_CHANNEL", "Cursors", "InboundLog", "StoredEvent"]
 
 log = structlog.get_logger(__name__)
+#: PostgreSQL: notified with ``platform:workspace`` when events of that bot are recorded, so
+#: every replica's pump wakes at once (threads it holds may have new events)
+EVENTS_CHANNEL = "geode_channel_events"
 _E = events_table
 _C = cursors_table
 _M = messages_table
@@ -157,6 +160,9 @@ class InboundLog:
                     })
             if cursor_stmt is not None:
                 conn.execute(cursor_stmt)
+            if new_ids and store.is_postgres:  # delivered at commit, to every replica
+                for bot in sorted({f"{ev.platform}:{ev.workspace}" for ev, _ in events}):
+                    conn.execute(store.notify_stmt(EVENTS_CHANNEL, bot))
             return new_ids
 
         return await store.run_write(tx)

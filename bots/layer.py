@@ -35,7 +35,7 @@ from bots.commands import ActiveTurn, run_command
 from bots.connector import reap
 from bots.dispatcher import BaseEventProcessor, Dispatch, Dispatcher, ThreadOrderedProcessor
 from bots.events import InboundEvent, thread_key
-from bots.inbound import InboundLog, StoredEvent
+from bots.inbound import EVENTS_CHANNEL, InboundLog, StoredEvent
 from bots.leases import Thread, ThreadLeases
 from bots.outbound import Deliverer, Outbox, OutboxRow
 from bots.senders import PairingStore, SenderPolicy
@@ -122,6 +122,7 @@ class ChannelLayer:
         self._stalled = False
         self._pump_task: asyncio.Task[None] | None = None
         self._heartbeat_task: asyncio.Task[None] | None = None
+        self._listen_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pairing_lock = asyncio.Lock()
         self.processing = False
@@ -155,13 +156,16 @@ class ChannelLayer:
         await self.take_over()
         self._pump_task = asyncio.create_task(self._pump(), name="channel-pump")
         self._heartbeat_task = asyncio.create_task(self._heartbeat(), name="channel-leases")
+        if self.store.is_postgres:
+            self._listen_task = asyncio.create_task(self._listen(), name="channel-listen")
 
     async def stop_processing(self) -> None:
         was = self.processing
         self.processing = False
+        await reap(self._listen_task)
         await reap(self._heartbeat_task)
         await reap(self._pump_task)
-        self._pump_task = self._heartbeat_task = None
+        self._pump_task = self._heartbeat_task = self._listen_task = None
         await self.processor.aclose()
         for t in list(self._tasks):
             await reap(t)
@@ -226,6 +230,25 @@ class ChannelLayer:
                 # Drained: an event recorded since sets ``_wake`` for the next pass, so
                 # claiming again now would only cost an empty write transaction.
                 return
+
+    async def _listen(self) -> None:
+        """PostgreSQL: wake the pump as soon as any replica records an event of this bot (a
+        thread this replica holds may have a new message); ``pump_interval_s`` is the
+        fallback while the listening connection is down."""
+        c = self.connector
+        bot = f"{c.platform}:{c.workspace}"
+        failures = 0
+        while True:
+            try:
+                async for payload in self.store.notifications(EVENTS_CHANNEL):
+                    failures = 0
+                    if payload == bot:
+                        self._wake.set()
+            except Exception as exc:  # the connection dropped: poll until it is back
+                failures += 1
+                log.warning("channel.listen_failed", error=redact_text(str(exc))[:300])
+            self._wake.set()  # whatever was recorded meanwhile
+            await asyncio.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
 
     async def _dispatch_chain(self, chain: list[StoredEvent]) -> None:
         for i, stored in enumerate(chain):

@@ -160,14 +160,19 @@ class ThreadLeases:
             self._mine(platform, workspace),
             tuple_(_T.c.channel, _T.c.thread_root).in_(distinct),
         ).values(expires_at=now + self.ttl_ms, touched_at=now))
-        # The free ones in the order of ``threads`` (oldest event first), up to ``new``.
+        # The free ones in the order of ``threads`` (oldest event first), up to ``new``; one
+        # another replica takes meanwhile leaves its room to the next.
         others = [t for t in dict.fromkeys(threads) if t not in held]
-        fresh = others[:max(0, new)]
-        if fresh:
-            held |= _threads(conn, self._insert(platform, workspace, sorted(fresh), now)
+        room, tried = max(0, new), 0
+        while room and tried < len(others):
+            fresh = others[tried:tried + room]
+            tried += len(fresh)
+            taken = _threads(conn, self._insert(platform, workspace, sorted(fresh), now)
                              .on_conflict_do_nothing())
+            held |= taken
+            room -= len(taken)
         # What is left: free threads this replica had no room for.
-        self.skipped = len(others) - len(fresh)
+        self.skipped = len(others) - tried
         return held
 
     def _insert(self, platform: str, workspace: str, threads: list[Thread], now: Any) -> Any:

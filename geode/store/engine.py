@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import structlog
-from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy import create_engine, event, func, inspect, select, text
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
@@ -300,6 +300,31 @@ class Store:
     @property
     def is_postgres(self) -> bool:
         return self.dialect == "postgresql"
+
+    @staticmethod
+    def notify_stmt(channel: str, payload: str) -> Any:
+        """PostgreSQL: the statement that notifies ``channel`` when its transaction commits
+        (``pg_notify``; nothing is sent on rollback). Listeners: :meth:`notifications`."""
+        return select(func.pg_notify(channel, payload))
+
+    async def notifications(self, channel: str) -> AsyncIterator[str]:
+        """PostgreSQL: the payloads notified on ``channel`` (``LISTEN`` on a connection of its
+        own, outside the pools), until the caller stops iterating or the connection fails.
+
+        Raises:
+            StoreError: not a PostgreSQL store.
+        """
+        if not self.is_postgres:
+            raise StoreError("notifications need a PostgreSQL store")
+        import psycopg
+        from psycopg import sql
+
+        conninfo = self.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True,
+                                                         connect_timeout=10) as conn:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            async for note in conn.notifies():
+                yield note.payload
 
     async def ping(self) -> bool:
         """Readiness check: can a trivial query run now, on both engines?"""

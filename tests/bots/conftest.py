@@ -77,13 +77,13 @@ class Stack(DaemonHost):
 
     async def start(self) -> TelegramConnector:
         daemon = self.new_daemon(store_url=self.store_url, lanes=self.lanes)
-        opts = TelegramOptions(
-            base_url=self.fake.base_url, base_file_url=self.fake.base_file_url,
-            poll_timeout_s=1, progress_edit_interval_s=0.0, typing_interval_s=30.0,
-            typing_delay_s=0.0,
-            lease_ttl_s=3.0, pump_interval_s=0.2, rate_group_per_min=0,
-            **self.options,
-        )
+        opts = TelegramOptions(**{
+            "base_url": self.fake.base_url, "base_file_url": self.fake.base_file_url,
+            "poll_timeout_s": 1, "progress_edit_interval_s": 0.0, "typing_interval_s": 30.0,
+            "typing_delay_s": 0.0, "lease_ttl_s": 3.0, "pump_interval_s": 0.2,
+            "rate_group_per_min": 0,
+            **self.options,  # a test's own values win
+        })
         self.connector = TelegramConnector(host=daemon, token=TOKEN,
                                            bindings=self.bindings, options=opts,
                                            fault=self.fault, **self.connector_kw)

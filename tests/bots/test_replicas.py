@@ -43,12 +43,13 @@ async def _replicas(
 async def test_both_replicas_answer_and_a_thread_stays_on_one(
     shared_url: str, make_stack: Callable[..., Stack], fake: FakeTelegramServer, home: Path
 ) -> None:
-    # The poller runs one thread at a time: the others spill to the standby replica.
+    # Each replica runs one thread at a time: four threads need both.
+    one_at_a_time = {"max_concurrent_threads": 1, "lease_ttl_s": 10.0}
     first, second = await _replicas(
         make_stack, fake, home, shared_url,
         providers=(ScriptedProvider([echo], repeat_last=True, latency=0.5),
-                   ScriptedProvider([echo], repeat_last=True)),
-        options=({"max_concurrent_threads": 1}, {}),
+                   ScriptedProvider([echo], repeat_last=True, latency=0.5)),
+        options=(one_at_a_time, one_at_a_time),
     )
     mids = {i: fake.message_id_for(fake.user_says(CHAT, f"@geode_bot q{i}", from_user=42))
             for i in range(4)}
@@ -149,3 +150,25 @@ async def test_a_thread_taken_over_while_stalled_stops_running_here(
     assert layer.processor.busy == 0  # it runs there now, not here as well
     await asyncio.sleep(2.5)
     assert not finals(fake, "answer to: taken from me")
+
+
+async def test_postgres_wakes_the_other_replica_at_once(
+    pg_store_url: str, make_stack: Callable[..., Stack], fake: FakeTelegramServer, home: Path
+) -> None:
+    # Each replica runs one thread at a time, and the second would look for work only
+    # every 30 s: a notification from the poller's record (PostgreSQL NOTIFY) is what
+    # makes it take a thread now.
+    first, second = await _replicas(
+        make_stack, fake, home, pg_store_url,
+        providers=(ScriptedProvider([echo], repeat_last=True, latency=3.0),
+                   ScriptedProvider([echo], repeat_last=True, latency=3.0)),
+        options=({"max_concurrent_threads": 1},
+                 {"max_concurrent_threads": 1, "pump_interval_s": 30.0}),
+    )
+    await asyncio.sleep(0.5)  # past the second replica's first pump pass
+    for i in range(3):
+        fake.user_says(CHAT, f"@geode_bot n{i}", from_user=42)
+    await fake.wait_until(lambda: len(first.provider.calls) == len(second.provider.calls) == 1,
+                          within=2.5)  # both in their 3 s model call
+    await fake.wait_until(lambda: all(finals(fake, f"answer to: n{i}") for i in range(3)),
+                          within=15)

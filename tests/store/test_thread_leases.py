@@ -173,3 +173,16 @@ async def test_lease_times_are_the_stores_clock_not_the_replicas(
     monkeypatch.setattr(time, "time", lambda: real() + 3600)
     assert await b.take_over("telegram", ws) == set()
     assert await a.holders("telegram", ws) == {("-100", "1"): "a"}
+
+
+async def test_a_thread_taken_meanwhile_leaves_its_room_to_the_next(store: Store) -> None:
+    # b saw threads 1 and 2 free, but a took 1 before b's insert: b's one slot goes to 2.
+    ws = _ws()
+    a = ThreadLeases(store=store, owner="a", ttl_s=30)
+    b = ThreadLeases(store=store, owner="b", ttl_s=30)
+    one, two, three = ("-100", "1"), ("-100", "2"), ("-100", "3")
+    await store.run_write(lambda conn: a.take_in(conn, "telegram", ws, [one], new=1))
+    held = await store.run_write(
+        lambda conn: b.take_in(conn, "telegram", ws, [one, two, three], new=1))
+    assert held == {two} and b.skipped == 1
+    assert await a.holders("telegram", ws) == {one: "a", two: "b"}
