@@ -120,6 +120,8 @@ class ChannelLayer:
         self._deferred = False
         #: the heartbeat could not renew for a TTL and stopped the running threads
         self._stalled = False
+        #: a pump pass and a recovery never overlap (recovery re-decides claimed events)
+        self._claiming = asyncio.Lock()
         self._pump_task: asyncio.Task[None] | None = None
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._listen_task: asyncio.Task[None] | None = None
@@ -204,6 +206,10 @@ class ChannelLayer:
         threads only up to ``max_concurrent_threads`` running ones (the rest wait for room
         here, or for another replica).
         """
+        async with self._claiming:
+            await self._pump_batches()
+
+    async def _pump_batches(self) -> None:
         c = self.connector
         limit = 100
         while True:
@@ -306,6 +312,10 @@ class ChannelLayer:
 
     async def recover(self, threads: set[Thread]) -> None:
         """Finish what another run left in ``threads`` (whose leases this replica took)."""
+        async with self._claiming:
+            await self._recover(threads)
+
+    async def _recover(self, threads: set[Thread]) -> None:
         c = self.connector
         for stored in await self.inbound.unfinished(c.platform, c.workspace):
             if (stored.event.channel, stored.event.thread_root) not in threads:
