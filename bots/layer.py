@@ -295,10 +295,12 @@ class ChannelLayer:
             # ours and unfinished; recover it like a taken-over thread.
             self._stalled = False
             await self.recover(held)
+        self._observe("channel.thread_leases", held=len(held))
         keys = {thread_key(c.platform, c.workspace, ch, root) for ch, root in held}
         for key in self.processor.keys():
             if key not in keys:  # taken over while we were stalled: it runs elsewhere now
                 log.warning("thread_leases.lost", thread=key)
+                self._observe("channel.thread_lease_lost")
                 await self.processor.cancel(key)
         await self.thread_leases.release_idle(c.platform, c.workspace)
         await self.take_over()
@@ -308,7 +310,14 @@ class ChannelLayer:
         taken = await self.thread_leases.take_over(c.platform, c.workspace)
         if taken:
             log.info("thread_leases.taken_over", threads=len(taken))
+            self._observe("channel.threads_taken_over", count=len(taken))
             await self.recover(taken)
+
+    def _observe(self, event: str, **data: Any) -> None:
+        """Tell the daemon's observers (its metrics); they decide nothing."""
+        runtime = getattr(self.host, "runtime", None)
+        if runtime is not None:
+            runtime.observers.emit(event, platform=self.connector.platform, **data)
 
     async def recover(self, threads: set[Thread]) -> None:
         """Finish what another run left in ``threads`` (whose leases this replica took)."""

@@ -54,6 +54,15 @@ class DaemonMetrics:
                                      ["outcome"], registry=r)
         self.ipc_errors = Counter("geode_ipc_protocol_errors",
                                   "IPC connections closed for a bad frame.", registry=r)
+        self.threads_held = Gauge("geode_channel_threads_held",
+                                  "Threads whose lease this replica holds, per platform.",
+                                  ["platform"], registry=r)
+        self.thread_takeovers = Counter("geode_channel_thread_takeovers",
+                                        "Threads taken over from a stopped or dead replica.",
+                                        ["platform"], registry=r)
+        self.thread_leases_lost = Counter("geode_channel_thread_leases_lost",
+                                          "Threads another replica took while this one ran them.",
+                                          ["platform"], registry=r)
         # session_id -> monotonic time the model was handed work
         self._model_started: dict[str, float] = {}
 
@@ -86,8 +95,19 @@ class DaemonMetrics:
             self._model_started[sid] = time.monotonic()
         elif event == "tool.denied":  # the executor's event names the check that denied
             self.denials.labels(check=str(data.get("check", "unknown"))).inc()
+        elif event.startswith("channel."):
+            self._channel(event, data)
         elif event == "turn_finished":
             self.turns_running.dec()
             self._model_started.pop(sid, None)
             self.turns.labels(termination=str(data.get("termination", "unknown"))).inc()
 
+    def _channel(self, event: str, data: Mapping[str, Any]) -> None:
+        """The channel layer's lease events (``bots.layer``)."""
+        platform = str(data.get("platform", "unknown"))
+        if event == "channel.thread_leases":
+            self.threads_held.labels(platform=platform).set(int(data.get("held", 0)))
+        elif event == "channel.threads_taken_over":
+            self.thread_takeovers.labels(platform=platform).inc(int(data.get("count", 0)))
+        elif event == "channel.thread_lease_lost":
+            self.thread_leases_lost.labels(platform=platform).inc()

@@ -106,6 +106,9 @@ async def test_a_killed_replicas_running_turn_is_taken_over_exactly_once(
     assert len(finals(fake, "answer to: slow one")) == 1
     assert len(victim.provider.calls) == 1  # it died inside the model call
     assert len(survivor.provider.calls) == 2  # the taken-over turn, and the new message
+    assert survivor.daemon is not None
+    metrics = survivor.daemon.metrics.render().decode()
+    assert 'geode_channel_thread_takeovers_total{platform="telegram"} 1.0' in metrics
     assert all(call.status == 200 for call in fake.calls_to("getUpdates"))  # no 409
 
 
@@ -148,6 +151,10 @@ async def test_a_thread_taken_over_while_stalled_stops_running_here(
     await stack.store.run_write(lambda conn: conn.execute(stmt))
     await layer.heartbeat_once()
     assert layer.processor.busy == 0  # it runs there now, not here as well
+    assert stack.daemon is not None
+    metrics = stack.daemon.metrics.render().decode()
+    assert 'geode_channel_thread_leases_lost_total{platform="telegram"} 1.0' in metrics
+    assert 'geode_channel_threads_held{platform="telegram"} 0.0' in metrics
     await asyncio.sleep(2.5)
     assert not finals(fake, "answer to: taken from me")
 
