@@ -220,11 +220,11 @@ class ThreadLeases:
         unleased = [
             select(t.c.channel, t.c.thread_root).distinct().where(
                 t.c.platform == platform, t.c.workspace == workspace, t.c.status.in_(statuses),
-                ~exists().where(_T.c.platform == platform, _T.c.workspace == workspace,
-                                _T.c.channel == t.c.channel, _T.c.thread_root == t.c.thread_root),
+                ~exists().where(_same_thread(t)),
             )
             for t, statuses in ((_E, UNFINISHED_EVENTS), (_O, OPEN_OUTBOX))
         ]
+
         def tx(conn: Connection) -> set[Thread]:
             taken = _threads(conn, expired)
             orphans = {(str(r.channel), str(r.thread_root))
