@@ -54,9 +54,11 @@ class SlackStack(DaemonHost):
     fault: Callable[[str], None] | None = None
     daemon: Daemon | None = None
     connector: SlackConnector | None = None
+    #: another store than the home's (replicas sharing one)
+    store_url: str | None = None
 
     async def start(self) -> SlackConnector:
-        daemon = self.new_daemon()
+        daemon = self.new_daemon(store_url=self.store_url)
         opts = SlackOptions.model_validate({
             "base_url": self.fake.base_url, "progress_edit_interval_s": 0.0,
             "typing_interval_s": 30.0, "typing_delay_s": 0.0, "lease_ttl_s": 3.0,
