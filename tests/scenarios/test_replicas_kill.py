@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from geode.testing.fake_telegram import FakeTelegramServer
-from tests.scenarios._serve_proc import kill_9, serve_env, start_serve, stop
-from tests.scenarios.test_telegram_kill import CHAT, FINAL, TOKEN
+from tests.scenarios._serve_proc import kill_9, start_serve, stop
+from tests.scenarios.test_telegram_kill import CHAT, TOKEN
 from tests.scenarios.test_telegram_kill import _finals_for as finals_for
+from tests.scenarios.test_telegram_kill import _home as telegram_home
 from tests.scenarios.test_telegram_kill import _progress_shown as progress_shown
 
 
@@ -25,31 +26,8 @@ async def fake() -> AsyncIterator[FakeTelegramServer]:
 
 def _replica(tmp_path: Path, name: str, fake: FakeTelegramServer,
              store_url: str) -> tuple[Path, dict[str, str]]:
-    home = tmp_path / name
-    home.mkdir()
-    (home / "config.toml").write_text(f"""
-[store]
-url = "{store_url}"
-
-[channels.telegram]
-base_url = "{fake.base_url}"
-base_file_url = "{fake.base_file_url}"
-poll_timeout_s = 1
-lease_ttl_s = 1.5
-progress_edit_interval_s = 0
-pump_interval_s = 0.2
-rate_group_per_min = 0
-max_concurrent_threads = 1
-
-[[bindings]]
-platform = "telegram"
-channel = "{CHAT}"
-allow_users = ["42"]
-""")
-    work = tmp_path / f"{name}-work"
-    work.mkdir()
-    env = serve_env(home, work, final=FINAL, drop_prefix="TELEGRAM_", TELEGRAM_BOT_TOKEN=TOKEN)
-    return home, env
+    return telegram_home(tmp_path, fake, name=name, store=store_url,
+                         channel_extra="max_concurrent_threads = 1")
 
 
 async def _holders(store_url: str) -> dict[str, int]:

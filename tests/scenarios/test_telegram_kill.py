@@ -29,10 +29,16 @@ async def fake() -> AsyncIterator[FakeTelegramServer]:
         yield srv
 
 
-def _home(tmp_path: Path, fake: FakeTelegramServer) -> tuple[Path, dict[str, str]]:
-    home = tmp_path / "home"
+def _home(
+    tmp_path: Path, fake: FakeTelegramServer, *, name: str = "home", store: str = "",
+    channel_extra: str = "",
+) -> tuple[Path, dict[str, str]]:
+    """A daemon home bound to ``CHAT`` (``store``: a ``[store]`` url; ``channel_extra``:
+    more ``[channels.telegram]`` lines) and its environment."""
+    home = tmp_path / name
     home.mkdir()
-    (home / "config.toml").write_text(f"""
+    store_section = f'[store]\nurl = "{store}"\n' if store else ""
+    (home / "config.toml").write_text(f"""{store_section}
 [channels.telegram]
 base_url = "{fake.base_url}"
 base_file_url = "{fake.base_file_url}"
@@ -41,13 +47,16 @@ lease_ttl_s = 1.5
 progress_edit_interval_s = 0
 pump_interval_s = 0.2
 rate_group_per_min = 0
+{channel_extra}
 
 [[bindings]]
 platform = "telegram"
 channel = "{CHAT}"
 allow_users = ["42"]
 """)
-    env = serve_env(home, tmp_path, final=FINAL, drop_prefix="TELEGRAM_", TELEGRAM_BOT_TOKEN=TOKEN)
+    work = tmp_path / f"{name}-work"
+    work.mkdir()
+    env = serve_env(home, work, final=FINAL, drop_prefix="TELEGRAM_", TELEGRAM_BOT_TOKEN=TOKEN)
     return home, env
 
 
