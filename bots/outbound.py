@@ -50,6 +50,9 @@ PLACEHOLDER = "…"
 _INSERT = insert(_O)
 _UPDATE = update(_O).where(_O.c.id == bindparam("b_id"))
 _UPDATE_RETURNING = _UPDATE.returning(*_O.c)  # the row as updated (SQLite 3.35+, PostgreSQL)
+#: pending -> ready only: the first run to finish a turn delivers it
+_READY = (update(_O).where(_O.c.id == bindparam("b_id"), _O.c.status == "pending")
+          .returning(*_O.c))
 _BY_ID = select(_O).where(_O.c.id == bindparam("b_id"))
 _UPDATE_EVENT = update(_E).where(_E.c.id == bindparam("b_id"))
 _Stmt = tuple[Any, dict[str, Any]]
@@ -240,14 +243,17 @@ class Outbox:
         stmt = self.update_stmt(row_id, values)
         await self._store.run_write(lambda conn: conn.execute(*stmt))
 
-    async def update_row(self, row_id: int, **values: Any) -> OutboxRow:
-        """:meth:`update`, returning the row as committed (one transaction)."""
-        stmt = self.update_stmt(row_id, values)
+    async def mark_ready(self, row_id: int, chunks: list[Chunk]) -> OutboxRow | None:
+        """Record a turn's final answer (pending -> ready); the row as committed, or None
+        when the row is no longer pending: another run of the turn (a replica that took
+        the thread over meanwhile) recorded its answer first, and delivers that one."""
+        stmt = self.update_stmt(row_id, {"status": "ready", "chunks": chunks})
 
         def tx(conn: Connection) -> Any:
-            return conn.execute(_UPDATE_RETURNING, stmt[1]).first()
+            return conn.execute(_READY, stmt[1]).first()
 
-        return _row(await self._store.run_write(tx))
+        r = await self._store.run_write(tx)
+        return None if r is None else _row(r)
 
     async def finish(
         self, row: OutboxRow, *, status: str, error: str = "",

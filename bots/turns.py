@@ -124,7 +124,11 @@ class TurnRunner:
         """Record the final answer (redacted, chunked), then deliver it."""
         layer = self.layer
         chunks = layer.connector.render(redact_text(text))
-        row = await layer.outbox.update_row(row.id, status="ready", chunks=chunks)
+        ready = await layer.outbox.mark_ready(row.id, chunks)
+        if ready is None:
+            log.warning("turn.finished_elsewhere", row=row.id)
+            return
+        row = ready
         layer.fault("final_recorded")
         await layer.deliverer.deliver(row)
         layer.fault("delivered")

@@ -179,3 +179,21 @@ async def test_postgres_wakes_the_other_replica_at_once(
                           within=2.5)  # both in their 3 s model call
     await fake.wait_until(lambda: all(finals(fake, f"answer to: n{i}") for i in range(3)),
                           within=15)
+
+
+async def test_a_turn_another_run_finished_first_is_not_delivered_again(
+    make_stack: Callable[..., Stack], fake: FakeTelegramServer
+) -> None:
+    from sqlalchemy import update
+
+    from bots._tables import outbox_table as o
+
+    stack = make_stack(provider=ScriptedProvider([echo], repeat_last=True, latency=1.0))
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot frozen replica", from_user=42)
+    await fake.wait_until(lambda: stack.provider.calls, within=10)
+    # meanwhile the replica that took the thread over answered and delivered the turn
+    stmt = update(o).where(o.c.kind == "turn").values(status="sent")
+    await stack.store.run_write(lambda conn: conn.execute(stmt))
+    await asyncio.sleep(1.5)  # this run's model call ends, and its turn finishes
+    assert not finals(fake, "answer to: frozen replica")  # only the first answer counts
