@@ -393,7 +393,8 @@ class ChannelLayer:
         # would then get nothing for an hour).
         # Threads are dispatched concurrently: one sender writing in two threads at once
         # must still get one code (the pending-code check and the insert are not atomic
-        # across transactions on PostgreSQL).
+        # across transactions on PostgreSQL). This lock serialises this replica's threads;
+        # PairingStore's per-sender advisory lock, the replicas'.
         async with self._pairing_lock, self.store.write() as conn:
             text = await self.senders.pairing_text(d.event, conn=conn)
             if text is not None:

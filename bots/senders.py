@@ -93,6 +93,12 @@ class PairingStore:
         self, conn: AsyncConnection, platform: str, sender: str, sender_name: str,
         channel: str, now: int,
     ) -> str | None:
+        if self._store.is_postgres:
+            # The pending check and the insert are two statements: replicas seeing the same
+            # sender at once (in two threads) queue here, per sender, until commit. (SQLite
+            # writers are serialised by the database lock already.)
+            key = func.hashtextextended(f"geode-pairing:{platform}:{sender}", 0)
+            await conn.execute(select(func.pg_advisory_xact_lock(key)))
         pending = (
             await conn.execute(
                 select(_P.c.code).where(
