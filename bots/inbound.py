@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["EVENTS_CHANNEL", "Cursors", "InboundLog", "StoredEvent"]
 
 log = structlog.get_logger(__name__)
-#: PostgreSQL: notified with ``platform:workspace`` when events of that bot are recorded, so
-#: every replica's pump wakes at once (threads it holds may have new events)
+#: PostgreSQL: notified with ``platform:workspace origin`` when events of that bot are
+#: recorded, so every other replica's pump wakes at once (threads it holds may have new events)
 EVENTS_CHANNEL = "geode_channel_events"
 _E = events_table
 _C = cursors_table
@@ -114,8 +114,10 @@ class InboundLog:
     the whole transaction, so hops inside it delay every other writer.
     """
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Store, origin: str = "") -> None:
         self._store = store
+        #: who records (a replica's owner name), named in the PostgreSQL notification
+        self.origin = origin
         self.cursors = Cursors(store=store)
 
     async def record(
@@ -162,7 +164,7 @@ class InboundLog:
                 conn.execute(cursor_stmt)
             if new_ids and store.is_postgres:  # delivered at commit, to every replica
                 for bot in sorted({f"{ev.platform}:{ev.workspace}" for ev, _ in events}):
-                    conn.execute(store.notify_stmt(EVENTS_CHANNEL, bot))
+                    conn.execute(store.notify_stmt(EVENTS_CHANNEL, f"{bot} {self.origin}"))
             return new_ids
 
         return await store.run_write(tx)

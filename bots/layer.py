@@ -96,7 +96,7 @@ class ChannelLayer:
         self.host = host
         self.options = options
         self.owner = connector.owner
-        self.inbound = InboundLog(store=store)
+        self.inbound = InboundLog(store=store, origin=self.owner)
         self.outbox = Outbox(store=store)
         self.threads = ThreadSessions(store=store)
         self.index = MessageIndex(store=store)
@@ -126,7 +126,6 @@ class ChannelLayer:
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._listen_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._pairing_lock = asyncio.Lock()
         self.processing = False
 
     # -- intake -----------------------------------------------------------------------------
@@ -248,7 +247,8 @@ class ChannelLayer:
             try:
                 async for payload in self.store.notifications(EVENTS_CHANNEL):
                     failures = 0
-                    if payload == bot:
+                    recorded_for, _, origin = payload.partition(" ")
+                    if recorded_for == bot and origin != self.owner:  # ours woke us already
                         self._wake.set()
             except Exception as exc:  # the connection dropped: poll until it is back
                 failures += 1
@@ -391,11 +391,9 @@ class ChannelLayer:
         # The code and its message (outbox row + event done) commit in ONE transaction: a
         # crash can never leave a code issued whose message was not queued (the sender
         # would then get nothing for an hour).
-        # Threads are dispatched concurrently: one sender writing in two threads at once
-        # must still get one code (the pending-code check and the insert are not atomic
-        # across transactions on PostgreSQL). This lock serialises this replica's threads;
-        # PairingStore's per-sender advisory lock, the replicas'.
-        async with self._pairing_lock, self.store.write() as conn:
+        # One sender writing in two threads at once (here or on another replica) still gets
+        # one code: PairingStore.issue serialises a sender's issuance in the store.
+        async with self.store.write() as conn:
             text = await self.senders.pairing_text(d.event, conn=conn)
             if text is not None:
                 queued = await self.notice(d, text, decision="pairing", conn=conn)
@@ -447,5 +445,3 @@ class ChannelLayer:
 
 def _no_fault(point: str) -> None:
     return None
-
-
