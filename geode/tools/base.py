@@ -7,7 +7,9 @@ resources a call touches (for locks), whether it is idempotent, and its deadline
 
 from __future__ import annotations
 
+import functools
 import inspect
+import json
 import typing
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +76,20 @@ class ToolDef:
     @property
     def effectful(self) -> bool:
         return self.safety != "read_only"
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """Canonical JSON of what the model sees and the policy reads (plan content hashes).
+
+        Computed once per tool: a plan is projected every step, and re-serialising every
+        schema each time was a visible share of a short turn. A tool is never changed after
+        it is built (a changed tool is a new ``ToolDef``).
+        """
+        return json.dumps(
+            [self.name, self.description, self.input_schema, self.safety, self.personal_data,
+             self.source],
+            sort_keys=True, default=str,
+        )
 
     def keys_for(self, args: dict[str, Any], ctx: ToolContext) -> list[str]:
         if self.resource_keys is None:

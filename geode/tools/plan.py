@@ -9,7 +9,6 @@ generation number, which only the *next* step binds.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -34,16 +33,9 @@ class BoundToolPlan:
                 raise ValueError(f"duplicate tool name in plan: {t.name}")
             by_name[t.name] = t
         ordered = dict(sorted(by_name.items()))
-        digest = hashlib.sha256(
-            json.dumps(
-                [
-                    [t.name, t.description, t.input_schema, t.safety, t.personal_data, t.source]
-                    for t in ordered.values()
-                ],
-                sort_keys=True,
-                default=str,
-            ).encode()
-        ).hexdigest()[:16]
+        # The JSON list of the tools' fingerprints (each cached on its tool).
+        listing = "[" + ", ".join(t.fingerprint for t in ordered.values()) + "]"
+        digest = hashlib.sha256(listing.encode()).hexdigest()[:16]
         return cls(generation=generation, tools=MappingProxyType(ordered), content_hash=digest)
 
     def get(self, name: str) -> ToolDef | None:
