@@ -15,6 +15,11 @@ benchmark used to, to show that distortion.
 * **GEODE**: ``Daemon`` + that platform's connector on a SQLite store with the scripted
   model (zero latency): the full path (durable record, binding / sender / mention checks,
   thread session, checkpointed turn, ack reaction, progress message, outbox, final edit).
+* **calls** (Telegram): a PTB bot on GEODE's transport (``AiohttpRequest``) making exactly
+  the platform calls of a GEODE reply (👀 reaction alongside the progress message, then the
+  answer as its edit) and nothing else: no store, no model. A second table prints it and
+  what GEODE takes beyond it, i.e. what the durable path (records, turn, layer) costs apart
+  from the reply's visible steps.
 
 For each thread count N (default 1, 10, 50) the fake receives N mentions at once, each
 starting a new thread, ``--rounds`` times, after a warm-up of 2. A message's latency is from
@@ -283,6 +288,10 @@ class Platform:
     geode: Callable[[Fake, Path, Tuning], Runner]
     #: (chat, user) the mentions are pushed into / from
     audience: Callable[[Fake], tuple[Any, Any]]
+    #: a bot on the same SDK and transport as GEODE's connector making the platform calls a
+    #: GEODE reply makes, and nothing else (no store, no model): what the reply's visible
+    #: steps cost on their own, so the table can tell them from GEODE's durable path
+    calls: Callable[[Fake], Runner] | None = None
 
 
 # Telegram: python-telegram-bot on both sides -----------------------------------------------------
@@ -318,6 +327,48 @@ async def _tg_floor(fake: Fake) -> AsyncIterator[None]:
 
 
 @contextlib.asynccontextmanager
+async def _tg_calls(fake: Fake) -> AsyncIterator[None]:
+    """GEODE's three calls per reply on PTB + GEODE's aiohttp transport, nothing else: the
+    ack reaction alongside the progress message, then the final answer as its edit."""
+    from telegram import ReactionTypeEmoji, Update
+    from telegram.ext import Application, ContextTypes, MessageHandler, filters
+
+    from bots.telegram._request import AiohttpRequest
+
+    async def reply(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        msg = update.effective_message
+        if msg is None or not msg.text:
+            return
+        bot = context.bot
+
+        async def progress_then_final() -> None:
+            sent = await bot.send_message(msg.chat_id, "⏳ Working…",
+                                          reply_to_message_id=msg.message_id)
+            await bot.edit_message_text(ANSWER + _strip_mention(msg.text or ""),
+                                        chat_id=msg.chat_id, message_id=sent.message_id)
+
+        await asyncio.gather(
+            bot.set_message_reaction(msg.chat_id, msg.message_id, [ReactionTypeEmoji("👀")]),
+            progress_then_final())
+
+    app = (Application.builder().token(TG_TOKEN).base_url(fake.info["base_url"])
+           .concurrent_updates(True)
+           .request(AiohttpRequest(connection_pool_size=CONCURRENCY))
+           .get_updates_request(AiohttpRequest(connection_pool_size=1)).build())
+    app.add_handler(MessageHandler(filters.TEXT, reply))
+    await app.initialize()
+    await app.start()
+    assert app.updater is not None
+    await app.updater.start_polling(poll_interval=0.0, timeout=1)
+    try:
+        yield
+    finally:
+        await app.updater.stop()
+        await app.stop()
+        await app.shutdown()
+
+
+@contextlib.asynccontextmanager
 async def _tg_geode(fake: Fake, home: Path, tuning: Tuning) -> AsyncIterator[None]:
     from bots.telegram import TelegramConnector, TelegramOptions
 
@@ -338,6 +389,7 @@ TELEGRAM = Platform(
     name="telegram", fake="telegram",
     fake_config={"token": TG_TOKEN, "bot_username": "geode_bot"},
     floor=_tg_floor, geode=_tg_geode, audience=lambda fake: (TG_CHAT, TG_USER),
+    calls=_tg_calls,
 )
 
 # Slack: slack-bolt AsyncApp on both sides (Socket Mode, or the signed HTTP Events API) -----------
@@ -561,6 +613,9 @@ class Level:
 
 
 def _runner(p: Platform, side: str, fake: Fake, home: Path, tuning: Tuning) -> Runner:
+    if side == "calls":
+        assert p.calls is not None
+        return p.calls(fake)
     return p.floor(fake) if side == "floor" else p.geode(fake, home, tuning)
 
 
@@ -592,17 +647,44 @@ async def _run(platforms: list[str], levels: list[int], rounds: int, *,
                in_process: bool) -> None:
     configure_logging(level="ERROR")
     results: dict[str, tuple[dict[int, Level], dict[int, Level]]] = {}
+    calls: dict[str, dict[int, Level]] = {}
     for name in platforms:
         p = PLATFORMS[name]
         home = Path(tempfile.mkdtemp(prefix="bench-ch-"))
         try:
             floor = await _side(p, "floor", levels, rounds, home, in_process=in_process)
             geode = await _side(p, "geode", levels, rounds, home, in_process=in_process)
+            if p.calls is not None:
+                calls[name] = await _side(p, "calls", levels, rounds, home,
+                                          in_process=in_process)
         finally:
             shutil.rmtree(home, ignore_errors=True)
         results[name] = (floor, geode)
         print(f"  {name}: done", file=sys.stderr, flush=True)
     _print(results, levels, rounds, in_process=in_process)
+    if calls:
+        _print_calls(results, calls, levels)
+
+
+def _print_calls(results: dict[str, tuple[dict[int, Level], dict[int, Level]]],
+                 calls: dict[str, dict[int, Level]], levels: list[int]) -> None:
+    """Where GEODE's added time goes: the reply's platform calls alone vs the whole path."""
+    print()
+    print("the same platform calls without GEODE ('calls': the SDK on GEODE's transport making "
+          "a GEODE reply's calls, no store, no model)")
+    head = (f"{'platform':<12} {'thr':>3} | {'calls p50':>9} {'p99':>7} {'cpu':>5} | "
+            f"{'GEODE - calls p50':>17} {'p99':>7} {'cpu':>5}")
+    print(head)
+    print("-" * len(head))
+    for name, by_level in calls.items():
+        geode = results[name][1]
+        for n in levels:
+            c, g = by_level[n], geode[n]
+            c50, c99 = _pct(c.samples, 50) * 1e3, _pct(c.samples, 99) * 1e3
+            g50, g99 = _pct(g.samples, 50) * 1e3, _pct(g.samples, 99) * 1e3
+            extra_cpu = statistics.mean(g.cpu_per_msg) - statistics.mean(c.cpu_per_msg)
+            print(f"{name:<12} {n:>3} | {c50:>9.1f} {c99:>7.1f} {_ms(c.cpu_per_msg):>5} | "
+                  f"{g50 - c50:>17.1f} {g99 - c99:>7.1f} {extra_cpu * 1e3:>5.1f}")
 
 
 def _print(results: dict[str, tuple[dict[int, Level], dict[int, Level]]], levels: list[int],

@@ -23,10 +23,15 @@ def _run(*args: str) -> str:
 
 def test_table_has_a_row_for_each_level() -> None:
     out = _run("--threads", "1", "2", "--rounds", "1")
-    rows = [line.split() for line in out.splitlines() if line.startswith("telegram ")]
+    table, _, calls = out.partition("the same platform calls without GEODE")
+    rows = [line.split() for line in table.splitlines() if line.startswith("telegram ")]
     assert [r[1] for r in rows] == ["1", "2"]
     assert all(r[2] == "|" and float(r[3]) > 0 for r in rows)  # floor p50 measured
     assert "targets at 50 threads" not in out  # no 50-thread level was run
+    # The reference bot making GEODE's platform calls alone ran at each level too.
+    rows = [line.split() for line in calls.splitlines() if line.startswith("telegram ")]
+    assert [r[1] for r in rows] == ["1", "2"]
+    assert all(r[2] == "|" and float(r[3]) > 0 for r in rows)
 
 
 def test_load_run_answers_every_thread() -> None:

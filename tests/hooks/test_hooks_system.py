@@ -59,6 +59,30 @@ async def test_observers_cannot_change_the_data() -> None:
     assert payload == {"args": {"path": "a"}}
 
 
+async def test_an_observer_cannot_change_what_the_next_one_sees() -> None:
+    # Scalar-only data gets a shallow copy (the fast path), nested data a deep one: either
+    # way the second observer sees what was emitted, whatever the first one tried.
+    hs = HookSystem()
+    seen: list[dict[str, Any]] = []
+
+    def meddle(event: str, data: Mapping[str, Any]) -> None:
+        try:
+            data["status"] = "forged"  # type: ignore[index]
+        except TypeError:
+            pass
+        if "args" in data:
+            data["args"]["path"] = "/etc/passwd"
+
+    hs.subscribe(meddle)
+    hs.subscribe(lambda e, d: seen.append(dict(d)))
+    hs.emit("tool.finished", tool="read_file", status="done", ms=1.5, ok=True, detail=None)
+    hs.emit("tool.started", tool="read_file", args={"path": "a"})
+    assert seen == [
+        {"tool": "read_file", "status": "done", "ms": 1.5, "ok": True, "detail": None},
+        {"tool": "read_file", "args": {"path": "a"}},
+    ]
+
+
 async def test_async_observers_run_and_drain_waits() -> None:
     hs = HookSystem()
     done: list[str] = []
