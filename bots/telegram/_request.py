@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import ssl
 from typing import Literal
 
@@ -31,7 +32,7 @@ __all__ = ["AiohttpRequest", "HttpBackend", "build_request"]
 
 HttpBackend = Literal["aiohttp", "httpx"]
 
-_FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
+_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 class AiohttpRequest(BaseRequest):
@@ -144,10 +145,11 @@ class AiohttpRequest(BaseRequest):
         if request_data is not None:
             if files:
                 data = _multipart(request_data)
-            elif request_data.json_parameters:
-                # Form-encoded like HTTPXRequest: PTB JSON-encodes every value but strings.
-                data = request_data.url_encoded_parameters().encode()
-                headers = _FORM_HEADERS
+            elif params := request_data.parameters:
+                # One JSON body (the Bot API takes application/json): a single dumps instead
+                # of PTB's per-value encoding plus URL-encoding of the form HTTPXRequest sends.
+                data = json.dumps(params, ensure_ascii=False).encode()
+                headers = _JSON_HEADERS
         try:
             async with session.request(
                 method, url, data=data, headers=headers, timeout=timeout

@@ -5,6 +5,7 @@ tiny local aiohttp server)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from telegram import Bot, InputFile
+from telegram import Bot, InputFile, ReplyParameters
 from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, TimedOut
 from telegram.request import BaseRequest, HTTPXRequest
 
@@ -122,16 +123,21 @@ async def test_get_me_send_and_edit_round_trip(bot: Bot, fake: FakeTelegramServe
     assert send_call.params["chat_id"] == CHAT  # a JSON-encoded int, decoded by the fake
 
 
-async def test_plain_requests_are_form_encoded_with_ptb_user_agent():
+async def test_plain_requests_are_one_json_body_with_ptb_user_agent():
     async with LocalApi(respond=_answers_a_message) as api, AiohttpRequest() as request:
         bot = _bot(api.base_url, request)
-        message = await bot.send_message(7, "a b&c=d")
+        message = await bot.send_message(7, "a b&c=d ü", reply_parameters=ReplyParameters(3),
+                                         disable_notification=True)
     assert message.message_id == 1
     seen = [s for s in api.seen if s.path.endswith("/sendMessage")]
     assert len(seen) == 1
-    assert seen[0].headers["Content-Type"] == "application/x-www-form-urlencoded"
+    assert seen[0].headers["Content-Type"] == "application/json"
     assert seen[0].headers["User-Agent"] == BaseRequest.USER_AGENT
-    assert seen[0].body == b"chat_id=7&text=a+b%26c%3Dd"
+    # Values keep their JSON types (PTB's form would send each one JSON-encoded as a string).
+    assert json.loads(seen[0].body) == {
+        "chat_id": 7, "text": "a b&c=d ü", "disable_notification": True,
+        "reply_parameters": {"message_id": 3},
+    }
 
 
 # -- errors: PTB maps statuses, we map transport failures -----------------------------------------
