@@ -87,7 +87,8 @@ def serve(
 
         factory = demo_provider
     daemon = Daemon(settings=settings, secrets=secrets_, provider_factory=factory,
-                    workspace=cwd.resolve() if cwd else None, drain_timeout_s=drain_timeout)
+                    workspace=cwd.resolve() if cwd else None, drain_timeout_s=drain_timeout,
+                    settle_heap=True)
     from bots import build_connectors
 
     # Every enabled [channels.*] connector runs inside this daemon, on its lanes and store.

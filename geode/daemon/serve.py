@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import os
 import secrets
 import signal
@@ -79,7 +80,10 @@ class Daemon:
         approval_timeout_s: float = 120.0,
         scheduler_tick_s: float = 1.0,
         runtime_kw: dict[str, Any] | None = None,
+        settle_heap: bool = False,
     ) -> None:
+        """``settle_heap``: once started, freeze what startup allocated out of the cyclic
+        garbage collector's scans (``geode serve`` sets it; see :func:`_settle_heap`)."""
         self.settings = settings
         self.secrets = secrets
         self.provider_factory = provider_factory
@@ -88,6 +92,7 @@ class Daemon:
         self.approval_timeout_s = approval_timeout_s
         self.scheduler_tick_s = scheduler_tick_s
         self.runtime_kw = runtime_kw or {}
+        self.settle_heap = settle_heap
         self.metrics = DaemonMetrics()
         self.lanes = LaneQueue.from_settings(settings.lanes, on_wait=self.metrics.lane_waited)
         self.socket_path = settings.home / "cli.sock"
@@ -150,6 +155,8 @@ class Daemon:
         except BaseException:
             await self._close_all()
             raise
+        if self.settle_heap:
+            _settle_heap()
         log.info("daemon.started", socket=str(self.socket_path),
                  health_port=self.health.port if self.health else None)
 
@@ -390,3 +397,19 @@ def scripted_factory(path: Path) -> ProviderFactory:
         return ScriptedProvider(list(script), latency=latency)
 
     return build
+
+
+def _settle_heap() -> None:
+    """Collect startup's garbage once, then freeze every object alive now (modules, classes,
+    SDK clients, settings) out of the cyclic collector's reach.
+
+    Without it every full collection walks those ~170k long-lived objects: on the
+    development machine a gen-2 pass under a 50-thread burst paused the event loop for
+    100-150 ms, a few times a minute, and each pause landed on every reply in flight (the
+    burst's p99). Frozen objects are never freed, which is what startup's objects are for
+    anyway; garbage made later is collected as before. One collection here costs ~0.1 s of
+    CPU, before the daemon reports itself started.
+    """
+    gc.collect()
+    gc.freeze()
+    log.debug("daemon.heap_settled", frozen=gc.get_freeze_count())
