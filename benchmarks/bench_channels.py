@@ -319,6 +319,13 @@ async def _tg_floor(fake: Fake) -> AsyncIterator[None]:
     app = (Application.builder().token(TG_TOKEN).base_url(fake.info["base_url"])
            .concurrent_updates(True).connection_pool_size(128).build())
     app.add_handler(MessageHandler(filters.TEXT, echo))
+    async with _tg_polling(app):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def _tg_polling(app: Any) -> AsyncIterator[None]:
+    """A PTB ``Application`` long-polling the fake while the context is open."""
     await app.initialize()
     await app.start()
     assert app.updater is not None
@@ -361,16 +368,8 @@ async def _tg_calls(fake: Fake) -> AsyncIterator[None]:
            .request(AiohttpRequest(connection_pool_size=CONCURRENCY))
            .get_updates_request(AiohttpRequest(connection_pool_size=1)).build())
     app.add_handler(MessageHandler(filters.TEXT, reply))
-    await app.initialize()
-    await app.start()
-    assert app.updater is not None
-    await app.updater.start_polling(poll_interval=0.0, timeout=1)
-    try:
+    async with _tg_polling(app):
         yield
-    finally:
-        await app.updater.stop()
-        await app.stop()
-        await app.shutdown()
 
 
 @contextlib.asynccontextmanager
