@@ -94,10 +94,12 @@ class PairingStore:
         channel: str, now: int,
     ) -> str | None:
         if self._store.is_postgres:
-            # The pending check and the insert are two statements: replicas seeing the same
-            # sender at once (in two threads) queue here, per sender, until commit. (SQLite
-            # writers are serialised by the database lock already.)
-            key = func.hashtextextended(f"geode-pairing:{platform}:{sender}", 0)
+            # The pending check, the hourly count and the insert are separate statements:
+            # replicas issuing at once (the same sender in two threads, or two senders at the
+            # cap) queue here, per platform, until commit. Issuing is rare (unknown senders,
+            # capped per hour), so one queue per platform costs nothing. (SQLite writers are
+            # serialised by the database lock already.)
+            key = func.hashtextextended(f"geode-pairing:{platform}", 0)
             await conn.execute(select(func.pg_advisory_xact_lock(key)))
         pending = (
             await conn.execute(
