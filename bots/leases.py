@@ -19,11 +19,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import BigInteger, and_, cast, delete, exists, extract, func, select, tuple_, update
+from sqlalchemy import (
+    BigInteger,
+    and_,
+    bindparam,
+    cast,
+    delete,
+    exists,
+    extract,
+    func,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bots._tables import events_table, leases_table, outbox_table, thread_leases_table
 from bots.inbound import _insert_ignore
+from geode.errors import StoreError
 from geode.store.models import utcnow
 
 if TYPE_CHECKING:
@@ -31,7 +44,7 @@ if TYPE_CHECKING:
 
     from geode.store import Store
 
-__all__ = ["Lease", "Thread", "ThreadLeases"]
+__all__ = ["Lease", "Thread", "ThreadLeaseLost", "ThreadLeases"]
 
 _L = leases_table
 _T = thread_leases_table
@@ -43,6 +56,11 @@ Thread = tuple[str, str]
 #: event statuses that mean "claimed, not finished"; outbox statuses that mean "owed"
 UNFINISHED_EVENTS = ("processing", "running")
 OPEN_OUTBOX = ("pending", "ready", "sending")
+
+
+class ThreadLeaseLost(StoreError):
+    """This replica no longer holds the thread: another one took it over (this one stalled
+    or froze past its lease), and that one's run of the thread is the one that counts."""
 
 
 def _now_ms(store: Store) -> Any:
@@ -142,6 +160,12 @@ class ThreadLeases:
         #: free threads taken; a held one (by anybody) is left alone
         self._take_free = ins.on_conflict_do_nothing().returning(*_BACK)
         self._clock = select(_now_ms(store).label("now"))
+        holder = select(_T.c.owner).where(
+            _T.c.platform == bindparam("b_platform"), _T.c.workspace == bindparam("b_workspace"),
+            _T.c.channel == bindparam("b_channel"), _T.c.thread_root == bindparam("b_root"),
+        )
+        #: who holds a thread (share-locked on PostgreSQL: see :meth:`check_held`)
+        self._holder = holder.with_for_update(read=True) if store.is_postgres else holder
 
     def _mine(self, platform: str, workspace: str) -> Any:
         return and_(_T.c.platform == platform, _T.c.workspace == workspace,
@@ -188,6 +212,26 @@ class ThreadLeases:
         # What is left: free threads this replica had no room for.
         self.skipped = len(others) - tried
         return held
+
+    def check_held(self, conn: Connection, platform: str, workspace: str, thread: Thread
+                   ) -> None:
+        """Inside the caller's write transaction: raise :class:`ThreadLeaseLost` unless this
+        owner holds ``thread``'s lease.
+
+        The fence of a turn's writes (its checkpoints, its final answer): a replica that froze
+        past its lease and woke up in the middle of a turn must not add to a thread another
+        replica took over, even before its heartbeat notices. On PostgreSQL the lease row is
+        share-locked until commit, so a takeover cannot slip in between check and write;
+        SQLite writers are serialised anyway.
+        """
+        channel, root = thread
+        owner = conn.execute(self._holder, {"b_platform": platform, "b_workspace": workspace,
+                                            "b_channel": channel, "b_root": root}
+                             ).scalar_one_or_none()
+        if owner != self.owner:
+            raise ThreadLeaseLost(
+                f"thread {channel}/{root} is held by {owner or 'nobody'}, not by this replica"
+            )
 
     def _now(self, conn: Connection) -> int:
         """The store's clock (unix ms), read once for a transaction's lease rows."""

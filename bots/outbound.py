@@ -29,6 +29,7 @@ from bots._tables import events_table, outbox_table
 from bots.connector import BaseConnector, DeliveryError
 from bots.events import ReplyTarget
 from bots.format import Chunk
+from bots.leases import ThreadLeaseLost
 from bots.sessions import MessageIndex
 from geode.store.models import utcnow
 
@@ -243,13 +244,27 @@ class Outbox:
         stmt = self.update_stmt(row_id, values)
         await self._store.run_write(lambda conn: conn.execute(*stmt))
 
-    async def mark_ready(self, row_id: int, chunks: list[Chunk]) -> OutboxRow | None:
+    async def mark_ready(
+        self, row_id: int, chunks: list[Chunk], *,
+        fence: Callable[[Connection], None] | None = None,
+    ) -> OutboxRow | None:
         """Record a turn's final answer (pending -> ready); the row as committed, or None
         when the row is no longer pending: another run of the turn (a replica that took
-        the thread over meanwhile) recorded its answer first, and delivers that one."""
+        the thread over meanwhile) recorded its answer first, and delivers that one.
+
+        ``fence`` runs first in the same transaction; if it raises ``ThreadLeaseLost``
+        (another replica holds the thread now, and its run of the turn is the one that
+        counts) nothing is recorded and None is returned.
+        """
         stmt = self.update_stmt(row_id, {"status": "ready", "chunks": chunks})
 
         def tx(conn: Connection) -> Any:
+            if fence is not None:
+                try:
+                    fence(conn)
+                except ThreadLeaseLost as exc:
+                    log.warning("outbox.ready_fenced", row=row_id, reason=str(exc))
+                    return None
             return conn.execute(_READY, stmt[1]).first()
 
         r = await self._store.run_write(tx)

@@ -38,6 +38,10 @@ from geode.redact import redact_text
 from geode.settings import BindingSettings
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sqlalchemy.engine import Connection
+
     from bots.layer import ChannelLayer
 
 __all__ = ["CONTINUE_NOTE", "TurnRunner", "compose_prompt", "friendly_failure"]
@@ -124,7 +128,7 @@ class TurnRunner:
         """Record the final answer (redacted, chunked), then deliver it."""
         layer = self.layer
         chunks = layer.connector.render(redact_text(text))
-        ready = await layer.outbox.mark_ready(row.id, chunks)
+        ready = await layer.outbox.mark_ready(row.id, chunks, fence=self._fence(row))
         if ready is None:
             log.warning("turn.finished_elsewhere", row=row.id)
             return
@@ -132,6 +136,18 @@ class TurnRunner:
         layer.fault("final_recorded")
         await layer.deliverer.deliver(row)
         layer.fault("delivered")
+
+    def _fence(self, row: OutboxRow) -> Callable[[Connection], None]:
+        """The check that this replica still holds the turn's thread, run inside each of the
+        turn's writes (its checkpoints, its final answer): a replica that froze past its
+        lease and woke up mid-turn writes nothing to a thread another replica took over."""
+        leases, target = self.layer.thread_leases, row.target
+
+        def held(conn: Connection) -> None:
+            leases.check_held(conn, row.platform, row.workspace,
+                              (target.channel, target.thread_root))
+
+        return held
 
     async def _prompt(self, stored: StoredEvent) -> str:
         layer = self.layer
@@ -173,6 +189,7 @@ class TurnRunner:
         async def bind(session: Session) -> None:
             active.session = session
             active.model = session.model
+            session.fence_saves(self._fence(row))
             # Who said what, on each message of a collaborative thread: written with the
             # turn's first checkpoint (the one holding the message), in its transaction.
             session.stage_timeline(

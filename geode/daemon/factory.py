@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -46,6 +46,9 @@ from geode.tools.base import ToolDef
 from geode.tools.builtin import builtin_tools
 from geode.tools.plan import BoundToolPlan
 from geode.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
 
 __all__ = ["Runtime", "Session", "SessionContext"]
 
@@ -99,6 +102,14 @@ class Session:
         stage = getattr(self.loop.deps.checkpointer, "stage_timeline", None)
         if stage is not None:
             stage(kind=kind, payload=payload, turn_id=turn_id)
+
+    def fence_saves(self, check: Callable[[Connection], None]) -> None:
+        """Run ``check`` first inside each of the session's checkpoint transactions; if it
+        raises, the save is not written (a channel turn whose thread another replica took
+        over must not add to the session's chain). No-op without a store."""
+        checkpointer = self.loop.deps.checkpointer
+        if checkpointer is not None and hasattr(checkpointer, "fence"):
+            checkpointer.fence = check
 
 
 class Runtime:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -137,6 +137,9 @@ class SessionCheckpointer:
         self.session_id = session_id
         self._written: _Written | None = None
         self._staged: list[dict[str, Any]] = []
+        #: run first inside every save's transaction; raising aborts the save (a channel
+        #: turn checks that this replica still holds the thread, see ``bots.leases``)
+        self.fence: Callable[[Connection], None] | None = None
 
     def stage_timeline(self, *, kind: str, payload: dict[str, Any], turn_id: str = "") -> None:
         """A timeline row to write in the same transaction as the next save.
@@ -281,8 +284,11 @@ class SessionCheckpointer:
         snapshot = tuple(messages)
         written = self._written
         staged = self._staged[:]
+        fence = self.fence
 
         def link(conn: Connection) -> _Written:
+            if fence is not None:
+                fence(conn)
             done = self._write_link(conn, written, snapshot, state_json, status, kind, turn_id)
             insert_rows(conn, [{**r, "turn_id": r["turn_id"] or turn_id} for r in staged])
             return done

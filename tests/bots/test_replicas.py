@@ -197,3 +197,34 @@ async def test_a_turn_another_run_finished_first_is_not_delivered_again(
     await stack.store.run_write(lambda conn: conn.execute(stmt))
     await asyncio.sleep(1.5)  # this run's model call ends, and its turn finishes
     assert not finals(fake, "answer to: frozen replica")  # only the first answer counts
+
+
+async def test_a_frozen_run_writes_nothing_to_a_thread_taken_over_meanwhile(
+    make_stack: Callable[..., Stack], fake: FakeTelegramServer
+) -> None:
+    # This replica froze past its lease in the middle of a turn; another took the thread
+    # over (and is running it again, not finished yet). Waking up, this run gets on with
+    # its turn before its heartbeat (every 20 s here) notices: the fence in its writes
+    # keeps its final checkpoint out of the session's chain and its answer undelivered.
+    from sqlalchemy import select, update
+
+    from bots._tables import outbox_table as o
+    from bots._tables import thread_leases_table as t
+
+    stack = make_stack(provider=ScriptedProvider([echo], repeat_last=True, latency=1.0),
+                       options={"lease_ttl_s": 60.0})
+    await stack.start()
+    mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot frozen past its lease",
+                                             from_user=42))
+    await fake.wait_until(lambda: stack.provider.calls, within=10)
+    stmt = update(t).values(owner="another-replica")
+    await stack.store.run_write(lambda conn: conn.execute(stmt))
+    await asyncio.sleep(1.5)  # this run's model call ends, and its turn tries to finish
+
+    assert not finals(fake, "answer to: frozen past its lease")
+    restored = await stack.store.checkpointer(f"telegram:123456:{CHAT}:{mid}").load()
+    assert restored is not None  # the turn's first checkpoint, from before the takeover
+    assert [m.role for m in restored.messages] == ["user"]  # no answer of this run
+    rows = await stack.store.run_read(
+        lambda conn: conn.execute(select(o.c.status).where(o.c.kind == "turn")).all())
+    assert [r.status for r in rows] == ["pending"]  # the holder's run will answer it

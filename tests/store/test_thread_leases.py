@@ -13,7 +13,7 @@ from sqlalchemy import update
 from bots._tables import events_table
 from bots.events import InboundEvent
 from bots.inbound import InboundLog
-from bots.leases import ThreadLeases
+from bots.leases import ThreadLeaseLost, ThreadLeases
 from geode.store import Store, open_store
 
 
@@ -186,3 +186,18 @@ async def test_a_thread_taken_meanwhile_leaves_its_room_to_the_next(store: Store
         lambda conn: b.take_in(conn, "telegram", ws, [one, two, three], new=1))
     assert held == {two} and b.skipped == 1
     assert await a.holders("telegram", ws) == {one: "a", two: "b"}
+
+
+async def test_the_fence_passes_for_the_holder_only(store: Store) -> None:
+    ws = _ws()
+    log = InboundLog(store=store)
+    a = ThreadLeases(store=store, owner="a", ttl_s=30)
+    b = ThreadLeases(store=store, owner="b", ttl_s=30)
+    await log.record([(_event(ws, 1, 1), "received")])
+    await log.claim_batch("telegram", ws, owner="a", leases=a)
+
+    await store.run_write(lambda conn: a.check_held(conn, "telegram", ws, ("-100", "1")))
+    with pytest.raises(ThreadLeaseLost, match="held by a"):
+        await store.run_write(lambda conn: b.check_held(conn, "telegram", ws, ("-100", "1")))
+    with pytest.raises(ThreadLeaseLost, match="held by nobody"):
+        await store.run_write(lambda conn: a.check_held(conn, "telegram", ws, ("-100", "2")))
