@@ -27,16 +27,20 @@ def _ws() -> str:
     return uuid.uuid4().hex[:10]  # the PostgreSQL variant shares one database
 
 
+def _pair(store: Store, *, ttl_a: float = 30) -> tuple[str, InboundLog, ThreadLeases,
+                                                      ThreadLeases]:
+    """A fresh bot workspace, its inbound log, and the leases of replicas a and b."""
+    return (_ws(), InboundLog(store=store), ThreadLeases(store=store, owner="a", ttl_s=ttl_a),
+            ThreadLeases(store=store, owner="b", ttl_s=30))
+
+
 async def _finish(store: Store, ids: list[int]) -> None:
     stmt = update(events_table).where(events_table.c.id.in_(ids)).values(status="done")
     await store.run_write(lambda conn: conn.execute(stmt))
 
 
 async def test_a_held_thread_is_claimed_by_its_holder_only(store: Store) -> None:
-    ws = _ws()
-    log = InboundLog(store=store)
-    a = ThreadLeases(store=store, owner="a", ttl_s=30)
-    b = ThreadLeases(store=store, owner="b", ttl_s=30)
+    ws, log, a, b = _pair(store)
     await log.record([(_event(ws, 1, 1), "received"), (_event(ws, 2, 1), "received")])
     first = await log.claim_batch("telegram", ws, owner="a", leases=a)
     assert [e.event.text for e in first] == ["t1 m1", "t2 m1"]
@@ -75,10 +79,7 @@ async def test_idle_threads_are_released_only_when_nothing_is_unfinished(store: 
 
 
 async def test_a_dead_replicas_threads_are_taken_over_after_expiry(store: Store) -> None:
-    ws = _ws()
-    log = InboundLog(store=store)
-    a = ThreadLeases(store=store, owner="a", ttl_s=0.2)
-    b = ThreadLeases(store=store, owner="b", ttl_s=30)
+    ws, log, a, b = _pair(store, ttl_a=0.2)
     await log.record([(_event(ws, 1, 1), "received")])
     assert await log.claim_batch("telegram", ws, owner="a", leases=a)
     assert await b.take_over("telegram", ws) == set()  # a is alive
@@ -189,10 +190,7 @@ async def test_a_thread_taken_meanwhile_leaves_its_room_to_the_next(store: Store
 
 
 async def test_the_fence_passes_for_the_holder_only(store: Store) -> None:
-    ws = _ws()
-    log = InboundLog(store=store)
-    a = ThreadLeases(store=store, owner="a", ttl_s=30)
-    b = ThreadLeases(store=store, owner="b", ttl_s=30)
+    ws, log, a, b = _pair(store)
     await log.record([(_event(ws, 1, 1), "received")])
     await log.claim_batch("telegram", ws, owner="a", leases=a)
 
