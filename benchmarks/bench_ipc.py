@@ -35,7 +35,7 @@ from geode.providers.scripted import ScriptedProvider
 from geode.settings import load_settings
 
 CLI = [sys.executable, "-c",
-       "import sys; import geode.cli.cmd_serve; from geode.cli import main; "
+       "import sys; from geode.cli import main; "
        "sys.argv[0] = 'geode'; main()"]
 SCRIPT = ["benchmark answer"]
 

@@ -42,9 +42,17 @@ def _root(
     _state.LOG_LEVEL = log_level
 
 
+# In the order ``geode --help`` lists them.
+_COMMAND_MODULES = ("cmd_channels", "cmd_info", "cmd_mcp", "cmd_run", "cmd_serve", "cmd_ask",
+                    "cmd_repl", "cmd_schedule", "cmd_sessions", "cmd_db")
+
+
 def _register() -> None:
     # Each module adds its commands to ``app``; imports stay light (no SDKs at import time).
-    from geode.cli import cmd_channels, cmd_info, cmd_mcp, cmd_run, cmd_serve  # noqa: F401
+    import importlib
+
+    for name in _COMMAND_MODULES:
+        importlib.import_module(f"geode.cli.{name}")
 
 
 def main() -> None:

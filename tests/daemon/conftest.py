@@ -29,7 +29,7 @@ PG_URL = os.environ.get("GEODE_TEST_PG_URL", "")
 REPO = Path(__file__).resolve().parents[2]
 # The CLI entry as a module call: works whether or not `geode` is installed on PATH.
 CLI = [sys.executable, "-c",
-       "import sys; import geode.cli.cmd_serve; from geode.cli import main; "
+       "import sys; from geode.cli import main; "
        "sys.argv[0] = 'geode'; main()"]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import geode.cli.cmd_serve  # noqa: F401 - registers the commands on the app
+from geode.cli import cmd_db, cmd_schedule, cmd_sessions  # noqa: F401 - register their commands
 from geode.cli.app import app
 from geode.errors import ConfigError
 from geode.logging import configure_logging

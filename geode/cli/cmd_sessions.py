@@ -1,0 +1,127 @@
+"""``geode sessions``: inspect sessions and their records."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from geode.cli._common import load_typed, open_store
+from geode.cli.app import app
+
+if TYPE_CHECKING:
+    from geode.store import Store
+
+sessions_app = typer.Typer(help="Inspect sessions and their records.", no_args_is_help=True)
+app.add_typer(sessions_app, name="sessions")
+
+
+@sessions_app.command("list")
+def sessions_list(
+    limit: Annotated[int, typer.Option("--limit", min=1, help="How many, newest first.")] = 50,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List sessions, most recently updated first."""
+    settings, _ = load_typed()
+
+    async def main() -> list[Any]:
+        async with await open_store(settings) as store:
+            return list(await store.sessions.list(limit))
+
+    rows = asyncio.run(main())
+    if json_out:
+        typer.echo(json.dumps([_session_json(r) for r in rows], ensure_ascii=False))
+        return
+    if not rows:
+        typer.echo("no sessions yet")
+    for r in rows:
+        typer.echo(f"{r.id}  {r.status:9}  {r.mode:9}  {r.model:24}  "
+                   f"{r.updated_at:%Y-%m-%d %H:%M}  {r.title[:40]}")
+
+
+def _session_json(r: Any) -> dict[str, Any]:
+    return {"id": r.id, "status": r.status, "mode": r.mode, "model": r.model,
+            "title": r.title, "created_at": r.created_at.isoformat(),
+            "updated_at": r.updated_at.isoformat(), "parent_session_id": r.parent_session_id}
+
+
+async def _require_session(store: Store, session_id: str) -> Any:
+    record = await store.sessions.get(session_id)
+    if record is None:
+        typer.echo(f"error: no session {session_id!r}; `geode sessions list` shows them",
+                   err=True)
+        raise typer.Exit(2)
+    return record
+
+
+@sessions_app.command("show")
+def sessions_show(
+    session_id: Annotated[str, typer.Argument(help="The session id.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """One session: status, checkpoint head, and effect receipts (uncertain ones flagged)."""
+    settings, _ = load_typed()
+
+    async def main() -> dict[str, Any]:
+        async with await open_store(settings) as store:
+            record = await _require_session(store, session_id)
+            checkpoints = await store.checkpoints.list(session_id, limit=1000)
+            receipts = await store.receipts.list_for(session_id)
+            return {
+                **_session_json(record),
+                "checkpoints": len(checkpoints),
+                "last_checkpoint": (
+                    {"seq": checkpoints[-1].seq, "status": checkpoints[-1].status,
+                     "kind": checkpoints[-1].kind, "turn_id": checkpoints[-1].turn_id,
+                     "message_count": checkpoints[-1].message_count,
+                     "last_termination": checkpoints[-1].state.get("last_termination")}
+                    if checkpoints else None
+                ),
+                "receipts": [{"call_id": r.call_id, "tool": r.tool, "status": r.status,
+                              "detail": r.detail} for r in receipts],
+                "uncertain": [r.call_id for r in receipts
+                              if r.status in ("uncertain", "intended")],
+            }
+
+    info = asyncio.run(main())
+    if json_out:
+        typer.echo(json.dumps(info, ensure_ascii=False))
+        return
+    last = info["last_checkpoint"]
+    typer.echo(f"session {info['id']}  status {info['status']}  mode {info['mode']}  "
+               f"model {info['model']}")
+    typer.echo(f"  checkpoints {info['checkpoints']}"
+               + (f", last #{last['seq']} {last['kind']} {last['status']} "
+                  f"({last['message_count']} messages)" if last else ""))
+    typer.echo(f"  effect receipts {len(info['receipts'])}")
+    for r in info["receipts"]:
+        flag = "  UNCERTAIN: check the outcome by hand" if r["call_id"] in info["uncertain"] else ""
+        typer.echo(f"    {r['call_id']}  {r['tool']}  {r['status']}{flag}")
+
+
+@sessions_app.command("timeline")
+def sessions_timeline(
+    session_id: Annotated[str, typer.Argument(help="The session id.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+) -> None:
+    """The session's append-only timeline (turns, tool calls, denials, schedule runs)."""
+    settings, _ = load_typed()
+
+    async def main() -> list[Any]:
+        async with await open_store(settings) as store:
+            await _require_session(store, session_id)
+            return list(await store.timeline.list(session_id))
+
+    rows = asyncio.run(main())
+    for r in rows:
+        if json_out:
+            typer.echo(json.dumps({"id": r.id, "turn_id": r.turn_id, "kind": r.kind,
+                                   "correlation_id": r.correlation_id, "payload": r.payload,
+                                   "created_at": r.created_at.isoformat() if r.created_at
+                                   else None}, ensure_ascii=False, default=str))
+        else:
+            when = f"{r.created_at:%H:%M:%S}" if r.created_at else "-"
+            typer.echo(f"{when}  {r.kind:24} {r.turn_id:16} "
+                       f"{json.dumps(r.payload, ensure_ascii=False, default=str)[:120]}")
