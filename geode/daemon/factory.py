@@ -37,6 +37,7 @@ from geode.loop.events import EventSink
 from geode.loop.resume import dangling_calls, repair_dangling
 from geode.loop.system_prompt import SystemPromptSources, build_system_prompt
 from geode.policy import MODE_POLICIES, Mode, SessionScope, session_scope
+from geode.providers._clients import ClientCache
 from geode.providers.base import BaseProvider
 from geode.providers.catalog import PROVIDERS, ModelRef, resolve_model
 from geode.providers.factory import build_provider
@@ -155,6 +156,8 @@ class Runtime:
         self.registry = ToolRegistry()
         for t in tools if tools is not None else builtin_tools():
             self.registry.register(t)
+        #: one SDK client per model endpoint, shared by every session, closed with the runtime
+        self.clients = ClientCache()
         self._memory_receipts = MemoryReceiptStore()
         self._memory_timeline = MemoryTimeline()
 
@@ -187,6 +190,7 @@ class Runtime:
         await self.observers.drain()  # let ledger rows land before the process ends
         if self.mcp is not None:
             await self.mcp.aclose()
+        await self.clients.aclose()
         if self.store is not None:
             await self.store.aclose()
 
@@ -212,7 +216,8 @@ class Runtime:
         )
         api_key = self.secrets.get(key_env) if key_env else None
         return build_provider(
-            ref, api_key=api_key, base_url=base_url, timeout=self.settings.model.request_timeout_s
+            ref, api_key=api_key, base_url=base_url,
+            timeout=self.settings.model.request_timeout_s, clients=self.clients,
         )
 
     # -- sessions --------------------------------------------------------------------------

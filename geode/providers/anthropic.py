@@ -53,6 +53,9 @@ class AnthropicProvider(BaseProvider):
         base_url: API root, e.g. ``https://api.anthropic.com`` or a proxy / fake server.
         timeout: seconds per network read/write.
         provider_name: name used in errors and logs.
+        client: a shared SDK client (:class:`~geode.providers._clients.ClientCache`); the
+            cache owns it, so :meth:`aclose` leaves it open. Without one the adapter builds
+            and owns its own.
     """
 
     def __init__(
@@ -62,11 +65,13 @@ class AnthropicProvider(BaseProvider):
         base_url: str | None = None,
         timeout: float = 120.0,
         provider_name: str = "anthropic",
+        client: anthropic.AsyncAnthropic | None = None,
     ) -> None:
         self.name = provider_name
         # max_retries=0: retries are the loop's explicit policy (geode.providers.retry),
         # never hidden inside the SDK where they would double the bound.
-        self._client = anthropic.AsyncAnthropic(
+        self._owns_client = client is None
+        self._client = client or anthropic.AsyncAnthropic(
             api_key=api_key,
             base_url=base_url,
             timeout=_make_timeout(timeout),
@@ -74,7 +79,8 @@ class AnthropicProvider(BaseProvider):
         )
 
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._owns_client:
+            await self._client.close()
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         try:

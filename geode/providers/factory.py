@@ -6,9 +6,14 @@ the config file, then calls :func:`build_provider`; nothing here reads ``os.envi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from geode.errors import ConfigError
 from geode.providers.base import BaseProvider
 from geode.providers.catalog import PROVIDERS, ModelRef
+
+if TYPE_CHECKING:
+    from geode.providers._clients import ClientCache
 
 __all__ = ["LOCAL_SERVER_KEY", "build_provider"]
 
@@ -17,7 +22,12 @@ LOCAL_SERVER_KEY = "not-needed"
 
 
 def build_provider(
-    ref: ModelRef, *, api_key: str | None, base_url: str | None, timeout: float = 120.0
+    ref: ModelRef,
+    *,
+    api_key: str | None,
+    base_url: str | None,
+    timeout: float = 120.0,
+    clients: ClientCache | None = None,
 ) -> BaseProvider:
     """The adapter that serves ``ref``.
 
@@ -26,6 +36,8 @@ def build_provider(
         api_key: the provider's key, or None when not configured.
         base_url: endpoint override, or None for the provider's default.
         timeout: seconds per network read/write.
+        clients: the process's shared SDK clients; the adapter uses the one for its
+            endpoint and credential (built on first use). None: the adapter owns a client.
 
     Raises:
         ConfigError: the key is required and missing (the message names the variable), or
@@ -63,8 +75,14 @@ def build_provider(
         from geode.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(
-            api_key=key, base_url=url, timeout=timeout, provider_name=info.name
+            api_key=key, base_url=url, timeout=timeout, provider_name=info.name,
+            client=clients.anthropic(api_key=key, base_url=url, timeout=timeout)
+            if clients is not None else None,
         )
     from geode.providers.openai_compat import OpenAICompatProvider
 
-    return OpenAICompatProvider(provider_name=info.name, api_key=key, base_url=url, timeout=timeout)
+    return OpenAICompatProvider(
+        provider_name=info.name, api_key=key, base_url=url, timeout=timeout,
+        client=clients.openai(api_key=key, base_url=url, timeout=timeout)
+        if clients is not None else None,
+    )

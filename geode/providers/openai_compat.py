@@ -60,6 +60,9 @@ class OpenAICompatProvider(BaseProvider):
         token_limit_field: request field for ``max_tokens``. OpenAI's current models only
             accept ``max_completion_tokens``; most compatible servers only ``max_tokens``.
             Default: the former for ``openai`` on api.openai.com, else the latter.
+        client: a shared SDK client (:class:`~geode.providers._clients.ClientCache`); the
+            cache owns it, so :meth:`aclose` leaves it open. Without one the adapter builds
+            and owns its own.
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class OpenAICompatProvider(BaseProvider):
         base_url: str | None = None,
         timeout: float = 120.0,
         token_limit_field: TokenLimitField | None = None,
+        client: openai.AsyncOpenAI | None = None,
     ) -> None:
         self.name = provider_name
         if token_limit_field is None:
@@ -78,8 +82,9 @@ class OpenAICompatProvider(BaseProvider):
                 "max_completion_tokens" if provider_name == "openai" and official else "max_tokens"
             )
         self._token_field: TokenLimitField = token_limit_field
+        self._owns_client = client is None
         # max_retries=0: retries are the loop's explicit policy (geode.providers.retry).
-        self._client = openai.AsyncOpenAI(
+        self._client = client or openai.AsyncOpenAI(
             api_key=api_key,
             base_url=base_url,
             timeout=openai.Timeout(timeout, connect=min(10.0, timeout)),
@@ -87,7 +92,8 @@ class OpenAICompatProvider(BaseProvider):
         )
 
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._owns_client:
+            await self._client.close()
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         try:

@@ -139,6 +139,7 @@ class FakeModelServer(abc.ABC):
         self.default_text = default_text
         self.models = list(models)
         self.requests: list[RecordedRequest] = []
+        self._peers: dict[tuple[str, int], None] = {}
         self._script: deque[Reply] = deque()
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
@@ -199,6 +200,11 @@ class FakeModelServer(abc.ABC):
     def clear_script(self) -> None:
         """Drop the scripted replies not yet consumed."""
         self._script.clear()
+
+    @property
+    def connections(self) -> list[tuple[str, int]]:
+        """Client (host, port) of each TCP connection that sent a request, in first-use order."""
+        return list(self._peers)
 
     @property
     def generate_requests(self) -> list[RecordedRequest]:
@@ -300,6 +306,11 @@ class FakeModelServer(abc.ABC):
         except ValueError:
             body = raw.decode("utf-8", "replace")
         headers = {k.lower(): v for k, v in request.headers.items()}
+        transport = request.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        if peer is not None:
+            # A client's source port names its connection: a pooled connection keeps it.
+            self._peers.setdefault((str(peer[0]), int(peer[1])), None)
         self.requests.append(RecordedRequest(request.method, request.path, headers, body))
         return body
 
