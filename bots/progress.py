@@ -25,7 +25,7 @@ from bots.events import ReplyTarget
 from bots.format import Chunk
 from bots.outbound import Outbox, OutboxRow
 from bots.sessions import MessageIndex
-from geode.loop import LoopEvent
+from geode.loop import LoopEvent, model_wait_text
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -60,6 +60,8 @@ class ProgressReporter:
         self._index = index
         self.message_id: str | None = row.progress_message_id
         self.lines: list[str] = []
+        #: "waiting for the model (42 s, attempt 2/4)" while a model call is silent
+        self.waiting: str | None = None
         self._last_edit = 0.0
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -101,7 +103,10 @@ class ProgressReporter:
         await self.outbox.run_write(record)
 
     async def on_event(self, event: LoopEvent) -> None:
-        if event.kind == "tool_call":
+        note = model_wait_text(event.kind, event.data) if event.kind == "model_waiting" else None
+        if note is not None or (self.waiting is not None and event.kind == "model_response"):
+            self.waiting = note  # shown until the model answers
+        elif event.kind == "tool_call":
             self.lines.append(f"🔧 {event.data.get('name', '?')}")
         elif event.kind == "tool_result":
             status = str(event.data.get("status", ""))
@@ -119,7 +124,8 @@ class ProgressReporter:
         shown = self.lines[-_MAX_LINES:]
         more = len(self.lines) - len(shown)
         head = [WORKING] + ([f"… {more} earlier"] if more else [])
-        return "\n".join(head + shown)
+        tail = [f"⌛ {self.waiting}"] if self.waiting else []
+        return "\n".join(head + shown + tail)
 
     async def _edit_loop(self) -> None:
         while True:

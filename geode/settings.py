@@ -61,6 +61,10 @@ class ModelSettings(_Section):
     max_tokens: int = 8192
     request_timeout_s: float = 120.0
     max_retries: int = 4
+    #: one model call, all its retries and their waits included, gives up after this
+    call_deadline_s: float = Field(default=300.0, gt=0)
+    #: "waiting for the model (42 s, attempt 2/4)" after this many seconds of silence
+    waiting_notice_s: float = Field(default=5.0, gt=0)
     #: USD per million tokens, [input, output], by model id; needed for a cost budget
     prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
 

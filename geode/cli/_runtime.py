@@ -9,7 +9,7 @@ from pathlib import Path
 from geode.cli import _state
 from geode.daemon.factory import Runtime, SessionContext
 from geode.logging import configure_logging
-from geode.loop import LoopEvent, TurnResult
+from geode.loop import LoopEvent, TurnResult, model_wait_text
 from geode.policy import Mode
 from geode.settings import Settings, load_settings
 
@@ -41,8 +41,19 @@ def load(cwd: Path | None = None) -> tuple[Settings, object]:
     return settings, secrets
 
 
+async def _print_wait(ev: LoopEvent) -> None:
+    note = model_wait_text(ev.kind, ev.data)
+    if note is not None:  # on stderr: stdout carries only the answer (or --json)
+        sys.stderr.write(f"{note}\n")
+        sys.stderr.flush()
+
+
 async def _print_event(ev: LoopEvent) -> None:
-    if ev.kind == "text_delta":
+    if model_wait_text(ev.kind, ev.data) is not None:
+        sys.stdout.flush()
+        sys.stderr.write("\n")  # after streamed text, the note starts its own line
+        await _print_wait(ev)
+    elif ev.kind == "text_delta":
         sys.stdout.write(ev.data.get("text", ""))
         sys.stdout.flush()
     elif ev.kind == "tool_call":
@@ -85,7 +96,8 @@ async def run_once(opts: RunOptions) -> TurnResult:
                 time_budget_s=opts.time_budget_s,
                 provider=provider,
                 stream=opts.stream,
-                on_event=_print_event if opts.stream else None,
+                # a stalled model shows "waiting for the model" even without --stream
+                on_event=_print_event if opts.stream else _print_wait,
             )
         )
         return await session.run(opts.prompt)

@@ -84,10 +84,10 @@ def run(
     result = asyncio.run(run_once(opts))
     if json_out:
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
-    elif not opts.stream:
-        typer.echo(result.text)
-    else:
+    elif opts.stream:
         typer.echo("")
+    elif not result.text_is_note:  # a failed turn's reason is printed once, below
+        typer.echo(result.text)
     if not result.ok and not json_out:
         typer.echo(f"[{result.termination.value}] {result.detail}", err=True)
     raise typer.Exit(0 if result.ok else 1)

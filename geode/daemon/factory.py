@@ -256,6 +256,8 @@ class Runtime:
             repeated_error_limit=loop.repeated_error_limit,
             repair_budget=loop.repair_budget,
             max_tokens=min(self.settings.model.max_tokens, ref.max_output or 8192),
+            model_call_deadline_s=self.settings.model.call_deadline_s,
+            waiting_notice_s=self.settings.model.waiting_notice_s,
         )
 
     async def open_session(self, ctx: SessionContext) -> Session:

@@ -1,7 +1,7 @@
 """The agent loop: one user turn in six phases (input, call, model, tools, observe, finish)."""
 
 from geode.loop.agent_loop import AgenticLoop, TurnResult
-from geode.loop.events import EventSink, LoopEvent
+from geode.loop.events import EventSink, LoopEvent, model_wait_text
 from geode.loop.protocols import (
     BatchSaveFailed,
     Checkpointer,
@@ -37,4 +37,5 @@ __all__ = [
     "TurnResult",
     "Verifier",
     "VerifyOutcome",
+    "model_wait_text",
 ]

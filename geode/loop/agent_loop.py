@@ -35,6 +35,9 @@ class TurnResult:
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
     detail: str = ""
+    #: ``text`` is no answer of the model but the loop's note on why the turn ended (which
+    #: a terminal already shows from ``termination`` and ``detail``)
+    text_is_note: bool = False
 
     @property
     def ok(self) -> bool:
@@ -115,7 +118,8 @@ class AgenticLoop:
 
     async def _finalize(self, state: RunState, finish: Finish) -> TurnResult:
         text = finish.text
-        if finish.reason not in SUCCESS_REASONS and not text:
+        text_is_note = finish.reason not in SUCCESS_REASONS and not text
+        if text_is_note:
             text = _explain(finish)
         self.messages = state.messages
         if (
@@ -140,6 +144,7 @@ class AgenticLoop:
             usage=state.usage,
             cost_usd=state.cost_usd,
             detail=finish.detail,
+            text_is_note=text_is_note,
         )
         self.last_result = result
         await emit(

@@ -1,10 +1,20 @@
-"""Phase 3 — call the provider bound in the snapshot, with the bounded retry policy."""
+"""Phase 3 — call the provider bound in the snapshot, with the bounded retry policy.
+
+A model call is never silent for long: while nothing has come from the model for
+``waiting_notice_s`` (a stalled endpoint, a retry's backoff), a ``model_waiting`` event says
+how long the call has taken and which attempt is running, again every ``waiting_notice_s``;
+each retry is a ``model_retry`` event. The whole call, retries and waits included, ends at
+``model_call_deadline_s``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-
-import structlog
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 
 from geode.errors import ModelError
 from geode.loop._util import emit
@@ -18,15 +28,56 @@ from geode.providers.retry import call_with_retry
 
 __all__ = ["call_provider"]
 
-log = structlog.get_logger(__name__)
+
+@dataclass(kw_only=True)
+class _CallWatch:
+    """One model call's progress, as the waiting notices report it."""
+
+    started: float = field(default_factory=time.monotonic)
+    #: last sign of life: the call's start, a streamed event, a retry
+    heard_at: float = field(default_factory=time.monotonic)
+    attempt: int = 1
+    retry_error: ModelError | None = None
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
 
 
-async def _once(deps: RunDeps, step: CallModel) -> ModelResponse:
+async def _notify_while_waiting(deps: RunDeps, watch: _CallWatch, every: float) -> None:
+    last_notice = watch.started
+    while True:
+        due = max(watch.heard_at, last_notice) + every
+        delay = due - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+            continue
+        last_notice = time.monotonic()
+        await emit(deps, "model_waiting", elapsed_s=round(watch.elapsed()),
+                   attempt=watch.attempt, max_attempts=deps.retry.max_attempts)
+
+
+@asynccontextmanager
+async def _waiting_notices(deps: RunDeps, watch: _CallWatch) -> AsyncIterator[None]:
+    every = deps.limits.waiting_notice_s
+    if every is None or every <= 0 or deps.on_event is None:
+        yield
+        return
+    task = asyncio.create_task(_notify_while_waiting(deps, watch, every))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _once(deps: RunDeps, step: CallModel, watch: _CallWatch) -> ModelResponse:
     snap = step.snapshot
     if not deps.stream:
         return await snap.provider.complete(snap.request)
     final: ModelResponse | None = None
     async for ev in snap.provider.stream(snap.request):
+        watch.heard_at = time.monotonic()
         if ev.kind == "text_delta" and ev.text:
             await emit(deps, "text_delta", text=ev.text)
         elif ev.kind == "done":
@@ -46,16 +97,39 @@ def _cost(deps: RunDeps, usage: Usage) -> float:
 async def call_provider(
     deps: RunDeps, state: RunState, step: CallModel
 ) -> RunTools | Verify | PrepareCall | Finish:
+    watch = _CallWatch()
+
+    # call_with_retry logs each retry (one line); here it only becomes an event.
     def on_retry(err: ModelError, attempt: int, delay: float) -> None:
-        log.warning("model call retry", kind=err.kind, attempt=attempt, delay=round(delay, 2))
+        watch.retry_error = err
+
+    async def backoff(delay: float) -> None:
+        err = watch.retry_error
+        watch.attempt += 1
+        watch.heard_at = time.monotonic()
+        await emit(deps, "model_retry", error=err.kind if err else "", delay_s=round(delay, 1),
+                   attempt=watch.attempt, max_attempts=deps.retry.max_attempts)
+        await asyncio.sleep(delay)
 
     left = remaining_time(deps, state)
+    deadline = deps.limits.model_call_deadline_s
+    by_deadline = deadline is not None and (left is None or deadline < left)
     try:
-        async with asyncio.timeout(left):
+        async with _waiting_notices(deps, watch), asyncio.timeout(
+            deadline if by_deadline else left
+        ):
             response = await call_with_retry(
-                lambda: _once(deps, step), policy=deps.retry, on_retry=on_retry
+                lambda: _once(deps, step, watch), policy=deps.retry, on_retry=on_retry,
+                sleep=backoff,
             )
     except TimeoutError:
+        if by_deadline:
+            return Finish(
+                TerminationReason.MODEL_ERROR,
+                detail=f"no answer from the model within {deadline:g} s "
+                f"(attempt {watch.attempt}/{deps.retry.max_attempts}; "
+                "[model] call_deadline_s sets this limit)",
+            )
         return Finish(
             TerminationReason.TIME_BUDGET, detail="time budget ran out during a model call"
         )

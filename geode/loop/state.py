@@ -31,6 +31,11 @@ class LoopLimits:
     repeated_error_limit: int = 3
     repair_budget: int = 2
     max_tokens: int = 8192
+    #: one model call, retries and their waits included, ends after this many seconds
+    model_call_deadline_s: float | None = 300.0
+    #: a ``model_waiting`` event after this many seconds without a sign from the model,
+    #: and again every as many seconds (None: never)
+    waiting_notice_s: float | None = 5.0
 
 
 @dataclass(frozen=True, kw_only=True)

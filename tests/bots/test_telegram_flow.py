@@ -104,3 +104,20 @@ async def test_forum_topic_is_a_thread(make_stack, fake):
     sid = f"telegram:123456:{CHAT2}:{topic}"
     restored = await stack.store.checkpointer(sid).load()
     assert len(user_messages(restored.messages)) == 2
+
+
+async def test_a_slow_model_call_shows_in_the_progress_message(make_stack, fake, home):
+    """Issue #23 item 3: the progress message says the model is being waited for (then the
+    answer replaces it as usual)."""
+    (home / "config.toml").write_text("[model]\nwaiting_notice_s = 0.2\n")
+    stack = make_stack(provider=ScriptedProvider([echo], repeat_last=True, latency=1.5))
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot take your time", from_user=42)
+    await fake.wait_until(
+        lambda: any("waiting for the model (" in (s.plain_text or "") for s in fake.sent),
+        within=30,
+    )
+    await fake.wait_until(lambda: finals(fake, "answer to: take your time"), within=30)
+    note = next(s.plain_text for s in fake.sent if "waiting for the model" in (s.plain_text or ""))
+    assert note.startswith("⏳ Working…") and "attempt 1/" in note
+    assert bot_texts(fake) == ["answer to: take your time"]

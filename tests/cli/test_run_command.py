@@ -163,3 +163,24 @@ async def test_deny_tool_flag_denies_at_runtime(tmp_path: Path, workspace: Path)
     assert code == 0, err
     calls = json.loads(out)["tool_calls"]
     assert {"name": "read_file", "status": "denied"} in calls
+
+
+async def test_a_stalled_model_shows_a_waiting_line_then_the_error_once(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """Issue #23 item 3: never silent for long. The notice interval is shortened (the
+    default's bound, 5 s, is checked in tests/loop); the test waits for the line itself,
+    not for a time."""
+    async with FakeAnthropicServer() as srv:
+        srv.enqueue_text("too late", delay=3600)
+        env = _env(tmp_path / "home", ANTHROPIC_API_KEY=PLANTED, ANTHROPIC_BASE_URL=srv.base_url,
+                   GEODE_MODEL__WAITING_NOTICE_S="0.5", GEODE_MODEL__CALL_DEADLINE_S="3")
+        code, out, err = await geode("run", "hi", env=env, cwd=workspace)
+    assert code == 1
+    waiting = [line for line in err.splitlines() if line.startswith("waiting for the model (")]
+    assert waiting, err
+    assert waiting[0].endswith(", attempt 1/4)")
+    # the final error once, on stderr; stdout carries no copy of it
+    assert err.count("no answer from the model within 3 s") == 1, err
+    assert "no answer from the model" not in out
+    assert "Traceback" not in err

@@ -312,3 +312,80 @@ def test_every_reason_has_a_test(reason: TerminationReason) -> None:
 
     source = inspect.getsource(sys.modules[__name__])
     assert f"TerminationReason.{reason.name}" in source
+
+
+# -- never silent for long (issue #23 item 3) ------------------------------------------------
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+        self.waiting = asyncio.Event()
+
+    async def __call__(self, ev: Any) -> None:
+        self.seen.append((ev.kind, dict(ev.data)))
+        if ev.kind == "model_waiting":
+            self.waiting.set()
+
+    def kinds(self, kind: str) -> list[dict[str, Any]]:
+        return [d for k, d in self.seen if k == kind]
+
+
+async def test_a_stalled_model_call_says_it_is_waiting_and_ends_at_its_deadline() -> None:
+    events = Events()
+    provider = ScriptedProvider(["never arrives"], latency=3600)
+    loop = make_loop(
+        [], provider=provider, on_event=events,
+        limits=LoopLimits(model_call_deadline_s=0.5, waiting_notice_s=0.1),
+        retry=RetryPolicy(max_attempts=4),
+    )
+    result = await loop.run("hello?")
+    waiting = events.kinds("model_waiting")
+    assert waiting, "no waiting notice while the model stalled"
+    assert waiting[0]["attempt"] == 1 and waiting[0]["max_attempts"] == 4
+    assert result.termination == TerminationReason.MODEL_ERROR
+    assert "no answer from the model within 0.5 s" in result.detail
+    assert "call_deadline_s" in result.detail
+
+
+async def test_the_time_budget_still_wins_when_it_is_shorter_than_the_call_deadline() -> None:
+    provider = ScriptedProvider(["late"], latency=3600)
+    loop = make_loop([], provider=provider,
+                     limits=LoopLimits(time_budget_s=0.2, model_call_deadline_s=30))
+    result = await loop.run("hurry")
+    assert result.termination == TerminationReason.TIME_BUDGET
+
+
+async def test_each_retry_is_one_event_and_one_log_line() -> None:
+    from structlog.testing import capture_logs
+
+    events = Events()
+    provider = ScriptedProvider(
+        [ModelError("busy", kind="overloaded"), ModelError("busy", kind="overloaded"), "ok"]
+    )
+    loop = make_loop([], provider=provider, on_event=events,
+                     retry=RetryPolicy(max_attempts=4, base_delay=0.0, max_delay=0.0))
+    with capture_logs() as logs:
+        result = await loop.run("hi")
+    assert result.ok
+    retries = events.kinds("model_retry")
+    assert [(r["attempt"], r["error"]) for r in retries] == [(2, "overloaded"), (3, "overloaded")]
+    retry_lines = [e for e in logs if "retry" in str(e.get("event", ""))]
+    assert len(retry_lines) == 2, retry_lines
+
+
+def test_the_waiting_notice_comes_within_five_seconds_by_default() -> None:
+    from geode.settings import ModelSettings
+
+    assert LoopLimits().waiting_notice_s is not None and LoopLimits().waiting_notice_s <= 5
+    assert ModelSettings().waiting_notice_s <= 5
+    assert ModelSettings().call_deadline_s > 0
+
+
+def test_the_waiting_text_is_the_same_everywhere() -> None:
+    from geode.loop import model_wait_text
+
+    assert model_wait_text(
+        "model_waiting", {"elapsed_s": 42, "attempt": 2, "max_attempts": 4}
+    ) == "waiting for the model (42 s, attempt 2/4)"
+    assert model_wait_text("tool_call", {}) is None
