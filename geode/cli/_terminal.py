@@ -61,8 +61,26 @@ async def read_line(read: Callable[[], str]) -> str:
     return await fut
 
 
-def print_event(kind: str, data: dict[str, Any], *, streamed: bool) -> None:
-    if kind == "text_delta":
+def print_event(
+    kind: str, data: dict[str, Any], *, streamed: bool, retries: bool = False,
+    notes_only: bool = False,
+) -> None:
+    """Print one loop event: text on stdout, tools and model waits on stderr.
+
+    ``retries``: also print each model retry (``ask``: the daemon's log line is not in this
+    terminal; in-process, the retry's log line already is). ``notes_only``: only the model
+    waits (``--json`` keeps stdout for its object).
+    """
+    from geode.loop import model_wait_text
+
+    note = model_wait_text(kind, data) if kind == "model_waiting" or retries else None
+    if note is not None:
+        sys.stdout.flush()
+        sys.stderr.write(f"{note}\n")
+        sys.stderr.flush()
+    elif notes_only:
+        return
+    elif kind == "text_delta":
         sys.stdout.write(str(data.get("text", "")))
         sys.stdout.flush()
     elif kind == "assistant_text" and not streamed:

@@ -80,9 +80,10 @@ async def _ask(sock: Path, frame: dict[str, Any], *, json_out: bool, jsonl: bool
             if jsonl:
                 typer.echo(json.dumps(msg, ensure_ascii=False))
             kind = msg.get("type")
-            if kind == "event" and not jsonl and not json_out:
+            if kind == "event" and not jsonl:
                 print_event(str(msg.get("kind")), dict(msg.get("data") or {}),
-                             streamed=bool(frame.get("stream")))
+                            streamed=bool(frame.get("stream")), retries=True,
+                            notes_only=json_out)
             elif kind == "approval_request":
                 answer = await terminal_answer(
                     str(msg.get("tool")), msg.get("input"), str(msg.get("reason", "")),

@@ -166,3 +166,25 @@ async def _wait_turn_started(home: Path, sid: str) -> None:
                 return
             await asyncio.sleep(0.05)
     raise AssertionError("the REPL's turn never started")
+
+
+def test_ask_and_repl_say_they_are_waiting_for_a_slow_model(home: Path) -> None:
+    """Issue #23 item 3: a silent model call shows "waiting for the model" in the terminal
+    of `ask` (relayed by the daemon) and of `repl` (the notice interval is shortened)."""
+    script = write_script(home / "slow.json", ["slow answer"], latency=1.5)
+    fast = {"GEODE_MODEL__WAITING_NOTICE_S": "0.2"}
+    serve = start_serve(home, script=script, **fast)
+    try:
+        done = geode(home, "ask", "take your time")
+        assert done.returncode == 0, done.stderr
+        assert "waiting for the model (" in done.stderr
+        assert "slow answer" in done.stdout and "waiting" not in done.stdout
+        as_json = geode(home, "ask", "--json", "again")
+        assert json.loads(as_json.stdout)["text"] == "slow answer"  # stdout: the object only
+        assert "waiting for the model (" in as_json.stderr
+    finally:
+        assert serve.stop() == 0, serve.output()
+    done = geode(home, "repl", "--cwd", str(home), stdin="take your time\n/exit\n",
+                 GEODE_SCRIPTED_MODEL=str(script), **fast)
+    assert done.returncode == 0, done.stderr
+    assert "waiting for the model (" in done.stderr
