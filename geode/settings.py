@@ -146,6 +146,9 @@ class Settings(BaseSettings):
     hooks: dict[str, list[HookCommand]] = Field(default_factory=dict)
     log_level: str = "WARNING"
     log_json: bool = False
+    #: where /healthz, /readyz and /metrics listen: loopback on bare metal, "0.0.0.0" in a container
+    #: (the image sets GEODE_HEALTH_HOST) so the published port reaches it
+    health_host: str = "127.0.0.1"
     health_port: int = 8787
     #: testing aids (see geode.testing.crashpoints); never set in production
     test_pause_at: str | None = None

@@ -1,7 +1,11 @@
-"""``geode doctor``: every check says what it found and, when it fails, how to fix it."""
+"""``geode doctor``: every check says what it found and, when it fails, how to fix it.
+
+A command in the advice is in backticks and runs as shown (no placeholders inside backticks; the
+tests run each one)."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,7 +44,7 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
         _line(
             None,
             "no config.toml found (defaults in use)",
-            f"copy config/config.example.toml to {home / 'config.toml'}",
+            "run `geode init` (writes a commented config.toml and an empty .env)",
         )
     try:
         settings, secrets = load_settings(cwd=cwd)
@@ -70,13 +74,14 @@ def _check_model(settings: Settings, secrets: Secrets) -> int:
                 False,
                 f"credential {info.key_env} is not set",
                 f"export {info.key_env}=... or add it to {settings.home / '.env'}; "
-                "or try the offline demo: geode run --demo 'hello'",
+                "or try the offline demo: `geode run --demo 'hello'`",
             )
         elif info.key_env:
             _line(True, f"credential {info.key_env} is set")
     except GeodeError as exc:
         failures += 1
-        _line(False, f"default model: {exc}", "set [model] default in config.toml or GEODE_MODEL")
+        _line(False, f"default model: {exc}",
+              "set [model] default in config.toml or GEODE_MODEL; `geode models` lists the ids")
     for name, info in sorted(PROVIDERS.items()):
         if info.key_env and name != "scripted":
             present = bool(secrets.get(info.key_env))
@@ -121,7 +126,7 @@ def _check_channels(settings: Settings, secrets: Secrets) -> int:
         _line(
             bool(bound) or None,
             f"channel {platform}: {len(bound)} binding(s)",
-            f'add [[bindings]] platform = "{platform}" channel = "..." to config.toml',
+            f"add one: geode bindings add {platform} CHANNEL_ID (see `geode bindings add --help`)",
         )
     return failures
 
@@ -144,7 +149,8 @@ async def _check_mcp(settings: Settings, secrets: Secrets, cwd: Path) -> int:
         _line(
             None,
             f"project MCP server {name!r} is not trusted and will not run",
-            f"review {cwd / '.geode' / 'config.toml'}, then run `geode trust {cwd}`",
+            f"review {cwd / '.geode' / 'config.toml'}, "
+            f"then run `geode trust {shlex.quote(str(cwd))}`",
         )
     return failures
 

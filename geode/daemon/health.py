@@ -1,4 +1,4 @@
-"""HTTP health endpoint of ``geode serve``, on loopback only (aiohttp).
+"""HTTP health endpoint of ``geode serve`` (aiohttp), on ``health_host`` (default loopback).
 
 * ``GET /healthz`` — liveness: 200 while the event loop answers.
 * ``GET /readyz`` — readiness: 200 when the store answers a ping within 2 s, every

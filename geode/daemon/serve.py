@@ -142,6 +142,7 @@ class Daemon:
                 checks={"store": self._store_ready, "connectors": self._connectors_ready,
                         "intake": self._intake_ready},
                 port=self.settings.health_port,
+                host=self.settings.health_host,
             )
             await self.health.start()
             for c in self.connectors:
@@ -344,10 +345,13 @@ def secrets_token() -> str:
 def describe(daemon: Daemon) -> Sequence[str]:
     """Lines printed when ``geode serve`` is up."""
     port = daemon.health.port if daemon.health else daemon.settings.health_port
+    host = daemon.settings.health_host
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else f"[{host}]" if ":" in host else host
     store = daemon.runtime.store if daemon.runtime else None
     return [
         f"geode serve: socket {daemon.socket_path}",
-        f"  health  http://127.0.0.1:{port}/healthz  /readyz  /metrics",
+        f"  health  http://{shown}:{port}/healthz  /readyz  /metrics"
+        + (f"  (listening on {host})" if shown != host else ""),
         f"  store   {store.where if store is not None else '-'}",
         f"  lanes   global {daemon.lanes.global_cap}, "
         + ", ".join(f"{k} {v}" for k, v in daemon.lanes.caps.items()),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -38,3 +40,34 @@ def test_all_good_is_exit_0(tmp_path: Path) -> None:
     proc = _doctor(home, tmp_path, ANTHROPIC_API_KEY="sk-ant-api03-doctortest0123456789")
     assert proc.returncode == 0, proc.stdout
     assert "all checks passed" in proc.stdout
+
+
+def _advice_commands(out: str) -> list[str]:
+    """Every backticked command in the doctor's advice lines (``→ ...``)."""
+    cmds: list[str] = []
+    for line in out.splitlines():
+        if line.strip().startswith("→"):
+            cmds += re.findall(r"`([^`]+)`", line)
+    return cmds
+
+
+def test_advice_runs_verbatim_and_fixes_what_it_names(tmp_path: Path) -> None:
+    home = tmp_path / "home"  # a new operator: nothing there yet
+    first = _doctor(home, tmp_path)
+    commands = _advice_commands(first.stdout)
+    assert "geode init" in commands, first.stdout
+    assert "geode run --demo 'hello'" in commands, first.stdout
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {k: v for k, v in os.environ.items()
+           if not k.endswith("_API_KEY") and not k.startswith("GEODE_")}
+    env.update(GEODE_HOME=str(home), PYTHONPATH=repo)
+    for command in commands:
+        argv = shlex.split(command)
+        assert argv[0] == "geode", command
+        done = subprocess.run([sys.executable, "-m", "geode", *argv[1:]], cwd=tmp_path, env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert done.returncode == 0, f"`{command}` exited {done.returncode}:\n{done.stderr}"
+    again = _doctor(home, tmp_path)
+    assert "no config.toml found" not in again.stdout
+    assert f"config: {home / 'config.toml'}" in again.stdout

@@ -1,0 +1,86 @@
+"""``geode init``: a commented ``config.toml`` and an empty ``.env`` (mode 0600) in ``$GEODE_HOME``.
+
+The config is the example shipped inside the package (``geode/cli/config.example.toml``, a link
+to ``config/config.example.toml`` in the repository, copied into the wheel), so a pip-installed
+GEODE has it too. Existing files are kept: ``.env`` always (it holds secrets), ``config.toml``
+unless ``--force`` or a "yes" at the terminal. Without a terminal nothing is asked.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from geode.cli.app import app
+
+_ENV_TEMPLATE = """\
+# Secrets for GEODE: one NAME=value per line. Keep this file mode 0600; never commit it.
+# GEODE reads it itself (the process environment wins over it), e.g.:
+# ANTHROPIC_API_KEY=sk-ant-...
+# OPENAI_API_KEY=...
+# TELEGRAM_BOT_TOKEN=...
+"""
+
+
+def example_config() -> str:
+    """The commented example configuration shipped with GEODE."""
+    return resources.files("geode.cli").joinpath("config.example.toml").read_text(encoding="utf-8")
+
+
+@app.command()
+def init(
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Replace an existing config.toml (.env is never replaced)."),
+    ] = False,
+) -> None:
+    """Write a commented config.toml and an empty .env (mode 0600) into $GEODE_HOME."""
+    from geode.settings import geode_home
+
+    home = geode_home()
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    config = home / "config.toml"
+    if config.exists() and not force and not _confirm(f"{config} exists; replace it?"):
+        typer.echo(f"kept   {config}")
+    else:
+        _write(config, example_config(), mode=0o644)
+        typer.echo(f"wrote  {config}")
+    env = home / ".env"
+    if env.exists():
+        if env.stat().st_mode & 0o077:
+            env.chmod(0o600)
+            typer.echo(f"kept   {env} (mode set to 0600: others could read it)")
+        else:
+            typer.echo(f"kept   {env}")
+    else:
+        _write(env, _ENV_TEMPLATE, mode=0o600)
+        typer.echo(f"wrote  {env} (mode 0600)")
+    typer.echo("next:  put a provider key (e.g. ANTHROPIC_API_KEY=...) in that .env, then run "
+               "`geode doctor`; `geode serve --demo` runs offline as it is")
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():  # scripts, CI, containers: never ask, never replace
+        return False
+    return typer.confirm(question, default=False)
+
+
+def _write(path: Path, text: str, *, mode: int) -> None:
+    """Write ``text`` with ``mode`` from the first byte on (a secret file is never briefly 0644)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.fchmod(fd, mode)  # the umask may have taken bits away; set exactly what we mean
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fd = -1  # the file object owns it now
+            fh.write(text)
+        os.replace(tmp, path)
+    finally:
+        if fd != -1:
+            os.close(fd)
+        tmp.unlink(missing_ok=True)

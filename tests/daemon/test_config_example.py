@@ -1,0 +1,23 @@
+"""config/config.example.toml, copied as it is, starts `geode serve --demo`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.request
+from pathlib import Path
+
+from tests.daemon.conftest import REPO, start_serve
+
+
+def test_the_example_config_starts_serve_demo(home: Path) -> None:
+    shutil.copy(REPO / "config" / "config.example.toml", home / "config.toml")
+    # no token in the environment either: an enabled channel section would need one
+    serve = start_serve(home, args=("--demo",), TELEGRAM_BOT_TOKEN="", SLACK_BOT_TOKEN="",
+                        DISCORD_BOT_TOKEN="")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{serve.port}/readyz", timeout=10) as r:
+            body = json.loads(r.read())
+        assert r.status == 200 and body["ready"] is True, body
+    finally:
+        assert serve.stop() == 0, serve.output()
