@@ -30,6 +30,7 @@ savepoint per job, one commit, and each caller told its own outcome after that c
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import concurrent.futures
 import contextlib
@@ -532,18 +533,39 @@ def _alembic_config(connection: Connection | None = None) -> Any:
 
 
 @functools.cache
-def _scripts() -> Any:
-    # Parsing the version files costs ~10 ms; they cannot change while we run.
-    from alembic.script import ScriptDirectory
-
-    return ScriptDirectory.from_config(_alembic_config())
+def _revisions() -> dict[str, tuple[str, ...]]:
+    """Each shipped migration's revision id and the ids it follows, read from the version
+    files without Alembic: opening a store that is already current (every start but the
+    first after an upgrade) then never imports Alembic (~0.1 s and ~6 MB). The files
+    cannot change while we run."""
+    out: dict[str, tuple[str, ...]] = {}
+    for path in sorted((_HERE / "migrations" / "versions").glob("*.py")):
+        values: dict[str, Any] = {}
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            target: ast.expr
+            if isinstance(node, ast.AnnAssign) and node.value is not None:
+                target, value = node.target, node.value
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0], node.value
+            else:
+                continue
+            if isinstance(target, ast.Name) and target.id in ("revision", "down_revision"):
+                values[target.id] = ast.literal_eval(value)
+        rev, down = values.get("revision"), values.get("down_revision")
+        if not isinstance(rev, str):
+            continue  # not a migration script
+        follows = (down,) if isinstance(down, str) else tuple(down or ())
+        out[rev] = follows
+    return out
 
 
 def head_revision() -> str:
     """The newest migration this GEODE ships."""
-    head: str | None = _scripts().get_current_head()
-    assert head is not None  # the package ships at least 0001
-    return head
+    revisions = _revisions()
+    followed = {d for downs in revisions.values() for d in downs}
+    heads = [r for r in revisions if r not in followed]
+    assert len(heads) == 1, f"the shipped migrations must have one head, not {heads}"
+    return heads[0]
 
 
 def _inspect_state(conn: Connection) -> tuple[set[str], str | None]:
@@ -617,10 +639,7 @@ async def _check_and_migrate(engine: AsyncEngine, url: URL, *, migrate: bool) ->
 
 
 def _known_revision(rev: str) -> bool:
-    try:
-        return _scripts().get_revision(rev) is not None
-    except Exception:  # alembic raises several types for an unknown id
-        return False
+    return rev in _revisions()
 
 
 def _first_line(exc: BaseException | None) -> str:

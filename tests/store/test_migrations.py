@@ -49,3 +49,18 @@ async def test_open_store_migrates_a_fresh_database(store: Store) -> None:
         diffs = await conn.run_sync(_diff(all_metadata()))
     assert version == head_revision()
     assert diffs == []
+
+
+def test_head_and_known_revisions_agree_with_alembic() -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from geode.store import engine
+
+    cfg = Config(str(engine._HERE / "alembic.ini"))
+    cfg.set_main_option("script_location", str(engine._HERE / "migrations"))
+    scripts = ScriptDirectory.from_config(cfg)
+    assert head_revision() == scripts.get_current_head()
+    assert set(engine._revisions()) == {s.revision for s in scripts.walk_revisions()}
+    assert all(engine._known_revision(s.revision) for s in scripts.walk_revisions())
+    assert not engine._known_revision("ffff")
