@@ -63,6 +63,25 @@ def configure_logging(
             ],
         )
     )
+    if lvl > logging.DEBUG:
+        handler.addFilter(_sdk_tracebacks_below_debug)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(lvl)
+
+
+#: SDK loggers whose errors GEODE reports itself, in its own words (a misbehaving MCP
+#: server is a ``[FAIL]`` line / an ``mcp server failed`` event, not the SDK's traceback)
+_QUIET_TRACEBACK_LOGGERS = ("mcp.",)
+
+
+def _sdk_tracebacks_below_debug(record: logging.LogRecord) -> bool:
+    """Keep the record, drop its traceback: the exception's one line is appended instead."""
+    if record.exc_info and record.name.startswith(_QUIET_TRACEBACK_LOGGERS):
+        exc = record.exc_info[1]
+        if exc is not None:
+            record.msg = f"{record.getMessage()} ({type(exc).__name__}: {exc})"
+            record.args = None
+        record.exc_info = None
+        record.exc_text = None
+    return True

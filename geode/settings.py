@@ -191,7 +191,8 @@ PROJECT_FORBIDDEN = frozenset(
 class _ProjectTomlSource(TomlConfigSettingsSource):
     def __call__(self) -> dict[str, Any]:
         data = super().__call__()
-        dropped = sorted(k for k in data if k in PROJECT_FORBIDDEN)
+        # [mcp] is not dropped: geode.mcp.trust reads it, and runs it once trusted
+        dropped = sorted(k for k in data if k in PROJECT_FORBIDDEN and k != "mcp")
         if dropped:
             import structlog
 

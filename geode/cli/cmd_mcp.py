@@ -44,19 +44,28 @@ def list_servers(
         list[Path] | None, typer.Option("--mcp-config", help="Extra MCP servers JSON file.")
     ] = None,
 ) -> None:
-    """Start the configured MCP servers once and show their state and tools."""
+    """Start the configured MCP servers once and show their state and tools (exit 1 when
+    any server failed)."""
+    from geode.cli import _state
+    from geode.logging import configure_logging
     from geode.mcp.manager import MCPServerManager
     from geode.settings import load_settings
 
     where = (cwd or Path.cwd()).resolve()
     settings, secrets = load_settings(cwd=where)
+    # The listing is the report: a failing server is one [FAIL] line, not that line plus
+    # the log's copy of it (--log-level brings the log back).
+    configure_logging(json=_state.LOG_JSON, level=_state.LOG_LEVEL or "CRITICAL")
     manager = MCPServerManager.from_settings(
         settings, secrets, extra_files=tuple(mcp_config or ()), project_dir=where
     )
 
-    async def probe() -> None:
+    async def probe() -> bool:
         try:
             tools = await manager.tools_for(None)
+        except Exception as exc:  # a misbehaving server never ends in a traceback here
+            typer.echo(f"[FAIL] starting the MCP servers: {type(exc).__name__}: {exc}")
+            return False
         finally:
             await manager.aclose()
         by_server: dict[str, list[str]] = {}
@@ -77,8 +86,9 @@ def list_servers(
                        f"(run `geode trust {where}`)")
         if not manager.servers and not manager.untrusted:
             typer.echo("no MCP servers configured")
+        return not any(name in manager.failures for name in manager.servers)
 
-    asyncio.run(probe())
+    raise typer.Exit(0 if asyncio.run(probe()) else 1)
 
 
 @app.command("trust")
@@ -93,6 +103,10 @@ def trust(
     from geode.settings import geode_home
 
     where = (directory or Path.cwd()).resolve()
+    if not where.is_dir():
+        from geode.errors import ConfigError
+
+        raise ConfigError(f"no such directory: {where}")
     section = project_mcp_section(where)
     home = geode_home()
     if section is not None:

@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -269,15 +270,37 @@ async def serve(
             # Loopback only: run_agent acts on this machine, so it is never exposed to a
             # network; the SDK adds Host/Origin checks against DNS rebinding for 127.0.0.1.
             starlette_app = server.streamable_http_app(host="127.0.0.1")
+            sock = _listen_loopback(port)
+            bound = int(sock.getsockname()[1])
             config = uvicorn.Config(
-                starlette_app, host="127.0.0.1", port=port, log_level="warning",
+                starlette_app, host="127.0.0.1", port=bound, log_level="warning",
                 lifespan="on",
             )
-            await uvicorn.Server(config).serve()
+            print(f"geode mcp serve: listening on http://127.0.0.1:{bound}/mcp "
+                  "(streamable HTTP, loopback only)", file=sys.stderr, flush=True)
+            await uvicorn.Server(config).serve(sockets=[sock])
         else:
             await server.run_stdio_async()
     finally:
         await app.aclose()
+
+
+def _listen_loopback(port: int) -> socket.socket:
+    """Bind 127.0.0.1:``port`` here, so a port in use is a ConfigError (exit 2, like
+    ``geode serve``), not uvicorn's log line and exit 3."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"cannot listen for MCP on 127.0.0.1:{port} ({exc.strerror or exc}). "
+            "Pass --port with a free port."
+        ) from exc
+    sock.set_inheritable(True)
+    return sock
 
 
 def main(argv: Sequence[str] | None = None) -> None:

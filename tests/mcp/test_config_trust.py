@@ -260,3 +260,28 @@ def test_geode_trust_command(tmp_path: Path) -> None:
     assert "local:" in res.output and str(ECHO_SERVER) in res.output  # shows what it trusts
     assert "trusted 1 MCP server(s)" in res.output
     assert is_trusted(proj, home)
+
+
+def test_a_project_mcp_section_is_never_called_ignored(tmp_path: Path) -> None:
+    """Issue #23 item 6: `geode trust` makes it run, so a warning that it is ignored (even
+    before trust: `mcp list` / the manager say it waits for trust) misleads."""
+    from structlog.testing import capture_logs
+
+    home = tmp_path / "home"
+    proj = _project(tmp_path, tmp_path / "m")
+    trust_project(proj, home)
+    with capture_logs() as logs:
+        load_settings(cwd=proj, env={"GEODE_HOME": str(home)})
+    assert [e for e in logs if "ignored" in str(e.get("event"))] == []
+
+
+def test_geode_trust_of_a_missing_directory_says_so(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from geode.cli import cmd_mcp  # noqa: F401 - registers the commands on the app
+    from geode.cli.app import app
+
+    res = CliRunner().invoke(app, ["trust", str(tmp_path / "nope")],
+                             env={"GEODE_HOME": str(tmp_path / "home")})
+    assert isinstance(res.exception, ConfigError)  # main() turns it into exit 2
+    assert "no such directory" in str(res.exception)
