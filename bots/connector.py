@@ -76,6 +76,7 @@ class TurnHost(Protocol):
         lane_key: str | None = None,
         on_session: Any = None,
         turn_id: str | None = None,
+        resume: bool = False,
     ) -> TurnResult: ...
 
 

@@ -9,10 +9,13 @@ The outbox row carries the loop turn's id from the start (the turn runs under it
 - the checkpoint shows the turn finished (``last_termination`` saved with that turn id):
   the answer is in the checkpoint -> deliver it, no model call.
 - the checkpoint shows the turn started, unfinished: the user's message is in the chain
-  -> continue the session with a short note; tool calls left open were marked uncertain
-  by the factory and are never re-run.
+  -> resume the turn in place, under the same loop turn id, with its guard counters
+  (rounds, time, spend) restored; tool calls left open get a result from the factory
+  saying whether they ran (an effect of unknown outcome is never re-run). After
+  ``[loop] recovery_limit`` resumes the turn is ended with a message instead.
 
-A re-run gets a new loop turn id, recorded before it starts.
+A re-run from the start (no checkpoint of the turn) gets a new loop turn id, recorded
+before it starts.
 - row ``ready``: the answer is known -> deliver (idempotent edits).
 """
 
@@ -44,15 +47,9 @@ if TYPE_CHECKING:
 
     from bots.layer import ChannelLayer
 
-__all__ = ["CONTINUE_NOTE", "TurnRunner", "compose_prompt", "friendly_failure"]
+__all__ = ["TurnRunner", "compose_prompt", "friendly_failure"]
 
 log = structlog.get_logger(__name__)
-
-CONTINUE_NOTE = (
-    "[GEODE restarted while this turn was running. Tool calls that were in flight are "
-    "marked uncertain and were not re-run. Continue with the user's last request and give "
-    "the final answer.]"
-)
 
 
 class _StoppedBeforeStart(Exception):
@@ -97,7 +94,7 @@ class TurnRunner:
 
     async def run(
         self, stored: StoredEvent, row: OutboxRow, binding: BindingSettings, *,
-        prompt: str | None = None,
+        prompt: str | None = None, resume: bool = False,
     ) -> None:
         layer = self.layer
         event = stored.event
@@ -115,9 +112,10 @@ class TurnRunner:
         try:
             await progress.start()
             layer.fault("progress_started")
-            if prompt is None:
+            if prompt is None and not resume:
                 prompt = await self._prompt(stored)
-            text = await self._run_turn(stored, row, binding, prompt, progress, active)
+            text = await self._run_turn(stored, row, binding, prompt or "", progress, active,
+                                        resume=resume)
         finally:
             if layer.active.get(event.thread_key) is active:
                 del layer.active[event.thread_key]
@@ -171,7 +169,7 @@ class TurnRunner:
 
     async def _run_turn(
         self, stored: StoredEvent, row: OutboxRow, binding: BindingSettings, prompt: str,
-        progress: ProgressReporter, active: ActiveTurn,
+        progress: ProgressReporter, active: ActiveTurn, *, resume: bool = False,
     ) -> str:
         layer = self.layer
         event = stored.event
@@ -190,15 +188,16 @@ class TurnRunner:
             active.session = session
             active.model = session.model
             session.fence_saves(self._fence(row))
-            # Who said what, on each message of a collaborative thread: written with the
-            # turn's first checkpoint (the one holding the message), in its transaction.
-            session.stage_timeline(
-                kind="channel.message", turn_id=row.loop_turn_id,
-                payload={"platform": event.platform, "channel": event.channel,
-                         "thread": event.thread_root, "message_id": event.message_id,
-                         "sender": event.sender, "sender_name": event.sender_name,
-                         "event_id": stored.id},
-            )
+            if not resume:  # a resumed turn's message row went in with its first checkpoint
+                # Who said what, on each message of a collaborative thread: written with the
+                # turn's first checkpoint (the one holding the message), in its transaction.
+                session.stage_timeline(
+                    kind="channel.message", turn_id=row.loop_turn_id,
+                    payload={"platform": event.platform, "channel": event.channel,
+                             "thread": event.thread_root, "message_id": event.message_id,
+                             "sender": event.sender, "sender_name": event.sender_name,
+                             "event_id": stored.id},
+                )
             if active.stop_requested:
                 raise _StoppedBeforeStart
 
@@ -210,7 +209,8 @@ class TurnRunner:
         try:
             result = await layer.host.run_turn(ctx, prompt, kind="channel",
                                                 lane_key=row.session_key, on_session=bind,
-                                                turn_id=row.loop_turn_id or None)
+                                                turn_id=row.loop_turn_id or None,
+                                                resume=resume)
         except asyncio.CancelledError:
             raise
         except _StoppedBeforeStart:
@@ -228,9 +228,7 @@ class TurnRunner:
             log.exception("turn.failed")
             return f"⚠️ Something went wrong ({name}). The operator can find details in the logs."
         layer.fault("turn_finished")
-        if result.ok:
-            return result.text or "(no answer)"
-        return friendly_failure(result)
+        return (result.text or "(no answer)") if result.ok else friendly_failure(result)
 
     # -- recovery -------------------------------------------------------------------------------
 
@@ -244,7 +242,6 @@ class TurnRunner:
         if row.status != "pending":
             await layer.outbox.finish(row, status=row.status)
             return
-        prompt: str | None = None
         if row.loop_turn_id:
             restored = await layer.store.checkpointer(row.session_key).load()
             state: dict[str, Any] = restored.state if restored is not None else {}
@@ -255,13 +252,19 @@ class TurnRunner:
                     log.info("recover.answer_from_checkpoint", row=row.id)
                     await self.finish(row, text)
                     return
-                prompt = CONTINUE_NOTE
+                if binding is None:
+                    await layer.outbox.finish(row, status="failed", error="binding removed")
+                    return
+                log.info("recover.resume_turn", row=row.id, turn=row.loop_turn_id,
+                         recoveries=state.get("recoveries", 0))
+                await self.run(stored, row, binding, resume=True)
+                return
         if binding is None:
             await layer.outbox.finish(row, status="failed", error="binding removed")
             return
         rerun = f"t-{secrets.token_hex(6)}"
         await layer.outbox.update(row.id, loop_turn_id=rerun)
-        await self.run(stored, replace(row, loop_turn_id=rerun), binding, prompt=prompt)
+        await self.run(stored, replace(row, loop_turn_id=rerun), binding)
 
 
 def _last_assistant_text(messages: list[Any]) -> str:

@@ -88,6 +88,8 @@ class LoopSettings(_Section):
     cost_budget_usd: float | None = None
     repeated_error_limit: int = 3
     max_result_chars: int = 50_000
+    #: times a turn interrupted by a crash or restart is resumed before it is ended
+    recovery_limit: int = Field(default=3, ge=0)
 
 
 class LaneSettings(_Section):

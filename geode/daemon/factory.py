@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from geode.errors import ConfigError
+from geode.errors import ConfigError, RunError
 from geode.executor import (
     Approver,
     HookVerifier,
@@ -32,7 +32,14 @@ from geode.hooks import (
     load_entry_point_hooks,
     load_shell_hooks,
 )
-from geode.loop import AgenticLoop, LoopLimits, RunDeps, TurnInfo, TurnResult
+from geode.loop import (
+    AgenticLoop,
+    LoopLimits,
+    RunDeps,
+    TerminationReason,
+    TurnInfo,
+    TurnResult,
+)
 from geode.loop.events import EventSink
 from geode.loop.resume import dangling_calls, repair_dangling
 from geode.loop.system_prompt import SystemPromptSources, build_system_prompt
@@ -50,6 +57,8 @@ from geode.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
+
+    from geode.store.timeline import SessionTimeline
 
 __all__ = ["Runtime", "Session", "SessionContext"]
 
@@ -90,9 +99,35 @@ class Session:
     executor: ToolExecutor
     model: str
     uncertain_calls: list[str] = field(default_factory=list)
+    #: the guard counters of the chain's last checkpoint (what :meth:`resume` continues)
+    saved_state: dict[str, Any] = field(default_factory=dict)
+    timeline: SessionTimeline | None = None
 
     async def run(self, prompt: str, *, turn_id: str | None = None) -> TurnResult:
         return await self.loop.run(prompt, turn_id=turn_id)
+
+    def can_resume(self, turn_id: str) -> bool:
+        """True when the chain's last checkpoint is turn ``turn_id``, started and unfinished."""
+        state = self.saved_state
+        return bool(turn_id) and state.get("turn_id") == turn_id and not state.get(
+            "last_termination")
+
+    async def resume(self, turn_id: str) -> TurnResult:
+        """Continue turn ``turn_id`` from the last checkpoint, its guard counters restored
+        (see :meth:`AgenticLoop.resume`). A turn past the recovery limit ends at once,
+        with a timeline row saying so."""
+        if not self.can_resume(turn_id):
+            raise RunError(f"turn {turn_id!r} is not the unfinished turn of session "
+                           f"{self.session_id!r}; nothing to resume")
+        result = await self.loop.resume(turn_id=turn_id, saved=self.saved_state)
+        if result.termination == TerminationReason.RECOVERY_LIMIT and self.timeline is not None:
+            await self.timeline.append(
+                session_id=self.session_id, turn_id=turn_id, kind="turn.recovery_limit",
+                payload={"recoveries": int(self.saved_state.get("recoveries", 0)) + 1,
+                         "limit": self.loop.deps.limits.recovery_limit,
+                         "rounds": result.rounds},
+            )
+        return result
 
     def cancel(self) -> bool:
         return self.loop.cancel()
@@ -255,6 +290,7 @@ class Runtime:
             context_window=ref.context_window,
             repeated_error_limit=loop.repeated_error_limit,
             repair_budget=loop.repair_budget,
+            recovery_limit=loop.recovery_limit,
             max_tokens=min(self.settings.model.max_tokens, ref.max_output or 8192),
             model_call_deadline_s=self.settings.model.call_deadline_s,
             waiting_notice_s=self.settings.model.waiting_notice_s,
@@ -279,7 +315,9 @@ class Runtime:
             model_name = ref.model
         scope = self._scope(ctx)
 
-        session_id, messages, receipts_status = await self._load_or_create(ctx, model_name)
+        session_id, messages, receipts_status, saved_state = await self._load_or_create(
+            ctx, model_name
+        )
         receipts = self.store.receipts if self.store is not None else self._memory_receipts
         timeline = self.store.timeline if self.store is not None else self._memory_timeline
         executor = ToolExecutor(
@@ -324,11 +362,12 @@ class Runtime:
         )
         uncertain: list[str] = []
         if dangling_calls(messages):
+            turn_id = str(saved_state.get("turn_id") or "resume")
             turn = TurnInfo(
                 session_id=session_id,
-                turn_id="resume",
-                round=0,
-                correlation_id="resume",
+                turn_id=turn_id,
+                round=int(saved_state.get("round", 0)),
+                correlation_id=f"{turn_id}:resume",
                 mode=ctx.mode,
             )
             messages, uncertain = await repair_dangling(
@@ -339,7 +378,10 @@ class Runtime:
                 receipts=receipts_status,
             )
             if checkpointer is not None:
-                await checkpointer.save(messages=messages, state={}, status="active")
+                # Saved with the turn's own counters: the results above are reported to the
+                # model once (a later crash finds no open batch), and a resume continues
+                # the turn's rounds, time and spend instead of starting them again.
+                await checkpointer.save(messages=messages, state=saved_state, status="active")
             log.warning("resumed a session with an unfinished tool batch", uncertain=uncertain)
         loop = AgenticLoop(deps=deps, messages=messages)
         return Session(
@@ -350,15 +392,17 @@ class Runtime:
             executor=executor,
             model=model_name,
             uncertain_calls=uncertain,
+            saved_state=saved_state,
+            timeline=self.store.timeline if self.store is not None else None,
         )
 
     async def _load_or_create(
         self, ctx: SessionContext, model: str
-    ) -> tuple[str, list[Any], dict[str, str]]:
+    ) -> tuple[str, list[Any], dict[str, str], dict[str, Any]]:
         if self.store is None:
             from geode.loop._util import new_id
 
-            return ctx.session_id or new_id("s"), [], {}
+            return ctx.session_id or new_id("s"), [], {}, {}
         sessions = self.store.sessions
         if ctx.session_id:
             if ctx.mode in ("HEADLESS", "REPL", "IPC") and not ctx.binding:
@@ -370,11 +414,13 @@ class Runtime:
                 ctx.session_id, mode=ctx.mode, model=model,
                 parent_session_id=ctx.parent_session_id, title=ctx.title,
             ):
-                return ctx.session_id, [], {}  # a fixed id seen for the first time (a thread)
+                # a fixed id seen for the first time (a thread)
+                return ctx.session_id, [], {}, {}
             restored = await self.store.checkpointer(ctx.session_id).load()
             _, status = await self.store.receipts.resume(ctx.session_id)
             messages = list(restored.messages) if restored is not None else []
-            return ctx.session_id, messages, status
+            saved = dict(restored.state) if restored is not None else {}
+            return ctx.session_id, messages, status, saved
         sid = await sessions.create(
             session_id=ctx.session_id,
             mode=ctx.mode,
@@ -382,7 +428,7 @@ class Runtime:
             parent_session_id=ctx.parent_session_id,
             title=ctx.title,
         )
-        return sid, [], {}
+        return sid, [], {}, {}
 
 
 class _PlanSource:

@@ -259,6 +259,7 @@ class Daemon:
         lane_key: str | None = None,
         on_session: OnSession | None = None,
         turn_id: str | None = None,
+        resume: bool = False,
     ) -> TurnResult:
         """Run one turn under the lanes; the entry point for IPC, scheduler and connectors.
 
@@ -269,6 +270,8 @@ class Daemon:
             lane_key: session lane key when ``ctx.session_id`` is None (a new session).
             on_session: awaited once the session is open (e.g. to learn its id).
             turn_id: the loop turn's id, when the caller recorded one beforehand.
+            resume: continue the interrupted turn ``turn_id`` from its last checkpoint
+                (``prompt`` is not used: the user's message is in the chain).
 
         Raises:
             LaneBusy: the lanes stayed full for the wait bound.
@@ -290,6 +293,8 @@ class Daemon:
                 self._active[task] = session
                 if on_session is not None:
                     await on_session(session)
+                if resume and turn_id:
+                    return await session.resume(turn_id)
                 return await session.run(prompt, turn_id=turn_id)
             finally:
                 self._active.pop(task, None)

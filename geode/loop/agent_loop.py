@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
 from geode.loop._util import emit, new_id
 from geode.loop.phase_call import prepare_call
 from geode.loop.phase_finish import verify
-from geode.loop.phase_input import prepare_input
+from geode.loop.phase_input import prepare_input, resume_input
 from geode.loop.phase_model import call_provider
 from geode.loop.phase_observe import observe
 from geode.loop.phase_tools import process_tools
@@ -79,6 +81,21 @@ class AgenticLoop:
         """Run one turn. ``turn_id``: the caller's id for it (a channel records it before
         the turn starts, to find the turn in the checkpoint chain after a crash)."""
         state = RunState(messages=list(self.messages), turn_id=turn_id or new_id("t"))
+        return await self._run(state, prompt)
+
+    async def resume(self, *, turn_id: str, saved: Mapping[str, Any]) -> TurnResult:
+        """Continue turn ``turn_id``, interrupted by a crash or restart, where its last
+        checkpoint left it (resume in place): the conversation is ``messages`` as restored,
+        ``saved`` the checkpoint's guard counters (rounds, time used, spend, repair budget,
+        repeated errors), which keep counting. Each resume counts against
+        ``limits.recovery_limit``."""
+        state = RunState(messages=list(self.messages))
+        state.apply_guard_state(dict(saved))
+        state.turn_id = turn_id
+        state.recoveries += 1
+        return await self._run(state, None)
+
+    async def _run(self, state: RunState, prompt: str | None) -> TurnResult:
         self.running_turn = state.turn_id
         structlog.contextvars.bind_contextvars(
             session_id=self.deps.session_id, turn_id=state.turn_id
@@ -99,8 +116,11 @@ class AgenticLoop:
             structlog.contextvars.unbind_contextvars("session_id", "turn_id")
         return await self._finalize(state, finish)
 
-    async def _drive(self, state: RunState, prompt: str) -> Finish:
-        step: Step = await prepare_input(self.deps, state, prompt)
+    async def _drive(self, state: RunState, prompt: str | None) -> Finish:
+        step: Step = await (
+            resume_input(self.deps, state) if prompt is None
+            else prepare_input(self.deps, state, prompt)
+        )
         while True:
             match step:
                 case PrepareCall():

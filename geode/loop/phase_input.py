@@ -1,14 +1,15 @@
-"""Phase 1 — prepare input: the prompt gate, the user message, the turn's first checkpoint."""
+"""Phase 1 — prepare input: the prompt gate, the user message, the turn's first checkpoint
+(or, for a turn resumed after a crash, the recovery count)."""
 
 from __future__ import annotations
 
 from geode.loop._util import emit, turn_info
 from geode.loop.state import RunDeps, RunState
-from geode.loop.steps import Finish, PrepareCall
+from geode.loop.steps import Finish, Observe, PrepareCall, Verify
 from geode.loop.termination import TerminationReason
 from geode.messages import Message
 
-__all__ = ["prepare_input"]
+__all__ = ["prepare_input", "resume_input"]
 
 
 async def prepare_input(deps: RunDeps, state: RunState, prompt: str) -> PrepareCall | Finish:
@@ -26,4 +27,40 @@ async def prepare_input(deps: RunDeps, state: RunState, prompt: str) -> PrepareC
             messages=state.messages, state=state.guard_state(), status="active"
         )
         await emit(deps, "checkpoint", point="turn_start")
+    return PrepareCall()
+
+
+async def resume_input(
+    deps: RunDeps, state: RunState
+) -> PrepareCall | Observe | Verify | Finish:
+    """Phase 1 of a resumed turn: the user's message is in the chain already.
+
+    ``state`` holds the turn's restored guard counters with ``recoveries`` counted up. The
+    count is saved before anything else runs, so a turn that kills the process every time
+    still reaches the limit, and is then ended instead of being resumed again.
+    """
+    await emit(deps, "turn_started", turn_id=state.turn_id, resumed=True,
+               recoveries=state.recoveries)
+    limit = deps.limits.recovery_limit
+    if state.recoveries > limit:
+        return Finish(
+            TerminationReason.RECOVERY_LIMIT,
+            detail=f"the turn was interrupted {state.recoveries} times (a crash or a restart "
+            f"each time); it was resumed {limit} times and is not resumed again",
+        )
+    if deps.checkpointer is not None:
+        await deps.checkpointer.save(
+            messages=state.messages, state=state.guard_state(), status="active"
+        )
+        await emit(deps, "checkpoint", point="turn_resumed")
+    last = state.messages[-1] if state.messages else None
+    if last is not None and last.role == "user" and last.tool_results and not last.text:
+        # A batch's results are the last thing saved (by the batch or by the factory's
+        # repair of an open batch); its round was never counted (observe runs after the
+        # save): count it now, as the uninterrupted turn would have.
+        return Observe(tuple(last.tool_results))
+    if last is not None and last.role == "assistant" and not last.tool_uses:
+        # The chain ends with a stop proposal whose verdict was never saved: verify it.
+        state.last_text = last.text
+        return Verify(last.text)
     return PrepareCall()

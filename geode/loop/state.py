@@ -36,6 +36,8 @@ class LoopLimits:
     #: a ``model_waiting`` event after this many seconds without a sign from the model,
     #: and again every as many seconds (None: never)
     waiting_notice_s: float | None = 5.0
+    #: how many times an interrupted turn is resumed before it is ended instead
+    recovery_limit: int = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,8 +73,15 @@ class RunState:
     repair_attempts: int = 0
     error_streak: dict[str, int] = field(default_factory=dict)
     tool_calls: list[dict[str, str]] = field(default_factory=list)
+    #: monotonic start; a resumed turn's is moved back by the time it used before
     started_at: float = field(default_factory=time.monotonic)
     last_text: str = ""
+    #: how many times this turn was resumed after an interruption (crash, restart)
+    recoveries: int = 0
+
+    def elapsed_s(self) -> float:
+        """Time the turn has run, summed over its runs (downtime between them excluded)."""
+        return time.monotonic() - self.started_at
 
     def guard_state(self) -> dict[str, Any]:
         """The counters saved with each checkpoint (messages are saved separately)."""
@@ -84,6 +93,8 @@ class RunState:
             "repair_attempts": self.repair_attempts,
             "error_streak": dict(self.error_streak),
             "tool_calls": list(self.tool_calls),
+            "elapsed_s": round(self.elapsed_s(), 3),
+            "recoveries": self.recoveries,
         }
 
     def apply_guard_state(self, data: dict[str, Any]) -> None:
@@ -95,3 +106,6 @@ class RunState:
         self.repair_attempts = int(data.get("repair_attempts", 0))
         self.error_streak = dict(data.get("error_streak") or {})
         self.tool_calls = list(data.get("tool_calls") or [])
+        # The time budget counts what the turn used before: its clock restarts back-dated.
+        self.started_at = time.monotonic() - max(0.0, float(data.get("elapsed_s", 0.0)))
+        self.recoveries = int(data.get("recoveries", 0))

@@ -19,6 +19,7 @@ class TerminationReason(StrEnum):
     INPUT_BLOCKED = "input_blocked"  # a UserPromptSubmit hook refused the prompt
     REPEATED_ERRORS = "repeated_errors"  # the same tool error again and again
     CHECKPOINT_FAILED = "checkpoint_failed"  # a save before execute failed: nothing ran
+    RECOVERY_LIMIT = "recovery_limit"  # interrupted (crash/restart) too often: not resumed
 
 
 SUCCESS_REASONS = frozenset({TerminationReason.NATURAL})

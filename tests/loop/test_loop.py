@@ -305,6 +305,103 @@ async def test_large_prompt_is_passed_whole() -> None:
     assert provider.calls[0].messages[0].text == big
 
 
+class Crash(BaseException):
+    """Stands for the process dying (nothing in the loop may catch it)."""
+
+
+class Chain:
+    """A checkpointer keeping the last saved (messages, state), like the chain after a
+    crash; ``crash_on_save``: die right after the N-th save of a finished tool batch."""
+
+    def __init__(self, *, crash_on_batch_done: int | None = None) -> None:
+        self.messages: list[Message] = []
+        self.state: dict[str, Any] = {}
+        self.batches_done = 0
+        self.crash_on_batch_done = crash_on_batch_done
+
+    async def save(
+        self, *, messages: Sequence[Message], state: dict[str, Any], status: str
+    ) -> None:
+        self.messages, self.state = list(messages), dict(state)
+        if messages and messages[-1].tool_results:
+            self.batches_done += 1
+            if self.batches_done == self.crash_on_batch_done:
+                raise Crash
+
+    async def save_batch_proposed(
+        self, *, messages: Sequence[Message], state: dict[str, Any], turn: TurnInfo
+    ) -> None:
+        self.messages, self.state = list(messages), dict(state)
+
+
+def _resumed_loop(chain: Chain, provider: ScriptedProvider, **kw: Any) -> AgenticLoop:
+    loop = make_loop([], provider=provider, checkpointer=chain, **kw)
+    loop.messages = list(chain.messages)
+    return loop
+
+
+async def test_a_resumed_turn_continues_its_rounds_and_stops_at_max_rounds_in_total() -> None:
+    chain = Chain(crash_on_batch_done=3)  # dies in round 3 of the turn
+    calls = [ToolCall("echo", {"text": f"r{i}"}) for i in range(10)]
+    first = ScriptedProvider(calls)
+    with pytest.raises(Crash):
+        await make_loop([], provider=first, checkpointer=chain,
+                        limits=LoopLimits(max_rounds=5)).run("work", turn_id="t-1")
+    assert len(first.calls) == 3 and chain.state["round"] == 2
+    again = ScriptedProvider(calls[3:])
+    result = await _resumed_loop(chain, again, limits=LoopLimits(max_rounds=5)).resume(
+        turn_id="t-1", saved=chain.state)
+    assert result.termination == TerminationReason.MAX_ROUNDS
+    assert result.rounds == 5 and result.turn_id == "t-1"
+    assert len(again.calls) == 2  # 5 in total, not 3 + 5
+    seen = again.calls[0].messages  # the model sees the turn's earlier rounds
+    assert [m.tool_results[0].text_content for m in seen if m.tool_results] == ["r0", "r1", "r2"]
+    assert result.usage.input_tokens == 50  # spend kept counting across the crash
+    assert chain.state["recoveries"] == 1
+
+
+async def test_a_resumed_turn_counts_the_time_it_used_before() -> None:
+    chain = Chain()
+    chain.messages = [Message.user("work")]
+    chain.state = {"turn_id": "t-1", "round": 0, "elapsed_s": 100.0}
+    provider = ScriptedProvider(["never asked"])
+    result = await _resumed_loop(chain, provider, limits=LoopLimits(time_budget_s=60)).resume(
+        turn_id="t-1", saved=chain.state)
+    assert result.termination == TerminationReason.TIME_BUDGET
+    assert provider.calls == []
+    assert chain.state["elapsed_s"] >= 100.0
+
+
+async def test_a_resumed_turn_keeps_its_repeated_error_count() -> None:
+    chain = Chain()
+    chain.messages = [Message.user("try")]
+    chain.state = {"turn_id": "t-1", "round": 2, "error_streak": {"boom": 2}}
+    runner = Runner(error="boom")
+    loop = _resumed_loop(chain, ScriptedProvider([ToolCall("echo", {"text": "x"})] * 5),
+                         runner=runner, limits=LoopLimits(repeated_error_limit=3))
+    result = await loop.resume(turn_id="t-1", saved=chain.state)
+    assert result.termination == TerminationReason.REPEATED_ERRORS
+    assert len(runner.batches) == 1
+
+
+async def test_recovery_limit_ends_a_turn_that_keeps_dying_without_calling_the_model() -> None:
+    chain = Chain()
+    chain.messages = [Message.user("poison")]
+    chain.state = {"turn_id": "t-1", "recoveries": 1}
+    provider = ScriptedProvider([])
+    with pytest.raises(Crash):  # the resume is counted durably before anything runs
+        loop = _resumed_loop(chain, ScriptedProvider([Crash()]),
+                             limits=LoopLimits(recovery_limit=2))
+        await loop.resume(turn_id="t-1", saved=chain.state)
+    assert chain.state["recoveries"] == 2
+    result = await _resumed_loop(chain, provider, limits=LoopLimits(recovery_limit=2)).resume(
+        turn_id="t-1", saved=chain.state)
+    assert result.termination == TerminationReason.RECOVERY_LIMIT
+    assert "interrupted 3 times" in result.detail
+    assert provider.calls == []
+    assert chain.state["last_termination"] == "recovery_limit"
+
+
 @pytest.mark.parametrize("reason", list(TerminationReason))
 def test_every_reason_has_a_test(reason: TerminationReason) -> None:
     import inspect
