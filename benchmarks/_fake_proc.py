@@ -18,6 +18,17 @@ requests on stdin, one reply line each, strictly in turn:
   process's CPU time over the round. Both clocks are read here, so nothing is compared
   across processes. With ``partial`` a timeout returns what was answered (``null`` for the
   rest) instead of an error.
+* ``{"op": "closed", "chats": [...], "user": Y, "per_chat": M, "prefix": P, "within": 60}``
+  (``bench_blackbox.py``): every chat at once sends a mention, waits for its answer, sends
+  the next, M times (tags ``P-<chat index>-<k>``). A message not answered within ``within``
+  s is lost and ends its chat's loop. Reply: ``{"latencies": [...], "lost": L,
+  "elapsed_s": T, "fake_cpu_s": F}``.
+* ``{"op": "open", "chats": [...], "user": Y, "interval": 8, "duration": D, "prefix": P,
+  "within": 30}``: each chat sends a mention every ``interval`` s (starts spread over one
+  interval) for ``duration`` s, not waiting for answers; then waits up to ``within`` s for
+  the last ones. Same reply.
+* ``{"op": "api_calls"}``: ``{"calls": N}``, the platform API calls the bot made so far
+  (Telegram: every method but ``getUpdates``).
 * ``{"op": "set", "events_url": URL}``: where the Slack fake POSTs events (HTTP mode).
 * ``{"op": "wait_connected", "within": 10}``: wait for a Socket Mode connection (Slack).
 * ``{"op": "quit"}``: stop the fake and exit.
@@ -68,6 +79,8 @@ class FakeDriver:
     written: Callable[[Any], Written]
     #: wait until a predicate holds (the fake's own change notification); TimeoutError if not
     wait: Callable[[Any, Callable[[], bool], float], Awaitable[None]]
+    #: platform API calls the bot made so far, polling excluded (None: not counted)
+    api_calls: Callable[[Any], int] | None = None
 
 
 # Telegram ----------------------------------------------------------------------------------------
@@ -90,6 +103,7 @@ TELEGRAM = FakeDriver(
     push=_tg_push,
     written=lambda fake: [(fake.sent, lambda s: s.plain_text)],
     wait=lambda fake, pred, within: fake.wait_until(pred, within=within),
+    api_calls=lambda fake: sum(1 for c in fake.calls if c.method != "getUpdates"),
 )
 
 # Slack -------------------------------------------------------------------------------------------
@@ -179,6 +193,16 @@ class FakeControl:
                     return await self._round(req["tags"], req["chat"], req["user"],
                                              float(req.get("within", 60)),
                                              bool(req.get("partial", False)))
+                case "closed":
+                    return await self._closed(req["chats"], req["user"], int(req["per_chat"]),
+                                              str(req["prefix"]), float(req.get("within", 60)))
+                case "open":
+                    return await self._open(req["chats"], req["user"], float(req["interval"]),
+                                            float(req["duration"]), str(req["prefix"]),
+                                            float(req.get("within", 30)))
+                case "api_calls":
+                    count = self.driver.api_calls
+                    return {"calls": count(self.fake) if count is not None else None}
                 case "set":
                     self.fake.events_url = req["events_url"]
                 case "wait_connected":
@@ -211,6 +235,68 @@ class FakeControl:
                 raise TimeoutError(f"{missing} of {len(tags)} not answered in {within} s"
                                    ) from None
         return {"latencies": [seen[t] - t0 if t in seen else None for t in tags],
+                "fake_cpu_s": time.process_time() - cpu0}
+
+
+    def _answered(self, tag: str) -> bool:
+        self._answers.scan()
+        return tag in self._answers.seen
+
+    async def _ask(self, tag: str, chat: Any, user: Any, within: float) -> float | None:
+        """Push one mention; its latency once answered, None if not within ``within`` s."""
+        t0 = time.perf_counter()
+        await self.driver.push(self.fake, [tag], chat, user)
+        try:
+            await self.driver.wait(self.fake, lambda: self._answered(tag), within)
+        except TimeoutError:
+            return None
+        return self._answers.seen[tag] - t0
+
+    async def _closed(self, chats: list[Any], user: Any, per_chat: int, prefix: str,
+                      within: float) -> dict[str, Any]:
+        latencies: list[float] = []
+        lost = 0
+
+        async def chat_loop(index: int, chat: Any) -> None:
+            nonlocal lost
+            for k in range(per_chat):
+                latency = await self._ask(f"{prefix}-{index}-{k}", chat, user, within)
+                if latency is None:
+                    lost += per_chat - k  # this one and the ones never sent
+                    return
+                latencies.append(latency)
+
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(chat_loop(i, c) for i, c in enumerate(chats)))
+        return {"latencies": latencies, "lost": lost, "elapsed_s": time.perf_counter() - t0,
+                "fake_cpu_s": time.process_time() - cpu0}
+
+    async def _open(self, chats: list[Any], user: Any, interval: float, duration: float,
+                    prefix: str, within: float) -> dict[str, Any]:
+        latencies: list[float] = []
+        lost = 0
+        end = time.perf_counter() + duration
+
+        async def chat_loop(index: int, chat: Any) -> None:
+            nonlocal lost
+            await asyncio.sleep(interval * index / len(chats))  # spread the starts
+            asks: list[asyncio.Task[float | None]] = []
+            k = 0
+            while time.perf_counter() < end:
+                tag = f"{prefix}-{index}-{k}"
+                left = end - time.perf_counter() + within
+                asks.append(asyncio.ensure_future(self._ask(tag, chat, user, left)))
+                k += 1
+                await asyncio.sleep(interval)
+            for latency in await asyncio.gather(*asks):
+                if latency is None:
+                    lost += 1
+                else:
+                    latencies.append(latency)
+
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(chat_loop(i, c) for i, c in enumerate(chats)))
+        return {"latencies": latencies, "lost": lost, "elapsed_s": time.perf_counter() - t0,
                 "fake_cpu_s": time.process_time() - cpu0}
 
 

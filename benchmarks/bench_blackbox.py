@@ -1,0 +1,333 @@
+"""Black-box channel benchmark: GEODE measured as users run it (issue 17).
+
+Four processes per side, nothing of the bot in the benchmark's own process:
+
+* the Telegram Bot API fake (``_fake_proc.py telegram``), a fresh one per side; it pushes
+  the users' messages and timestamps each answer as it becomes visible;
+* an OpenAI-compatible model server (``_model_proc.py``) answering at once with
+  ``answer to: <tag>`` (or after ``--model-latency`` s);
+* **GEODE**: a real ``geode serve`` subprocess on its own ``GEODE_HOME`` whose
+  ``config.toml`` is an operator's (``[model] default = "openai:bench-model"``, the
+  ``[channels.telegram]`` table, one ``[[bindings]]`` per group chat, SQLite store), with
+  ``OPENAI_BASE_URL`` pointing at the model server; run with Telegram pacing on (the
+  defaults, ``rate_overall_per_s = 30``, ``rate_group_per_min = 20``) and off (both 0);
+* **floor**: ``_floor_bot.py``, python-telegram-bot + one ``AsyncOpenAI`` call + one
+  ``sendMessage`` per message, on the same kind of fakes.
+
+Loads (each message a mention in a group chat, i.e. a new GEODE thread):
+
+* ``seq``: one chat, ``--seq`` messages, each sent when the previous answer is visible;
+* ``light``: ``--chats`` chats, each sending a message every ``--interval`` s (open loop,
+  starts spread) for ``--duration`` s;
+* ``closed``: ``--chats`` chats, each sending its next message when its answer lands,
+  ``--per-chat`` messages each.
+
+Columns: p50 / p99 latency from the push to the visible final answer (both instants read in
+the fake's process); replies/s; **CPU ms per reply of the bot process** (utime + stime from
+``/proc/<pid>/stat``, all its threads); Bot API calls per reply (``getUpdates`` excluded);
+messages lost (not answered within the bound); the bot's RSS after the load and its peak
+(``VmHWM``) so far; ``idle`` is its RSS once ready, before any message. MB = 2**20 bytes.
+
+GEODE's ``[lanes]`` are raised to ``--lanes`` (default 64) as an operator serving 50 busy
+chats would; the shipped defaults (8 / 6 turns at once) queue a 50-chat closed loop by
+design. Nothing here is asserted; ``tests/benchmarks/test_bench_blackbox_smoke.py`` runs it
+with tiny parameters so that it keeps working.
+
+Run: ``python benchmarks/bench_blackbox.py [--chats 50] [--seq 20] [--per-chat 6]
+[--interval 8] [--duration 24] [--sides floor geode-paced geode-unpaced]``.
+Only Telegram is covered (Slack and Discord: not yet).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+TOKEN = "123456:BENCH-TOKEN"
+USER = 42
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SIDES = ("floor", "geode-paced", "geode-unpaced")
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GEODE_", "TELEGRAM_", "OPENAI_"))}
+    # run this checkout's code, whatever `pip install -e` points at
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Child:
+    proc: asyncio.subprocess.Process
+    ready: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    async def call(self, op: str, **args: Any) -> dict[str, Any]:
+        """One request to a ``_fake_proc`` child (JSON line in, JSON line out)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"op": op, **args}).encode() + b"\n")
+        await self.proc.stdin.drain()
+        line = await self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"fake process exited (code {await self.proc.wait()})")
+        reply: dict[str, Any] = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"fake: {op}: {reply['error']}")
+        return reply
+
+
+@contextlib.asynccontextmanager
+async def _child(*argv: str, env: dict[str, str] | None = None, json_ready: bool = True,
+                 stderr: Any = None) -> AsyncIterator[Child]:
+    """A child process, stopped on exit (stdin closed, SIGTERM, then SIGKILL)."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, env=env or _env(), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE if json_ready else asyncio.subprocess.DEVNULL,
+        stderr=stderr, start_new_session=True, limit=1 << 24)
+    child = Child(proc)
+    try:
+        if json_ready:
+            assert proc.stdout is not None
+            line = await asyncio.wait_for(proc.stdout.readline(), 60)
+            if not line:
+                raise RuntimeError(f"{argv[1]} exited (code {await proc.wait()})")
+            child.ready = json.loads(line)
+        yield child
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                assert proc.stdin is not None
+                proc.stdin.close()
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 20)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (every thread), from /proc."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def status_mb(pid: int, key: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _until_ready(port: int, proc: asyncio.subprocess.Process, within: float = 60) -> None:
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if proc.returncode is not None:
+            raise RuntimeError(f"geode serve exited (code {proc.returncode})")
+        try:
+            await asyncio.to_thread(
+                urllib.request.urlopen, f"http://127.0.0.1:{port}/readyz", timeout=1)
+            return
+        except OSError:
+            await asyncio.sleep(0.1)
+    raise TimeoutError("geode serve not ready")
+
+
+# -- the sides ------------------------------------------------------------------------------
+
+
+def chats(n: int) -> list[int]:
+    return [-1001000 - i for i in range(n)]
+
+
+def geode_config(tg: dict[str, Any], *, n_chats: int, paced: bool, lanes: int) -> str:
+    pacing = "" if paced else "rate_overall_per_s = 0\nrate_group_per_min = 0\n"
+    bindings = "".join(
+        f'\n[[bindings]]\nplatform = "telegram"\nchannel = "{c}"\nallow_users = ["{USER}"]\n'
+        for c in chats(n_chats))
+    return (f'[model]\ndefault = "openai:bench-model"\n\n'
+            f"[lanes]\nglobal_cap = {lanes}\nchannel_cap = {lanes}\n\n"
+            f'[channels.telegram]\nbase_url = "{tg["base_url"]}"\n'
+            f'base_file_url = "{tg["base_file_url"]}"\n{pacing}{bindings}')
+
+
+@contextlib.asynccontextmanager
+async def geode_side(tg: dict[str, Any], model_url: str, *, n_chats: int, paced: bool,
+                     lanes: int) -> AsyncIterator[int]:
+    home = Path(tempfile.mkdtemp(prefix="geode-bench-"))
+    try:
+        (home / "config.toml").write_text(
+            geode_config(tg, n_chats=n_chats, paced=paced, lanes=lanes))
+        port = _free_port()
+        env = _env(GEODE_HOME=str(home), GEODE_HEALTH_PORT=str(port),
+                   TELEGRAM_BOT_TOKEN=TOKEN, OPENAI_BASE_URL=model_url, OPENAI_API_KEY="bench")
+        with (home / "serve.log").open("ab") as log:
+            async with _child(sys.executable, "-m", "geode", "serve", env=env,
+                              json_ready=False, stderr=log) as serve:
+                await _until_ready(port, serve.proc)
+                yield serve.pid
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def floor_side(tg: dict[str, Any], model_url: str) -> AsyncIterator[int]:
+    async with _child(sys.executable, str(HERE / "_floor_bot.py"), tg["base_url"],
+                      model_url) as bot:
+        yield bot.pid
+
+
+# -- loads and the table ----------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    side: str
+    load: str
+    sent: int
+    lost: int
+    p50_ms: float
+    p99_ms: float
+    per_s: float
+    cpu_ms: float
+    calls: float
+    rss_mb: float
+    peak_mb: float
+    idle_mb: float
+
+
+def _pct(samples: Sequence[float], q: float) -> float:
+    if not samples:
+        return float("nan")
+    if len(samples) == 1:
+        return samples[0]
+    return statistics.quantiles(samples, n=100, method="inclusive")[q - 1]
+
+
+async def measure(side: str, load: str, fake: Child, pid: int, idle_mb: float,
+                  op: str, **args: Any) -> Row:
+    calls0 = (await fake.call("api_calls"))["calls"]
+    cpu0 = cpu_s(pid)
+    result = await fake.call(op, **args)
+    cpu1 = cpu_s(pid)
+    calls1 = (await fake.call("api_calls"))["calls"]
+    lat = [x * 1000 for x in result["latencies"]]
+    replies = len(lat)
+    per = max(replies, 1)
+    return Row(side=side, load=load, sent=replies + result["lost"], lost=result["lost"],
+               p50_ms=_pct(lat, 50), p99_ms=_pct(lat, 99),
+               per_s=replies / result["elapsed_s"], cpu_ms=(cpu1 - cpu0) * 1000 / per,
+               calls=(calls1 - calls0) / per, rss_mb=status_mb(pid, "VmRSS"),
+               peak_mb=status_mb(pid, "VmHWM"), idle_mb=idle_mb)
+
+
+async def run_side(side: str, model_url: str, args: argparse.Namespace) -> list[Row]:
+    fake_argv = (sys.executable, str(HERE / "_fake_proc.py"), "telegram",
+                 json.dumps({"token": TOKEN, "bot_username": "geode_bot"}))
+    async with _child(*fake_argv) as fake:
+        tg = fake.ready["ready"]
+        if side == "floor":
+            bot = floor_side(tg, model_url)
+        else:
+            bot = geode_side(tg, model_url, n_chats=args.chats, paced=side == "geode-paced",
+                             lanes=args.lanes)
+        async with bot as pid:
+            await asyncio.sleep(1.0)  # let start-up settle before reading the idle RSS
+            idle = status_mb(pid, "VmRSS")
+            all_chats = chats(args.chats)
+            # warm-up: first connections, first session, lazy imports
+            await fake.call("closed", chats=all_chats[:1], user=USER, per_chat=3,
+                            prefix="q0", within=60)
+            rows = [await measure(side, "seq", fake, pid, idle, "closed",
+                                  chats=all_chats[:1], user=USER, per_chat=args.seq,
+                                  prefix="q1", within=60)]
+            if args.duration > 0:
+                rows.append(await measure(
+                    side, f"light {args.chats}", fake, pid, idle, "open", chats=all_chats,
+                    user=USER, interval=args.interval, duration=args.duration, prefix="q2",
+                    within=60))
+            rows.append(await measure(side, f"closed {args.chats}", fake, pid, idle, "closed",
+                                      chats=all_chats, user=USER, per_chat=args.per_chat,
+                                      prefix="q3", within=120))
+            return rows
+
+
+def print_table(rows: list[Row]) -> None:
+    head = (f"{'side':<14} {'load':<9} {'sent':>5} {'lost':>4} {'p50 ms':>8} {'p99 ms':>8} "
+            f"{'rep/s':>7} {'cpu ms/rep':>10} {'calls/rep':>9} {'idle MB':>7} {'rss MB':>7} "
+            f"{'peak MB':>7}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r.side:<14} {r.load:<9} {r.sent:>5} {r.lost:>4} {r.p50_ms:>8.1f} "
+              f"{r.p99_ms:>8.1f} {r.per_s:>7.1f} {r.cpu_ms:>10.2f} {r.calls:>9.2f} "
+              f"{r.idle_mb:>7.0f} {r.rss_mb:>7.0f} {r.peak_mb:>7.0f}")
+    floor = {r.load: r for r in rows if r.side == "floor"}
+    for r in rows:
+        f = floor.get(r.load)
+        if r.side != "floor" and f is not None and f.cpu_ms > 0:
+            print(f"{r.side} {r.load}: CPU per reply {r.cpu_ms / f.cpu_ms:.1f}x the floor's, "
+                  f"p50 {r.p50_ms - f.p50_ms:+.1f} ms, p99 {r.p99_ms - f.p99_ms:+.1f} ms")
+
+
+async def main(args: argparse.Namespace) -> None:
+    model_argv = [sys.executable, str(HERE / "_model_proc.py"),
+                  "--latency", str(args.model_latency)]
+    rows: list[Row] = []
+    async with _child(*model_argv) as model:
+        url = model.ready["ready"]["base_url"]
+        for side in args.sides:
+            rows += await run_side(side, url, args)
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+          f"model latency {args.model_latency} s, lanes {args.lanes}")
+    print_table(rows)
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    p.add_argument("--chats", type=int, default=50)
+    p.add_argument("--seq", type=int, default=20, help="messages of the one-chat load")
+    p.add_argument("--per-chat", type=int, default=6, help="messages per chat, closed loop")
+    p.add_argument("--interval", type=float, default=8.0, help="s between a chat's messages")
+    p.add_argument("--duration", type=float, default=24.0, help="s of light load (0: skip)")
+    p.add_argument("--lanes", type=int, default=64)
+    p.add_argument("--model-latency", type=float, default=0.0)
+    p.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))
