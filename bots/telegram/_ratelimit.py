@@ -8,6 +8,14 @@ interface (plugged in with ``ExtBot(rate_limiter=...)``) and the same throughput
 back later requests *to that chat*. A ``retry_after`` longer than ``max_retry_after_s`` is
 not slept on inside the request: it is raised, so the caller can keep the reply in the
 outbox instead of blocking a worker for minutes.
+
+Answers first: the overall budget (30 requests/s by default) is shared by every call, and a
+reply is three of them (the 👀 reaction, the progress message, the answer as its edit) plus
+"typing" every few seconds per running turn. When the budget is short, the cosmetic calls
+(``sendChatAction``, ``setMessageReaction``) take only what the others leave: they wait
+while any other request waits for the budget, and a "typing" that cannot go at once is
+dropped (it lasts 5 s and the next one follows), so a burst of typing indicators never
+delays an answer.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ __all__ = ["PerChatRateLimiter", "retry_after_seconds"]
 log = structlog.get_logger(__name__)
 
 JSONDict = dict[str, Any]
+#: calls that only decorate a reply: they get the overall budget the others leave
+COSMETIC = frozenset({"sendChatAction", "setMessageReaction"})
 
 
 def retry_after_seconds(exc: RetryAfter) -> float:
@@ -63,6 +73,11 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
     ) -> None:
         self._overall = (AsyncLimiter(overall_max_rate, overall_time_period)
                          if overall_max_rate > 0 else None)
+        #: how long one request's share of the overall budget takes to come back
+        self._slot_s = overall_time_period / overall_max_rate if overall_max_rate > 0 else 0.0
+        #: requests other than cosmetic ones now waiting for the overall budget
+        self._waiting = 0
+        self.dropped_typing = 0
         self._group_rate = group_max_rate
         self._group_period = group_time_period
         self._groups: dict[str, AsyncLimiter] = {}
@@ -85,6 +100,26 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
         if limiter is None:
             limiter = self._groups[chat] = AsyncLimiter(self._group_rate, self._group_period)
         return limiter
+
+    async def _take_overall(self, endpoint: str) -> bool:
+        """One unit of the overall budget; False: a "typing" dropped instead (see module)."""
+        limiter = self._overall
+        if limiter is None:
+            return True
+        if endpoint not in COSMETIC:
+            self._waiting += 1
+            try:
+                await limiter.acquire()
+            finally:
+                self._waiting -= 1
+            return True
+        while self._waiting or not limiter.has_capacity():
+            if endpoint == "sendChatAction":
+                self.dropped_typing += 1
+                return False
+            await asyncio.sleep(self._slot_s)
+        await limiter.acquire()
+        return True
 
     async def _wait_for_chat(self, chat: str | None) -> None:
         while chat is not None:
@@ -111,8 +146,9 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
             try:
                 group = self._group(chat) if is_group and endpoint == "sendMessage" and chat \
                     else contextlib.nullcontext()
-                overall = self._overall or contextlib.nullcontext()
-                async with group, overall:
+                async with group:
+                    if not await self._take_overall(endpoint):
+                        return True  # the Bot API's answer to sendChatAction
                     return await callback(*args, **kwargs)
             except RetryAfter as exc:
                 delay = retry_after_seconds(exc)
