@@ -25,9 +25,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-import anthropic
 import httpx
-import openai
 
 from geode.errors import ModelError, ModelErrorKind
 from geode.providers.catalog import PROVIDERS
@@ -179,6 +177,10 @@ def _non_status_error(exc: BaseException, provider: str, sdk_errors: Any) -> Mod
 
 def map_anthropic_error(exc: BaseException, *, provider: str = "anthropic") -> ModelError:
     """Classify an exception raised by the ``anthropic`` SDK (or its transport)."""
+    # Each SDK is imported by its adapter only: a daemon on one vendor never loads the other
+    # (the anthropic SDK alone is ~70 MB of RSS); here the module is already loaded.
+    import anthropic
+
     if isinstance(exc, anthropic.APIStatusError):
         return _status_error(
             provider=provider,
@@ -192,6 +194,8 @@ def map_anthropic_error(exc: BaseException, *, provider: str = "anthropic") -> M
 
 def map_openai_error(exc: BaseException, *, provider: str = "openai") -> ModelError:
     """Classify an exception raised by the ``openai`` SDK (any OpenAI-compatible endpoint)."""
+    import openai
+
     if isinstance(exc, openai.APIStatusError):
         return _status_error(
             provider=provider,

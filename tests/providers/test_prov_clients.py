@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from prov_helpers import make_request
 
 from geode.daemon.factory import Runtime, SessionContext
@@ -76,3 +79,13 @@ async def test_runtime_sessions_share_the_client_and_aclose_closes_it(tmp_path: 
     assert clients[0] is clients[1] is clients[2]
     assert clients[0].is_closed()
     assert len(srv.connections) == 1
+
+
+@pytest.mark.parametrize(("adapter", "other"), [("openai_compat", "anthropic"),
+                                                ("anthropic", "openai")])
+def test_an_adapter_does_not_import_the_other_vendors_sdk(adapter: str, other: str) -> None:
+    # a daemon on one vendor must not pay for the other SDK (anthropic's is ~70 MB of RSS)
+    code = f"import sys, geode.providers.{adapter}; print({other!r} in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.strip() == "False", out.stderr
