@@ -7,6 +7,8 @@
     │                          (the CLI exits 2 with it)
     │   └── UnknownModelError  a model id not in the catalog (with close matches)
     ├── StoreError             the durable store failed (corrupt file, unreachable server)
+    │   ├── StoreUnavailableError  the store's server did not answer (it may come back: the CLI
+    │   │                          exits 75, EX_TEMPFAIL, so a supervisor restarts it)
     │   └── CheckpointSaveError    a save before execute failed: nothing ran
     └── RunError               a run failed for a reason that is not the user's configuration
         └── ModelError         a provider call failed, classified (``kind``), with HTTP status
@@ -29,6 +31,7 @@ __all__ = [
     "ModelErrorKind",
     "RunError",
     "StoreError",
+    "StoreUnavailableError",
     "UnknownModelError",
 ]
 
@@ -64,6 +67,10 @@ class UnknownModelError(ConfigError):
 
 class StoreError(GeodeError):
     """The durable store could not be used."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store's server could not be reached; retrying later may work."""
 
 
 class CheckpointSaveError(StoreError):

@@ -76,6 +76,8 @@ class ProviderSettings(_Section):
 
 class StoreSettings(_Section):
     url: str | None = None  # default: sqlite under $GEODE_HOME
+    #: a file holding the database password (a Docker/systemd secret), so the url carries none
+    password_file: Path | None = None
     timeline_retention_days: int = 90
     ledger_retention_days: int = 30
 
@@ -158,7 +160,10 @@ class Settings(BaseSettings):
 
     @property
     def store_url(self) -> str:
-        return self.store.url or f"sqlite:///{self.home / 'geode.db'}"
+        url = self.store.url or f"sqlite:///{self.home / 'geode.db'}"
+        if self.store.password_file is None:
+            return url
+        return _with_password(url, self.store.password_file)
 
     @classmethod
     def settings_customise_sources(
@@ -180,6 +185,25 @@ class Settings(BaseSettings):
             for f in reversed(load.files)
         ]
         return (init_settings, _EnvSource(settings_cls, load.env), *tomls)
+
+
+def _with_password(url: str, password_file: Path) -> str:
+    """``url`` with the password read from ``password_file`` (one line; a trailing newline is
+    not part of it), registered with the redactor."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        password = password_file.read_text(encoding="utf-8").rstrip("\r\n")
+    except OSError as exc:
+        raise ConfigError(
+            f"[store] password_file {password_file}: cannot read it ({exc.strerror or exc})"
+        ) from exc
+    register_secret(password)
+    try:
+        return make_url(url).set(password=password).render_as_string(hide_password=False)
+    except ArgumentError as exc:
+        raise ConfigError(f"[store] url is not a database URL: {exc}") from exc
 
 
 #: sections a project file may not set: they spawn processes (hooks, MCP servers) or
@@ -292,4 +316,5 @@ def load_settings(
     dotenv = dotenv_values(dotenv_file) if dotenv_file.is_file() else {}
     secrets = Secrets(env=env, dotenv=dotenv)
     secrets.register_known()
+    _ = settings.store_url  # an unreadable [store] password_file fails here, not mid-start
     return settings, secrets

@@ -8,7 +8,10 @@ from typing import Annotated
 import typer
 
 from geode import __version__
-from geode.errors import ConfigError, StoreError
+from geode.errors import ConfigError, StoreError, StoreUnavailableError
+
+#: the store's server did not answer (sysexits' EX_TEMPFAIL): worth a restart, unlike exit 2
+EXIT_STORE_UNAVAILABLE = 75
 
 app = typer.Typer(
     name="geode",
@@ -62,6 +65,11 @@ def main() -> None:
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except StoreUnavailableError as exc:
+        # not the operator's configuration (maybe): the server may come back, so a supervisor
+        # should restart us (deploy/geode.service keeps 2, not this, in RestartPreventExitStatus)
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_STORE_UNAVAILABLE)
     except StoreError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -56,7 +56,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from geode.errors import ConfigError, StoreError
+from geode.errors import ConfigError, StoreError, StoreUnavailableError
 from geode.store.checkpoint import CheckpointStore, SessionCheckpointer
 from geode.store.receipts import ReceiptStore
 from geode.store.sessions import SessionStore
@@ -600,7 +600,7 @@ async def _check_and_migrate(engine: AsyncEngine, url: URL, *, migrate: bool) ->
                 f"the store file {where} is not a usable GEODE database "
                 f"({_first_line(exc.orig)}). {advice}"
             ) from exc
-        raise StoreError(
+        raise StoreUnavailableError(
             f"cannot reach the PostgreSQL store at {where} ({type(exc.orig).__name__}); "
             "check that the server runs and the [store] url"
         ) from exc

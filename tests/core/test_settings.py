@@ -97,3 +97,16 @@ def test_given_env_is_read_instead_of_the_process_env_which_is_untouched(
     assert set(seen) == {"11"}
     s, _ = load_settings(env={**os.environ, "GEODE_HOME": str(home)})
     assert s.loop.max_rounds == 11
+
+
+def test_store_password_file_completes_the_url_and_is_redacted(tmp_path: Path) -> None:
+    secret = tmp_path / "pg_password"
+    secret.write_text("s3cret-from-a-file\n")  # the trailing newline is not part of it
+    home = _home(tmp_path, '[store]\nurl = "postgresql+psycopg://geode@db:5432/geode"\n'
+                           f'password_file = "{secret}"\n')
+    s, _ = load_settings(cwd=tmp_path, env={"GEODE_HOME": str(home)})
+    assert s.store_url == "postgresql+psycopg://geode:s3cret-from-a-file@db:5432/geode"
+    assert "s3cret-from-a-file" not in redact_text(f"connecting to {s.store_url}")
+    secret.unlink()
+    with pytest.raises(ConfigError, match="password_file"):
+        load_settings(cwd=tmp_path, env={"GEODE_HOME": str(home)})

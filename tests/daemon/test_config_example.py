@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
-from tests.daemon.conftest import REPO, start_serve
+from tests.daemon.conftest import REPO, env_for, start_serve
 
 
 def test_the_example_config_starts_serve_demo(home: Path) -> None:
@@ -19,5 +21,10 @@ def test_the_example_config_starts_serve_demo(home: Path) -> None:
         with urllib.request.urlopen(f"http://127.0.0.1:{serve.port}/readyz", timeout=10) as r:
             body = json.loads(r.read())
         assert r.status == 200 and body["ready"] is True, body
+        # the container's health check finds the port the same way (here GEODE_HEALTH_PORT)
+        check = subprocess.run([sys.executable, "-m", "geode.daemon.healthcheck", "/readyz"],
+                               env=env_for(home, GEODE_HEALTH_PORT=str(serve.port)),
+                               capture_output=True, text=True, timeout=60, check=False)
+        assert check.returncode == 0, check.stderr
     finally:
         assert serve.stop() == 0, serve.output()
