@@ -34,7 +34,11 @@ design. Nothing here is asserted; ``tests/benchmarks/test_bench_blackbox_smoke.p
 with tiny parameters so that it keeps working.
 
 Run: ``python benchmarks/bench_blackbox.py [--chats 50] [--seq 20] [--per-chat 6]
-[--interval 8] [--duration 24] [--sides floor geode-paced geode-unpaced]``.
+[--interval 8] [--duration 24] [--sides floor geode-paced geode-unpaced]
+[--burst 1000 [--burst-latency 2] [--burst-only]]``. ``--burst N`` then runs GEODE alone
+(pacing off, lanes and ``max_concurrent_threads`` = N) under N mentions at once, each a new
+thread, the model answering after ``--burst-latency`` s: how many were answered, CPU per
+reply, peak RSS (target: all, <= 300 MB).
 Only Telegram is covered (Slack and Discord: not yet).
 """
 
@@ -181,7 +185,8 @@ def geode_config(tg: dict[str, Any], *, n_chats: int, paced: bool, lanes: int) -
     return (f'[model]\ndefault = "openai:bench-model"\n\n'
             f"[lanes]\nglobal_cap = {lanes}\nchannel_cap = {lanes}\n\n"
             f'[channels.telegram]\nbase_url = "{tg["base_url"]}"\n'
-            f'base_file_url = "{tg["base_file_url"]}"\n{pacing}{bindings}')
+            f'base_file_url = "{tg["base_file_url"]}"\n'
+            f"max_concurrent_threads = {max(lanes, 64)}\n{pacing}{bindings}")
 
 
 @contextlib.asynccontextmanager
@@ -285,6 +290,35 @@ async def run_side(side: str, model_url: str, args: argparse.Namespace) -> list[
             return rows
 
 
+async def run_burst(args: argparse.Namespace) -> None:
+    """GEODE alone: ``--burst`` mentions at once (each a new thread) with a slow model."""
+    n = args.burst
+    model_argv = (sys.executable, str(HERE / "_model_proc.py"),
+                  "--latency", str(args.burst_latency))
+    fake_argv = (sys.executable, str(HERE / "_fake_proc.py"), "telegram",
+                 json.dumps({"token": TOKEN, "bot_username": "geode_bot"}))
+    async with _child(*model_argv) as model, _child(*fake_argv) as fake:
+        tg = fake.ready["ready"]
+        async with geode_side(tg, model.ready["ready"]["base_url"], n_chats=1, paced=False,
+                              lanes=n) as pid:
+            await asyncio.sleep(1.0)
+            idle = status_mb(pid, "VmRSS")
+            chat = chats(1)
+            await fake.call("closed", chats=chat, user=USER, per_chat=1, prefix="q8",
+                            within=60)
+            cpu0, t0 = cpu_s(pid), time.perf_counter()
+            result = await fake.call("round", tags=[f"q9-0-{i}" for i in range(n)],
+                                     chat=chat[0], user=USER, within=300, partial=True)
+            answered = [x for x in result["latencies"] if x is not None]
+            cpu1, elapsed = cpu_s(pid), time.perf_counter() - t0
+            peak = status_mb(pid, "VmHWM")
+    print(f"burst: {n} threads at once, model {args.burst_latency} s: answered "
+          f"{len(answered)} / {n}, last after {max(answered, default=float('nan')):.1f} s "
+          f"(round {elapsed:.1f} s), CPU {1000 * (cpu1 - cpu0) / max(len(answered), 1):.1f} "
+          f"ms/reply, idle {idle:.0f} MB, peak RSS {peak:.0f} MB (target <= 300 MB: "
+          f"{'met' if peak <= 300 and len(answered) == n else 'NOT met'})")
+
+
 def print_table(rows: list[Row]) -> None:
     head = (f"{'side':<14} {'load':<9} {'sent':>5} {'lost':>4} {'p50 ms':>8} {'p99 ms':>8} "
             f"{'rep/s':>7} {'cpu ms/rep':>10} {'calls/rep':>9} {'idle MB':>7} {'rss MB':>7} "
@@ -307,6 +341,9 @@ async def main(args: argparse.Namespace) -> None:
     model_argv = [sys.executable, str(HERE / "_model_proc.py"),
                   "--latency", str(args.model_latency)]
     rows: list[Row] = []
+    if args.burst_only:
+        await run_burst(args)
+        return
     async with _child(*model_argv) as model:
         url = model.ready["ready"]["base_url"]
         for side in args.sides:
@@ -314,6 +351,8 @@ async def main(args: argparse.Namespace) -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"model latency {args.model_latency} s, lanes {args.lanes}")
     print_table(rows)
+    if args.burst:
+        await run_burst(args)
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -326,6 +365,10 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lanes", type=int, default=64)
     p.add_argument("--model-latency", type=float, default=0.0)
     p.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    p.add_argument("--burst", type=int, default=0,
+                   help="then N mentions at once, each a new thread, GEODE alone (1000)")
+    p.add_argument("--burst-latency", type=float, default=2.0, help="model s in --burst")
+    p.add_argument("--burst-only", action="store_true", help="skip the table")
     return p.parse_args(argv)
 
 

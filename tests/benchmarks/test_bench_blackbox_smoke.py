@@ -36,3 +36,15 @@ def test_every_side_answers_every_load() -> None:
         assert sent > 0 and lost == 0, r
         calls_per_reply = float(r[7 + load_words])
         assert calls_per_reply >= 1.0, r  # the answer itself is at least one Bot API call
+
+
+def test_burst_answers_every_thread() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--burst", "10", "--burst-latency", "0.05",
+         "--burst-only"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "answered 10 / 10" in proc.stdout
+    assert "peak RSS" in proc.stdout
