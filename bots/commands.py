@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bots.events import InboundEvent
+from geode.daemon.spend import usage_status_lines
 from geode.settings import BindingSettings
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ _CMD = re.compile(r"^/([A-Za-z_]+)(?:@([A-Za-z0-9_]+))?(?:\s|$)")
 HELP = (
     "Mention me (or reply to me) in a bound chat and I work on it in this thread; "
     "follow-ups in the thread need no mention.\n"
-    "/status  session, model, running turn, last result\n"
+    "/status  session, model, running turn, last result, today's usage\n"
     "/stop    stop the running turn of this thread\n"
     "/new     start a new session in this thread (the old one is kept as its parent)\n"
     "/reset   same as /new\n"
@@ -107,6 +108,11 @@ async def _status(layer: ChannelLayer, event: InboundEvent, binding: BindingSett
         lines.append(f"queued: {queued}")
     last = await _last_termination(layer, session_id)
     lines.append(f"last turn: {last or '-'}")
+    runtime = layer.host.runtime
+    if runtime is not None:
+        lines += await usage_status_lines(
+            ledger=layer.store.usage, budgets=runtime.settings.budgets,
+            binding=f"{binding.platform}:{binding.channel}", caps=binding, now=runtime.clock())
     return "\n".join(lines)
 
 

@@ -204,7 +204,7 @@ class TurnRunner:
         ctx = SessionContext(
             mode="DAEMON", workspace=layer.host.workspace, session_id=row.session_key,
             binding=binding, user=event.sender, on_event=sink,
-            title=f"{event.platform} thread {event.thread_key}",
+            title=f"{event.platform} thread {event.thread_key}", thread=event.thread_key,
         )
         try:
             result = await layer.host.run_turn(ctx, prompt, kind="channel",

@@ -35,10 +35,12 @@ from geode.redact import register_secret
 
 __all__ = [
     "BindingSettings",
+    "BudgetSettings",
     "LoopSettings",
     "ModelSettings",
     "Secrets",
     "Settings",
+    "SpendCaps",
     "StoreSettings",
     "geode_home",
     "load_settings",
@@ -101,7 +103,46 @@ class LaneSettings(_Section):
     wait_timeout_s: float = 300.0
 
 
-class BindingSettings(_Section):
+class SpendCaps(_Section):
+    """Spend caps (issue #20): ``None`` = no cap. Tokens are input + output as reported by
+    the provider; USD caps need ``[model.prices]`` for the model (never guessed)."""
+
+    max_tokens_per_day: int | None = Field(default=None, ge=0)
+    max_usd_per_day: float | None = Field(default=None, ge=0)
+    max_tokens_per_thread: int | None = Field(default=None, ge=0)
+    max_tokens_per_user_per_day: int | None = Field(default=None, ge=0)
+    max_usd_per_turn: float | None = Field(default=None, ge=0)
+
+    def caps(self) -> dict[str, float]:
+        """The caps that are set, by name."""
+        return {name: float(v) for name in SPEND_CAP_NAMES
+                if (v := getattr(self, name)) is not None}
+
+
+SPEND_CAP_NAMES = ("max_tokens_per_day", "max_usd_per_day", "max_tokens_per_thread",
+                   "max_tokens_per_user_per_day", "max_usd_per_turn")
+
+
+class BudgetSettings(SpendCaps):
+    """``[budgets]``: daemon-wide caps (every session of this store counts) and the time
+    zone the day boundaries of every per-day cap (daemon and bindings) are read in."""
+
+    timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, v: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {v!r}: use an IANA name such as "
+                             '"UTC" or "Europe/Berlin"') from exc
+        return v
+
+
+class BindingSettings(SpendCaps):
     platform: Literal["slack", "discord", "telegram"]
     channel: str
     workspace: str = ""
@@ -144,6 +185,7 @@ class Settings(BaseSettings):
     store: StoreSettings = Field(default_factory=StoreSettings)
     loop: LoopSettings = Field(default_factory=LoopSettings)
     lanes: LaneSettings = Field(default_factory=LaneSettings)
+    budgets: BudgetSettings = Field(default_factory=BudgetSettings)
     channels: dict[str, dict[str, Any]] = Field(default_factory=dict)
     bindings: list[BindingSettings] = Field(default_factory=list)
     mcp: dict[str, Any] = Field(default_factory=dict)

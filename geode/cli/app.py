@@ -47,7 +47,8 @@ def _root(
 
 # In the order ``geode --help`` lists them.
 _COMMAND_MODULES = ("cmd_channels", "cmd_info", "cmd_init", "cmd_mcp", "cmd_run", "cmd_serve",
-                    "cmd_ask", "cmd_repl", "cmd_schedule", "cmd_sessions", "cmd_db")
+                    "cmd_ask", "cmd_repl", "cmd_schedule", "cmd_sessions", "cmd_usage",
+                    "cmd_db")
 
 
 def _register() -> None:

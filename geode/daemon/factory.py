@@ -9,6 +9,7 @@ resource locks, hooks, observers, MCP manager); :meth:`Runtime.open_session` ret
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from geode.daemon.spend import SpendControl, SpendIdentity
 from geode.errors import ConfigError, RunError
 from geode.executor import (
     Approver,
@@ -88,6 +90,8 @@ class SessionContext:
     parent_session_id: str | None = None
     title: str = ""
     extra_tools: Sequence[ToolDef] = ()
+    #: the conversation per-thread spend caps count (a channel thread); default: the session
+    thread: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -161,10 +165,13 @@ class Runtime:
         observers: HookSystem | None = None,
         mcp: Any | None = None,
         tools: Sequence[ToolDef] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
+        """``clock``: wall-clock seconds for the spend caps' days (tests move it)."""
         self.settings = settings
         self.secrets = secrets
         self.store = store
+        self.clock = clock or time.time
         self.locks = ResourceLocks()
         if hooks is None:
             # Operator hooks: Python plugins (entry points) and shell commands from config.
@@ -277,11 +284,18 @@ class Runtime:
         if budget is None:
             budget = MODE_POLICIES[ctx.mode].time_budget_s
         price = self.settings.model.prices.get(ref.id) or self.settings.model.prices.get(ref.model)
-        if loop.cost_budget_usd is not None and price is None and ref.provider != "scripted":
-            raise ConfigError(
-                f"[loop] cost_budget_usd is set but model {ref.id!r} has no price: add "
-                f'[model.prices] "{ref.id}" = [input_usd_per_mtok, output_usd_per_mtok].'
-            )
+        if price is None and ref.provider != "scripted":
+            b = ctx.binding
+            usd = [("[loop] cost_budget_usd", loop.cost_budget_usd)] + [
+                (f"{where} {name}", getattr(caps, name))
+                for where, caps in (("[budgets]", self.settings.budgets), ("the binding's", b))
+                if caps is not None for name in ("max_usd_per_day", "max_usd_per_turn")]
+            for what, value in usd:
+                if value is not None:  # a USD cap cannot count an unpriced model: never guess
+                    raise ConfigError(
+                        f"{what} is set but model {ref.id!r} has no price: add "
+                        f'[model.prices] "{ref.id}" = [input_usd_per_mtok, output_usd_per_mtok].'
+                    )
         return LoopLimits(
             max_rounds=ctx.max_rounds or loop.max_rounds,
             time_budget_s=budget,
@@ -357,6 +371,7 @@ class Runtime:
             verifier=HookVerifier(hooks=self.hooks),
             prompt_gate=HookPromptGate(hooks=self.hooks),
             observer=self.observers,
+            spend=self._spend(ctx, session_id),
             on_event=ctx.on_event,
             stream=ctx.stream,
         )
@@ -395,6 +410,22 @@ class Runtime:
             saved_state=saved_state,
             timeline=self.store.timeline if self.store is not None else None,
         )
+
+    def _spend(self, ctx: SessionContext, session_id: str) -> SpendControl | None:
+        """The session's spend caps and usage ledger (none without a store)."""
+        if self.store is None:
+            return None
+        b = ctx.binding
+        identity = SpendIdentity(
+            session_id=session_id,
+            binding=f"{b.platform}:{b.channel}" if b is not None else "",
+            platform=b.platform if b is not None else "",
+            user=ctx.user or "",
+            thread=ctx.thread or session_id,
+        )
+        return SpendControl(ledger=self.store.usage, identity=identity,
+                            budgets=self.settings.budgets, binding_caps=b, clock=self.clock,
+                            timeline=self.store.timeline, observer=self.observers)
 
     async def _load_or_create(
         self, ctx: SessionContext, model: str

@@ -2,7 +2,8 @@
 
 The loop sends every lifecycle event to the Runtime's :class:`~geode.hooks.HookSystem`
 (``turn_started``, ``assistant_text``, ``tool_call``, ``tool_result``, ``turn_finished``,
-each with ``session_id``) and the executor sends ``tool.denied`` (with the ``check``);
+each with ``session_id``), the executor sends ``tool.denied`` (with the ``check``) and the
+spend control ``usage.recorded`` / ``spend.cap_reached``;
 :meth:`DaemonMetrics.observe` turns them into counters. It
 decides nothing and is synchronous (the HookSystem runs sync observers inline).
 
@@ -63,6 +64,17 @@ class DaemonMetrics:
         self.thread_leases_lost = Counter("geode_channel_thread_leases_lost",
                                           "Threads another replica took while this one ran them.",
                                           ["platform"], registry=r)
+        self.model_tokens = Counter("geode_model_tokens",
+                                    "Model tokens as reported by the provider, by binding "
+                                    "(platform:channel, empty outside channels), model, platform "
+                                    "and direction (input/output).",
+                                    ["binding", "model", "platform", "direction"], registry=r)
+        self.model_cost = Counter("geode_model_cost_usd",
+                                  "Model cost in USD, for models with a configured price.",
+                                  ["binding", "model", "platform"], registry=r)
+        self.spend_caps_reached = Counter("geode_spend_caps_reached",
+                                          "Model calls refused by a spend cap, by cap.",
+                                          ["cap", "binding", "platform"], registry=r)
         # session_id -> monotonic time the model was handed work
         self._model_started: dict[str, float] = {}
 
@@ -95,12 +107,29 @@ class DaemonMetrics:
             self._model_started[sid] = time.monotonic()
         elif event == "tool.denied":  # the executor's event names the check that denied
             self.denials.labels(check=str(data.get("check", "unknown"))).inc()
+        elif event in ("usage.recorded", "spend.cap_reached"):
+            self._spend(event, data)
         elif event.startswith("channel."):
             self._channel(event, data)
         elif event == "turn_finished":
             self.turns_running.dec()
             self._model_started.pop(sid, None)
             self.turns.labels(termination=str(data.get("termination", "unknown"))).inc()
+
+    def _spend(self, event: str, data: Mapping[str, Any]) -> None:
+        """The spend control's events (``geode.daemon.spend``)."""
+        labels = {"binding": str(data.get("binding", "")),
+                  "platform": str(data.get("platform", ""))}
+        if event == "spend.cap_reached":
+            self.spend_caps_reached.labels(cap=str(data.get("cap", "")), **labels).inc()
+            return
+        model = str(data.get("model", ""))
+        for direction in ("input", "output"):
+            self.model_tokens.labels(model=model, direction=direction, **labels).inc(
+                int(data.get(f"{direction}_tokens", 0)))
+        cost = data.get("cost_usd")
+        if cost is not None:
+            self.model_cost.labels(model=model, **labels).inc(float(cost))
 
     def _channel(self, event: str, data: Mapping[str, Any]) -> None:
         """The channel layer's lease events (``bots.layer``)."""

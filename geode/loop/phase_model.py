@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from geode.errors import ModelError
-from geode.loop._util import emit
+from geode.loop._util import emit, turn_info
 from geode.loop.compaction import compact
 from geode.loop.phase_call import remaining_time
 from geode.loop.state import RunDeps, RunState
@@ -87,16 +87,23 @@ async def _once(deps: RunDeps, step: CallModel, watch: _CallWatch) -> ModelRespo
     return final
 
 
-def _cost(deps: RunDeps, usage: Usage) -> float:
+def _cost(deps: RunDeps, usage: Usage) -> float | None:
+    """The call's cost in USD; None when the model has no configured price."""
     price = deps.limits.price_per_mtok
     if price is None:
-        return 0.0
+        return None
     return (usage.input_tokens * price[0] + usage.output_tokens * price[1]) / 1_000_000
 
 
 async def call_provider(
     deps: RunDeps, state: RunState, step: CallModel
 ) -> RunTools | Verify | PrepareCall | Finish:
+    if deps.spend is not None:
+        # Before the call, never after: a reached cap must not start one more request.
+        refusal = await deps.spend.check(turn=turn_info(deps, state),
+                                         turn_cost_usd=state.cost_usd)
+        if refusal is not None:
+            return Finish(TerminationReason.SPEND_CAP, detail=refusal.message)
     watch = _CallWatch()
 
     # call_with_retry logs each retry (one line); here it only becomes an event.
@@ -144,7 +151,11 @@ async def call_provider(
         return Finish(TerminationReason.MODEL_ERROR, detail=f"{err.kind}: {err}")
 
     state.usage = state.usage + response.usage
-    state.cost_usd += _cost(deps, response.usage)
+    cost = _cost(deps, response.usage)
+    state.cost_usd += cost or 0.0
+    if deps.spend is not None:
+        await deps.spend.record(turn=turn_info(deps, state), model=step.snapshot.model,
+                                usage=response.usage, cost_usd=cost)
     state.messages.append(response.message)
     await emit(deps, "model_response", stop_reason=response.stop_reason)
     if response.message.text:

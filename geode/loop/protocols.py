@@ -2,7 +2,7 @@
 
 The loop owns the turn; these are the seams where the executor (tool boundary), the
 durable records and observation plug in. Implementations live in ``geode.executor``,
-``geode.store`` and ``geode.hooks``; tests may supply their own.
+``geode.store``, ``geode.hooks`` and ``geode.daemon.spend``; tests may supply their own.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from geode.messages import Message, ToolResultBlock, ToolUseBlock
+from geode.messages import Message, ToolResultBlock, ToolUseBlock, Usage
 from geode.tools.plan import BoundToolPlan
 
 __all__ = [
@@ -20,6 +20,8 @@ __all__ = [
     "Observer",
     "PromptDecision",
     "PromptGate",
+    "SpendGate",
+    "SpendRefusal",
     "ToolRunner",
     "TurnInfo",
     "Verifier",
@@ -100,6 +102,34 @@ class PromptDecision:
 @runtime_checkable
 class PromptGate(Protocol):
     async def __call__(self, prompt: str, turn: TurnInfo) -> PromptDecision: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpendRefusal:
+    """A spend cap that is reached: the model call is not made, the turn ends with
+    ``message`` (it names the cap, the amount used and when it resets)."""
+
+    cap: str
+    scope: str
+    used: float
+    limit: float
+    resets_at: str
+    message: str
+
+
+@runtime_checkable
+class SpendGate(Protocol):
+    """Spend caps, checked before every model call against a durable usage ledger."""
+
+    async def check(self, *, turn: TurnInfo, turn_cost_usd: float) -> SpendRefusal | None:
+        """None when the call may start; the refusal (already recorded) otherwise."""
+        ...
+
+    async def record(
+        self, *, turn: TurnInfo, model: str, usage: Usage, cost_usd: float | None
+    ) -> None:
+        """One finished call's usage (``cost_usd`` None: the model has no price)."""
+        ...
 
 
 @runtime_checkable

@@ -8,7 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from geode.loop.events import EventSink
-from geode.loop.protocols import Checkpointer, Observer, PromptGate, ToolRunner, Verifier
+from geode.loop.protocols import (
+    Checkpointer,
+    Observer,
+    PromptGate,
+    SpendGate,
+    ToolRunner,
+    Verifier,
+)
 from geode.messages import Message, Usage
 from geode.providers.base import BaseProvider
 from geode.providers.retry import RetryPolicy
@@ -57,6 +64,8 @@ class RunDeps:
     verifier: Verifier | None = None
     prompt_gate: PromptGate | None = None
     observer: Observer | None = None
+    #: spend caps, checked before every model call (None: no caps, no usage ledger)
+    spend: SpendGate | None = None
     on_event: EventSink | None = None
     stream: bool = False
 

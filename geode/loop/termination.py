@@ -20,6 +20,7 @@ class TerminationReason(StrEnum):
     REPEATED_ERRORS = "repeated_errors"  # the same tool error again and again
     CHECKPOINT_FAILED = "checkpoint_failed"  # a save before execute failed: nothing ran
     RECOVERY_LIMIT = "recovery_limit"  # interrupted (crash/restart) too often: not resumed
+    SPEND_CAP = "spend_cap"  # a [budgets] / binding spend cap was reached: no model call
 
 
 SUCCESS_REASONS = frozenset({TerminationReason.NATURAL})

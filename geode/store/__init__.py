@@ -3,6 +3,7 @@
 * :func:`open_store` -> :class:`Store` with ``sessions``, ``checkpoints``, ``receipts``,
   ``timeline`` and ``checkpointer(session_id)`` (the loop's ``Checkpointer``);
 * :func:`upgrade` applies the Alembic migrations (``geode db upgrade``);
+* ``usage`` (:class:`UsageLedger`): one row per model call, what the spend caps count;
 * :class:`EvidenceLedger` writes redacted JSONL under ``$GEODE_HOME/ledger/``.
 
 The records are separate: checkpoint, receipts, timeline and ledger never share a
@@ -29,6 +30,7 @@ from geode.store.sessions import (
     SessionStore,
 )
 from geode.store.timeline import SessionTimeline, TimelineRow
+from geode.store.usage import UsageFilter, UsageLedger, UsageRecord, UsageTotals
 
 __all__ = [
     "CheckpointRow",
@@ -48,6 +50,10 @@ __all__ = [
     "Store",
     "TimelineRow",
     "UnknownReceiptError",
+    "UsageFilter",
+    "UsageLedger",
+    "UsageRecord",
+    "UsageTotals",
     "head_revision",
     "normalize_url",
     "open_store",

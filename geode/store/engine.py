@@ -61,6 +61,7 @@ from geode.store.checkpoint import CheckpointStore, SessionCheckpointer
 from geode.store.receipts import ReceiptStore
 from geode.store.sessions import SessionStore
 from geode.store.timeline import SessionTimeline
+from geode.store.usage import UsageLedger
 
 __all__ = ["Store", "head_revision", "normalize_url", "open_store", "upgrade"]
 
@@ -223,6 +224,7 @@ class Store:
         self.checkpoints = CheckpointStore(store=self)
         self.receipts = ReceiptStore(store=self)
         self.timeline = SessionTimeline(store=self)
+        self.usage = UsageLedger(store=self)
 
     def checkpointer(self, session_id: str) -> SessionCheckpointer:
         """The checkpoint chain of one session (the loop's ``Checkpointer``)."""

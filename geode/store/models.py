@@ -19,6 +19,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -41,12 +42,14 @@ __all__ = [
     "SessionModel",
     "SessionStatus",
     "TimelineEventModel",
+    "UsageModel",
     "all_metadata",
     "checkpoints_table",
     "messages_table",
     "receipts_table",
     "sessions_table",
     "timeline_table",
+    "usage_table",
     "utcnow",
 ]
 
@@ -174,12 +177,45 @@ class TimelineEventModel(Base):
     __table_args__ = (Index(None, "session_id", "id"),)
 
 
+class UsageModel(Base):
+    """One model call's usage (the spend ledger, ``geode.store.usage``): who, which model,
+    how many tokens, and the cost when the model has a configured price (else NULL).
+
+    ``at`` is integer Unix milliseconds: day windows are exact range compares on both
+    dialects (a DateTime round trip through SQLite text could change the spelling).
+    """
+
+    __tablename__ = "usage_ledger"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    at: Mapped[int] = mapped_column(BigInteger, index=True)
+    session_id: Mapped[str] = mapped_column(String(200))
+    turn_id: Mapped[str] = mapped_column(String(100), default="")
+    #: ``platform:channel`` of the channel binding, "" outside channels
+    binding: Mapped[str] = mapped_column(String(200), default="")
+    platform: Mapped[str] = mapped_column(String(32), default="")
+    #: the platform user the turn answers, "" when none
+    platform_user: Mapped[str] = mapped_column(String(200), default="")
+    #: the conversation the per-thread caps count (a channel thread, else the session)
+    thread: Mapped[str] = mapped_column(String(300), default="")
+    model: Mapped[str] = mapped_column(String(200), default="")
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_usd: Mapped[float | None] = mapped_column(Float)
+
+    __table_args__ = (
+        Index(None, "binding", "at"),
+        Index(None, "thread"),
+    )
+
+
 # Core handles for the hot paths (plain INSERT/UPDATE statements, no ORM unit of work).
 sessions_table = cast(Table, SessionModel.__table__)
 messages_table = cast(Table, MessageModel.__table__)
 checkpoints_table = cast(Table, CheckpointModel.__table__)
 receipts_table = cast(Table, EffectReceiptModel.__table__)
 timeline_table = cast(Table, TimelineEventModel.__table__)
+usage_table = cast(Table, UsageModel.__table__)
 
 
 # Other packages keep their tables in their own modules on this same ``Base`` (and ship the

@@ -16,12 +16,13 @@ from geode.loop import (
     LoopLimits,
     PromptDecision,
     RunDeps,
+    SpendRefusal,
     TerminationReason,
     TurnInfo,
     VerifyOutcome,
 )
 from geode.loop.compaction import pairs_intact
-from geode.messages import Message, ToolResultBlock, ToolUseBlock
+from geode.messages import Message, ToolResultBlock, ToolUseBlock, Usage
 from geode.providers.retry import RetryPolicy
 from geode.providers.scripted import ScriptedProvider, ToolCall
 from geode.tools.base import ToolContext, tool
@@ -400,6 +401,40 @@ async def test_recovery_limit_ends_a_turn_that_keeps_dying_without_calling_the_m
     assert "interrupted 3 times" in result.detail
     assert provider.calls == []
     assert chain.state["last_termination"] == "recovery_limit"
+
+
+class Spend:
+    """A SpendGate refusing once ``cap`` tokens were recorded."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.records: list[tuple[str, int, float | None]] = []
+        self.checks = 0
+
+    async def check(self, *, turn: TurnInfo, turn_cost_usd: float) -> SpendRefusal | None:
+        self.checks += 1
+        used = sum(r[1] for r in self.records)
+        if used < self.cap:
+            return None
+        return SpendRefusal(cap="max_tokens_per_day", scope="daemon", used=used,
+                            limit=self.cap, resets_at="tomorrow", message=f"cap: {used} used")
+
+    async def record(
+        self, *, turn: TurnInfo, model: str, usage: Usage, cost_usd: float | None
+    ) -> None:
+        self.records.append((turn.turn_id, usage.input_tokens + usage.output_tokens, cost_usd))
+
+
+async def test_a_reached_spend_cap_ends_the_turn_before_the_model_call() -> None:
+    spend = Spend(cap=20)
+    provider = ScriptedProvider([ToolCall("echo", {"text": "a"}), ToolCall("echo", {"text": "b"}),
+                                 "never asked"])
+    result = await make_loop([], provider=provider, spend=spend).run("spend", turn_id="t-9")
+    assert result.termination == TerminationReason.SPEND_CAP
+    assert result.detail == "cap: 30 used"
+    assert len(provider.calls) == 2  # the third call was never made
+    assert spend.records == [("t-9", 15, None), ("t-9", 15, None)]  # no price: no cost
+    assert spend.checks == 3
 
 
 @pytest.mark.parametrize("reason", list(TerminationReason))
