@@ -108,6 +108,7 @@ class Session:
     timeline: SessionTimeline | None = None
 
     async def run(self, prompt: str, *, turn_id: str | None = None) -> TurnResult:
+        self.saved_state = {}  # a new turn: what was loaded no longer describes the chain
         return await self.loop.run(prompt, turn_id=turn_id)
 
     def can_resume(self, turn_id: str) -> bool:
@@ -123,11 +124,12 @@ class Session:
         if not self.can_resume(turn_id):
             raise RunError(f"turn {turn_id!r} is not the unfinished turn of session "
                            f"{self.session_id!r}; nothing to resume")
-        result = await self.loop.resume(turn_id=turn_id, saved=self.saved_state)
+        saved, self.saved_state = self.saved_state, {}  # resumed once per load
+        result = await self.loop.resume(turn_id=turn_id, saved=saved)
         if result.termination == TerminationReason.RECOVERY_LIMIT and self.timeline is not None:
             await self.timeline.append(
                 session_id=self.session_id, turn_id=turn_id, kind="turn.recovery_limit",
-                payload={"recoveries": int(self.saved_state.get("recoveries", 0)) + 1,
+                payload={"recoveries": int(saved.get("recoveries", 0)) + 1,
                          "limit": self.loop.deps.limits.recovery_limit,
                          "rounds": result.rounds},
             )

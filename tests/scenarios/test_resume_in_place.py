@@ -181,6 +181,8 @@ async def test_a_turn_that_kills_the_process_every_time_ends_after_the_recovery_
         assert len(reply) == 1 and "recovery limit" in reply[0], reply
         assert "interrupted 2 times" in reply[0]
         assert len(model.generate_requests) == 2  # the ended turn asked the model nothing
+        # the resumed run saw the turn as it was: no "restarted" note added per recovery
+        assert "restarted" not in json.dumps(model.generate_requests[1].body["messages"])
 
         bot_msg = next(m.message_id for m in fake.messages_in(CHAT, from_bot=True)
                        if m.reply_to_message_id == mid and m.plain_text == reply[0])
