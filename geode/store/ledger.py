@@ -1,15 +1,20 @@
-"""EvidenceLedger: redacted JSONL diagnostic rows with content hashes, one file per session.
+"""EvidenceLedger: redacted JSONL diagnostic rows with content hashes, one file per UTC day.
 
-``<root>/ledger/<session>.jsonl``; each row is ``{seq, ts, session_id, turn_id, kind,
-summary, payload_hash, payload}``. The payload is redacted before it is hashed and
-written, so ``payload_hash`` (sha256 of its canonical JSON) can be checked by anyone
-holding the file, and correlates with timeline rows carrying the same payload.
+``<root>/ledger/<YYYY-MM-DD>.jsonl``, append-only; each row is ``{seq, ts, session_id,
+turn_id, kind, summary, payload_hash, payload}``. The payload is redacted before it is
+hashed and written, so ``payload_hash`` (sha256 of its canonical JSON) can be checked by
+anyone holding the file, and correlates with timeline rows carrying the same payload.
+
+One file per day, not per session: a chat daemon opens a session for every new thread,
+and a file per session created (and later pruned) one file per thread for what is often a
+single row. Homes written before keep their ``<session>.jsonl`` files; :meth:`read` still
+returns their rows first.
 
 Appends run in a thread under an exclusive ``flock`` on the file, so several processes
 (``geode serve`` replicas sharing a home) keep one monotonic ``seq`` per file. Within one
-process, :meth:`EvidenceLedger.read` waits for the appends to that file already under way,
-so a reader sees every row whose append started before its read (observers append in
-fire-and-forget tasks; without this a read right after a run raced the last row).
+process, :meth:`EvidenceLedger.read` waits for the appends already under way, so a reader
+sees every row whose append started before its read (observers append in fire-and-forget
+tasks; without this a read right after a run raced the last row).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ __all__ = ["EvidenceLedger", "payload_hash"]
 log = structlog.get_logger(__name__)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_DAY_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}\.jsonl$")
 _SUMMARY_MAX = 500
 
 
@@ -44,7 +50,7 @@ def payload_hash(payload: Any) -> str:
 
 
 class EvidenceLedger:
-    """Append-only, redacted JSONL rows per session under ``<root>/ledger/``.
+    """Append-only, redacted JSONL rows under ``<root>/ledger/``, one file per UTC day.
 
     Args:
         root: the GEODE home (``$GEODE_HOME``); files go to ``root / "ledger"``.
@@ -57,7 +63,12 @@ class EvidenceLedger:
         self._inflight: dict[Path, set[asyncio.Future[dict[str, Any]]]] = {}
 
     def path_for(self, session_id: str) -> Path:
-        """The session's file. Ids with unsafe characters get a hash suffix (no collisions)."""
+        """The file a row of ``session_id`` appended now goes to: today's (UTC)."""
+        return self.dir / f"{datetime.now(UTC).date().isoformat()}.jsonl"
+
+    def _legacy_path(self, session_id: str) -> Path:
+        """Where a ledger before day files kept the session's rows (read, never written).
+        Ids with unsafe characters got a hash suffix (no collisions)."""
         safe = _UNSAFE.sub("_", session_id)[:120]
         if safe != session_id:
             safe += "-" + hashlib.sha256(session_id.encode()).hexdigest()[:10]
@@ -119,29 +130,36 @@ class EvidenceLedger:
         return row
 
     async def read(self, session_id: str) -> list[dict[str, Any]]:
-        """Every row of the session's file, in order (empty if none).
+        """Every row of the session, in order: its pre-day-file rows, then day by day.
 
-        Waits first for this process's appends to the file that are under way.
+        Waits first for this process's appends that are under way.
         """
-        path = self.path_for(session_id)
-        pending = list(self._inflight.get(path, ()))
+        pending = [f for futs in self._inflight.values() for f in futs]
         if pending:
             await asyncio.wait(pending)
-        return await asyncio.to_thread(self._read_sync, path)
+        return await asyncio.to_thread(self._read_sync, session_id)
 
-    @staticmethod
-    def _read_sync(path: Path) -> list[dict[str, Any]]:
-        if not path.exists():
-            return []
+    def _read_sync(self, session_id: str) -> list[dict[str, Any]]:
+        days = sorted(p for p in self.dir.glob("*.jsonl") if _DAY_FILE.match(p.name)) \
+            if self.dir.is_dir() else []
+        legacy = self._legacy_path(session_id)
+        # A row is parsed only if its line names the session (a day file holds every one).
+        needle = json.dumps(session_id, ensure_ascii=False)
         rows = []
-        with path.open(encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    rows.append(json.loads(line))
+        for path in [legacy, *days] if legacy.exists() and legacy not in days else days:
+            with path.open(encoding="utf-8") as fh:
+                for line in fh:
+                    if needle in line and line.strip():
+                        try:
+                            row = json.loads(line)
+                        except ValueError:
+                            continue  # a line torn by a writer that died
+                        if row.get("session_id") == session_id:
+                            rows.append(row)
         return rows
 
     async def prune(self, older_than_days: float) -> int:
-        """Delete session files not written for ``older_than_days``; returns how many."""
+        """Delete ledger files not written for ``older_than_days``; returns how many."""
         return await asyncio.to_thread(self._prune_sync, older_than_days)
 
     def _prune_sync(self, older_than_days: float) -> int:

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from geode.store import EvidenceLedger, payload_hash
@@ -73,7 +74,34 @@ async def test_rows_carry_seq_and_a_verifiable_payload_hash(tmp_path: Path) -> N
         "payload_hash",
         "payload",
     }
-    assert ledger.path_for("s1") == tmp_path / "ledger" / "s1.jsonl"
+    day = datetime.now(UTC).date().isoformat()
+    assert ledger.path_for("s1") == tmp_path / "ledger" / f"{day}.jsonl"
+
+
+async def test_sessions_share_the_day_file_and_read_back_only_their_rows(tmp_path: Path) -> None:
+    # a chat daemon opens a session per thread: one file per session was one file per thread
+    ledger = EvidenceLedger(tmp_path)
+    for i in range(30):
+        await ledger.append(session_id=f"telegram:1:-100:{i}", kind="final_result",
+                            payload={"i": i})
+    assert [p.name for p in (tmp_path / "ledger").iterdir()] == [ledger.path_for("x").name]
+    rows = await ledger.read("telegram:1:-100:7")
+    assert [r["payload"]["i"] for r in rows] == [7]
+    assert rows[0]["seq"] == 8  # seq counts the file's rows
+    assert await ledger.read("telegram:1:-100:70") == []
+
+
+async def test_rows_of_a_home_written_before_day_files_are_still_read_first(
+    tmp_path: Path,
+) -> None:
+    ledger = EvidenceLedger(tmp_path)
+    legacy = tmp_path / "ledger" / "s1.jsonl"
+    legacy.parent.mkdir(parents=True)
+    old = {"seq": 1, "ts": "2026-01-01T00:00:00+00:00", "session_id": "s1", "turn_id": "",
+           "kind": "old", "summary": "", "payload_hash": payload_hash({}), "payload": {}}
+    legacy.write_text(json.dumps(old) + "\n")
+    await ledger.append(session_id="s1", kind="new")
+    assert [r["kind"] for r in await ledger.read("s1")] == ["old", "new"]
 
 
 async def test_concurrent_appends_keep_one_monotonic_seq(tmp_path: Path) -> None:
@@ -102,21 +130,24 @@ async def test_torn_last_line_does_not_swallow_the_next_row(tmp_path: Path) -> N
 
 async def test_unsafe_session_ids_stay_inside_the_ledger_dir(tmp_path: Path) -> None:
     ledger = EvidenceLedger(tmp_path)
-    p1 = ledger.path_for("../../etc/passwd")
-    p2 = ledger.path_for("slack:T1/C1:1.2")
-    p3 = ledger.path_for("slack:T1:C1:1.2")
-    assert p1.parent == p2.parent == tmp_path / "ledger"
-    assert len({p1, p2, p3}) == 3
+    ids = ["../../etc/passwd", "slack:T1/C1:1.2", "slack:T1:C1:1.2", 'quote"d']
+    for sid in ids:
+        await ledger.append(session_id=sid, kind="k")
+        assert ledger.path_for(sid).parent == tmp_path / "ledger"
+    assert [p.name for p in tmp_path.iterdir()] == ["ledger"]
+    for sid in ids:
+        assert [r["session_id"] for r in await ledger.read(sid)] == [sid]
 
 
 async def test_prune_removes_old_files_only(tmp_path: Path) -> None:
     ledger = EvidenceLedger(tmp_path)
-    await ledger.append(session_id="old", kind="k")
     await ledger.append(session_id="new", kind="k")
+    old = tmp_path / "ledger" / "2020-01-01.jsonl"
+    old.write_text('{"seq": 1, "session_id": "old"}\n')
     long_ago = time.time() - 40 * 86_400
-    os.utime(ledger.path_for("old"), (long_ago, long_ago))
+    os.utime(old, (long_ago, long_ago))
     assert await ledger.prune(30) == 1
-    assert not ledger.path_for("old").exists() and ledger.path_for("new").exists()
+    assert not old.exists() and ledger.path_for("new").exists()
 
 
 async def test_a_read_sees_every_append_already_under_way(tmp_path: Path) -> None:
