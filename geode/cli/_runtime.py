@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from geode.cli import _state
 from geode.daemon.factory import Runtime, SessionContext
@@ -12,6 +13,9 @@ from geode.logging import configure_logging
 from geode.loop import LoopEvent, TurnResult, model_wait_text
 from geode.policy import Mode
 from geode.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from geode.store import Store
 
 __all__ = ["RunOptions", "load", "run_once"]
 
@@ -21,6 +25,8 @@ class RunOptions:
     prompt: str
     model: str | None = None
     session_id: str | None = None
+    #: continue this workspace's last CLI session (``-c``)
+    continue_last: bool = False
     mcp_configs: tuple[Path, ...] = ()
     allow_tools: tuple[str, ...] = ()
     deny_tools: tuple[str, ...] = ()
@@ -84,11 +90,14 @@ async def run_once(opts: RunOptions) -> TurnResult:
         )
     runtime = await Runtime.create(settings=settings, secrets=secrets, mcp=mcp)
     async with runtime:
+        session_id = opts.session_id
+        if opts.continue_last:
+            session_id = await last_session_id(runtime.store, opts.workspace)
         session = await runtime.open_session(
             SessionContext(
                 mode=opts.mode,
                 workspace=opts.workspace,
-                session_id=opts.session_id,
+                session_id=session_id,
                 model=opts.model,
                 allow_tools=opts.allow_tools,
                 deny_tools=opts.deny_tools,
@@ -100,4 +109,20 @@ async def run_once(opts: RunOptions) -> TurnResult:
                 on_event=_print_event if opts.stream else _print_wait,
             )
         )
+        # at the start, so a long run can be followed (`geode sessions timeline ID`)
+        sys.stderr.write(f"(session {session.session_id})\n")
+        sys.stderr.flush()
         return await session.run(opts.prompt)
+
+
+async def last_session_id(store: Store | None, workspace: Path) -> str:
+    """``-c``: the id of this workspace's most recent terminal session (run, repl, ask)."""
+    from geode.errors import ConfigError
+
+    found = None
+    if store is not None:
+        found = await store.sessions.latest_in(str(workspace), source="cli")
+    if found is None:
+        raise ConfigError(f"No earlier session in {workspace} to continue; leave out "
+                          "-c/--continue to start one (`geode sessions list` shows them all).")
+    return found.id

@@ -15,12 +15,14 @@ from geode.cli.app import app
 from geode.cli.cmd_run import (
     AllowOpt,
     BudgetOpt,
+    ContinueOpt,
     CwdOpt,
     DenyOpt,
     ModelOpt,
     RoundsOpt,
     SessionOpt,
     read_prompt,
+    resolve_cwd,
 )
 
 
@@ -28,6 +30,7 @@ from geode.cli.cmd_run import (
 def ask(
     prompt: Annotated[str, typer.Argument(help="The task; `-` reads it from stdin.")],
     session: SessionOpt = None,
+    continue_last: ContinueOpt = False,
     model: ModelOpt = None,
     allow_tool: AllowOpt = None,
     deny_tool: DenyOpt = None,
@@ -43,13 +46,20 @@ def ask(
     """Send a prompt to the running `geode serve`; stream its events; answer approvals."""
     from geode.settings import geode_home
 
+    if session and continue_last:
+        from geode.errors import ConfigError
+
+        raise ConfigError("Use --session ID or -c/--continue, not both.")
+    where = resolve_cwd(cwd)
+    if continue_last:
+        session = asyncio.run(_last_session(where))
     sock = geode_home() / "cli.sock"
     frame: dict[str, Any] = {
         "type": "run", "id": f"cli-{secrets.token_hex(4)}", "prompt": read_prompt(prompt),
         "session_id": session, "model": model, "allow_tools": list(allow_tool or ()),
         "deny_tools": list(deny_tool or ()), "max_rounds": max_rounds,
         "time_budget_s": time_budget, "stream": stream and not json_out and not jsonl,
-        "cwd": str((cwd or Path.cwd()).resolve()),
+        "cwd": str(where),
     }
     try:
         code = asyncio.run(_ask(sock, {k: v for k, v in frame.items() if v is not None},
@@ -60,6 +70,16 @@ def ask(
                    err=True)
         raise typer.Exit(130) from None
     raise typer.Exit(code)
+
+
+async def _last_session(workspace: Path) -> str:
+    """``ask -c``: the daemon's store holds the sessions; read it here, as `sessions` does."""
+    from geode.cli._common import load_typed, open_store
+    from geode.cli._runtime import last_session_id
+
+    settings, _ = load_typed()
+    async with await open_store(settings) as store:
+        return await last_session_id(store, workspace)
 
 
 async def _ask(sock: Path, frame: dict[str, Any], *, json_out: bool, jsonl: bool) -> int:

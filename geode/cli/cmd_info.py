@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from geode.cli.app import app
+from geode.cli.cmd_run import resolve_cwd
 
 
 @app.command()
@@ -57,5 +58,5 @@ def doctor(
     """Check config, credentials, store and channels; say what is missing and how to fix it."""
     from geode.cli.doctor import run_doctor
 
-    ok = asyncio.run(run_doctor((cwd or Path.cwd()).resolve()))
+    ok = asyncio.run(run_doctor(resolve_cwd(cwd)))
     raise typer.Exit(0 if ok else 1)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from geode.cli.app import app
+from geode.cli.cmd_run import resolve_cwd
 
 __all__ = ["mcp_app"]
 
@@ -33,7 +34,7 @@ def serve(
     from geode.cli import _state
     from geode.mcp.server import run_main
 
-    run_main(http=http, port=port, cwd=cwd, log_json=_state.LOG_JSON,
+    run_main(http=http, port=port, cwd=resolve_cwd(cwd), log_json=_state.LOG_JSON,
              log_level=_state.LOG_LEVEL)
 
 
@@ -51,7 +52,7 @@ def list_servers(
     from geode.mcp.manager import MCPServerManager
     from geode.settings import load_settings
 
-    where = (cwd or Path.cwd()).resolve()
+    where = resolve_cwd(cwd)
     settings, secrets = load_settings(cwd=where)
     # The listing is the report: a failing server is one [FAIL] line, not that line plus
     # the log's copy of it (--log-level brings the log back).

@@ -19,6 +19,9 @@ ModelOpt = Annotated[
 SessionOpt = Annotated[
     str | None, typer.Option("--session", "-s", help="Continue this session id.")
 ]
+ContinueOpt = Annotated[
+    bool, typer.Option("--continue", "-c", help="Continue this workspace's last session.")
+]
 McpOpt = Annotated[
     list[Path] | None,
     typer.Option("--mcp-config", help='MCP servers JSON ({"mcpServers": ...}); repeatable.'),
@@ -34,6 +37,15 @@ BudgetOpt = Annotated[
 CwdOpt = Annotated[
     Path | None, typer.Option("--cwd", help="Workspace root for file tools (default: here).")
 ]
+
+
+def resolve_cwd(cwd: Path | None) -> Path:
+    """``--cwd DIR`` (default: here), resolved; a directory that does not exist is exit 2."""
+    where = (cwd or Path.cwd()).expanduser().resolve()
+    if not where.is_dir():
+        what = "not a directory" if where.exists() else "no such directory"
+        raise ConfigError(f"--cwd {cwd}: {what} ({where}).")
+    return where
 
 
 def read_prompt(prompt: str) -> str:
@@ -54,6 +66,7 @@ def run(
     model: ModelOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     session: SessionOpt = None,
+    continue_last: ContinueOpt = False,
     mcp_config: McpOpt = None,
     allow_tool: AllowOpt = None,
     deny_tool: DenyOpt = None,
@@ -68,16 +81,19 @@ def run(
     """Run one turn in-process and print the final answer (exit 0 natural end, 1 other end)."""
     from geode.cli._runtime import RunOptions, run_once
 
+    if session and continue_last:
+        raise ConfigError("Use --session ID or -c/--continue, not both.")
     opts = RunOptions(
         prompt=read_prompt(prompt),
         model=model,
         session_id=session,
+        continue_last=continue_last,
         mcp_configs=tuple(mcp_config or ()),
         allow_tools=tuple(allow_tool or ()),
         deny_tools=tuple(deny_tool or ()),
         max_rounds=max_rounds,
         time_budget_s=time_budget,
-        workspace=(cwd or Path.cwd()).resolve(),
+        workspace=resolve_cwd(cwd),
         demo=demo,
         stream=stream and not json_out,
     )

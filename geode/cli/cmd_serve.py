@@ -15,6 +15,7 @@ import typer
 
 from geode.cli._common import SCRIPT_ENV, load_typed
 from geode.cli.app import app
+from geode.cli.cmd_run import resolve_cwd
 
 
 @app.command()
@@ -44,7 +45,7 @@ def serve(
 
         factory = demo_provider
     daemon = Daemon(settings=settings, secrets=secrets_, provider_factory=factory,
-                    workspace=cwd.resolve() if cwd else None, drain_timeout_s=drain_timeout,
+                    workspace=resolve_cwd(cwd) if cwd else None, drain_timeout_s=drain_timeout,
                     settle_heap=True)
     from bots import build_connectors
 

@@ -36,14 +36,31 @@ def sessions_list(
         return
     if not rows:
         typer.echo("no sessions yet")
+        return
+    typer.echo(f"{'ID':32}  {'UPDATED (UTC)':16}  {'SOURCE':9}  {'STATUS':9}  {'MODEL':20}  TITLE")
     for r in rows:
-        typer.echo(f"{r.id}  {r.status:9}  {r.mode:9}  {r.model:24}  "
-                   f"{r.updated_at:%Y-%m-%d %H:%M}  {r.title[:40]}")
+        typer.echo(f"{r.id:32}  {r.updated_at:%Y-%m-%d %H:%M}  {session_source(r):9}  "
+                   f"{r.status:9}  {r.model[:20]:20}  {r.title or '-'}")
+
+
+def session_source(r: Any) -> str:
+    """cli / a platform (telegram, slack, discord) / schedule / mcp: recorded at creation;
+    sessions from before that are told by their mode and id."""
+    recorded = r.metadata.get("source") if isinstance(r.metadata, dict) else None
+    if recorded:
+        return str(recorded)
+    if r.mode == "SCHEDULER":
+        return "schedule"
+    if r.mode == "DAEMON":
+        return r.id.split(":", 1)[0] if ":" in r.id else "channel"
+    return "cli"
 
 
 def _session_json(r: Any) -> dict[str, Any]:
     return {"id": r.id, "status": r.status, "mode": r.mode, "model": r.model,
-            "title": r.title, "created_at": r.created_at.isoformat(),
+            "title": r.title, "source": session_source(r),
+            "workspace": r.metadata.get("workspace") if isinstance(r.metadata, dict) else None,
+            "created_at": r.created_at.isoformat(),
             "updated_at": r.updated_at.isoformat(), "parent_session_id": r.parent_session_id}
 
 

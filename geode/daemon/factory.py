@@ -10,7 +10,7 @@ resource locks, hooks, observers, MCP manager); :meth:`Runtime.open_session` ret
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,10 +88,25 @@ class SessionContext:
     provider: BaseProvider | None = None
     rules: Sequence[str] = ()
     parent_session_id: str | None = None
+    #: the session's title in `geode sessions list`; empty: its first prompt
     title: str = ""
     extra_tools: Sequence[ToolDef] = ()
     #: the conversation per-thread spend caps count (a channel thread); default: the session
     thread: str | None = None
+    #: who opened it, for `geode sessions list` (cli, telegram, schedule, mcp, ...);
+    #: empty: derived from the mode and binding
+    source: str = ""
+
+    def session_source(self) -> str:
+        if self.source:
+            return self.source
+        if self.binding is not None:
+            return self.binding.platform
+        return {"SCHEDULER": "schedule", "DAEMON": "channel"}.get(self.mode, "cli")
+
+    def session_metadata(self) -> dict[str, Any]:
+        """Written once, when the session is created (``geode run -c`` looks it up)."""
+        return {"source": self.session_source(), "workspace": str(self.workspace)}
 
 
 @dataclass(kw_only=True)
@@ -106,9 +121,16 @@ class Session:
     #: the guard counters of the chain's last checkpoint (what :meth:`resume` continues)
     saved_state: dict[str, Any] = field(default_factory=dict)
     timeline: SessionTimeline | None = None
+    #: gives an untitled session its first prompt as title (None: nothing to do)
+    entitle: Callable[[str], Awaitable[None]] | None = None
 
     async def run(self, prompt: str, *, turn_id: str | None = None) -> TurnResult:
         self.saved_state = {}  # a new turn: what was loaded no longer describes the chain
+        if self.entitle is not None:
+            from geode.store.sessions import short_title
+
+            entitle, self.entitle = self.entitle, None
+            await entitle(short_title(prompt))
         return await self.loop.run(prompt, turn_id=turn_id)
 
     def can_resume(self, turn_id: str) -> bool:
@@ -411,6 +433,7 @@ class Runtime:
             uncertain_calls=uncertain,
             saved_state=saved_state,
             timeline=self.store.timeline if self.store is not None else None,
+            entitle=self._entitle(session_id) if not ctx.title else None,
         )
 
     def _spend(self, ctx: SessionContext, session_id: str) -> SpendControl | None:
@@ -429,6 +452,16 @@ class Runtime:
                             budgets=self.settings.budgets, binding_caps=b, clock=self.clock,
                             timeline=self.store.timeline, observer=self.observers)
 
+    def _entitle(self, session_id: str) -> Callable[[str], Awaitable[None]] | None:
+        store = self.store
+        if store is None:
+            return None
+
+        async def entitle(title: str) -> None:
+            await store.sessions.title_if_untitled(session_id, title)
+
+        return entitle
+
     async def _load_or_create(
         self, ctx: SessionContext, model: str
     ) -> tuple[str, list[Any], dict[str, str], dict[str, Any]]:
@@ -446,6 +479,7 @@ class Runtime:
             elif await sessions.create_if_missing(
                 ctx.session_id, mode=ctx.mode, model=model,
                 parent_session_id=ctx.parent_session_id, title=ctx.title,
+                metadata=ctx.session_metadata(),
             ):
                 # a fixed id seen for the first time (a thread)
                 return ctx.session_id, [], {}, {}
@@ -460,6 +494,7 @@ class Runtime:
             model=model,
             parent_session_id=ctx.parent_session_id,
             title=ctx.title,
+            metadata=ctx.session_metadata(),
         )
         return sid, [], {}, {}
 

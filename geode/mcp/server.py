@@ -143,6 +143,7 @@ class GeodeMCPApp:
         runtime = await self.runtime()
         ctx = SessionContext(
             mode="HEADLESS",
+            source="mcp",
             workspace=self.workspace,
             session_id=session_id,
             model=model,

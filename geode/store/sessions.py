@@ -36,6 +36,7 @@ __all__ = [
     "SessionRecord",
     "SessionStore",
     "check_transition",
+    "short_title",
 ]
 
 _TERMINAL = frozenset({"completed", "error"})
@@ -81,6 +82,12 @@ def check_transition(session_id: str, current: str, target: str) -> None:
         return
     if current in _TERMINAL:
         raise IllegalTransitionError(session_id, current, target)
+
+
+def short_title(prompt: str, width: int = 60) -> str:
+    """A prompt as a one-line session title: whitespace collapsed, cut at ``width``."""
+    line = " ".join(prompt.split())
+    return line if len(line) <= width else line[: width - 1].rstrip() + "…"
 
 
 def _aware(ts: datetime) -> datetime:
@@ -258,6 +265,29 @@ class SessionStore:
             query = query.where(_T.c.status == status)
         rows = await self._store.run_read(lambda conn: conn.execute(query).all())
         return [SessionRecord.from_row(r) for r in rows]
+
+    async def latest_in(self, workspace: str, *, source: str) -> SessionRecord | None:
+        """The most recently updated session of ``source`` whose workspace is ``workspace``
+        (``geode run -c``: this workspace's last session)."""
+        meta = _T.c["metadata"]
+        query = (
+            select(*_COLUMNS)
+            .where(meta["workspace"].as_string() == workspace,
+                   meta["source"].as_string() == source)
+            .order_by(_T.c.updated_at.desc(), _T.c.id)
+            .limit(1)
+        )
+        row = await self._store.run_read(lambda conn: conn.execute(query).first())
+        return SessionRecord.from_row(row) if row is not None else None
+
+    async def title_if_untitled(self, session_id: str, title: str) -> None:
+        """Give the session ``title`` unless it has one (its first prompt, for the list)."""
+        stmt = (
+            update(_T)
+            .where(_T.c.id == session_id, _T.c.title == "")
+            .values(title=title)
+        )
+        await self._store.run_write(lambda conn: conn.execute(stmt))
 
     async def count(self) -> int:
         query = select(func.count()).select_from(_T)

@@ -184,3 +184,50 @@ async def test_a_stalled_model_shows_a_waiting_line_then_the_error_once(
     assert err.count("no answer from the model within 3 s") == 1, err
     assert "no answer from the model" not in out
     assert "Traceback" not in err
+
+
+async def test_run_prints_its_session_and_continue_picks_this_workspaces_last(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """Issue #23 item 4: the session id on stderr, -c/--continue, a readable sessions list."""
+    import re
+
+    env = _env(tmp_path / "home")
+    code, out, err = await geode("run", "--demo", "--json", "What is   in\nthis folder?",
+                                 env=env, cwd=workspace)
+    assert code == 0, err
+    first = json.loads(out)["session_id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", first)
+    assert f"(session {first})" in err
+
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    code, out, _ = await geode("run", "--demo", "--json", "hi", env=env, cwd=other)
+    elsewhere = json.loads(out)["session_id"]
+
+    code, out, err = await geode("run", "--demo", "--json", "-c", "And again?", env=env,
+                                 cwd=workspace)
+    assert code == 0, err
+    assert json.loads(out)["session_id"] == first  # this workspace's, not the newer one
+    code, out, _ = await geode("run", "--demo", "--json", "--continue", "hi", "--cwd",
+                               str(other), env=env, cwd=workspace)
+    assert json.loads(out)["session_id"] == elsewhere
+
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    code, _, err = await geode("run", "--demo", "-c", "hi", env=env, cwd=fresh)
+    assert code == 2 and "No earlier session in" in err and "Traceback" not in err
+    code, _, err = await geode("run", "--demo", "-c", "--session", first, "hi", env=env,
+                               cwd=workspace)
+    assert code == 2 and "not both" in err
+
+    code, out, err = await geode("sessions", "list", env=env, cwd=workspace)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["ID", "UPDATED", "(UTC)", "SOURCE", "STATUS", "MODEL", "TITLE"]
+    row = next(line for line in lines if line.startswith(first))
+    assert "  cli  " in row
+    assert row.endswith("What is in this folder?")  # the first prompt, on one line
+    listed = json.loads((await geode("sessions", "list", "--json", env=env, cwd=workspace))[1])
+    mine = next(s for s in listed if s["id"] == first)
+    assert mine["source"] == "cli" and mine["workspace"] == str(workspace.resolve())

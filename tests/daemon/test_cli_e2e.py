@@ -188,3 +188,77 @@ def test_ask_and_repl_say_they_are_waiting_for_a_slow_model(home: Path) -> None:
                  GEODE_SCRIPTED_MODEL=str(script), **fast)
     assert done.returncode == 0, done.stderr
     assert "waiting for the model (" in done.stderr
+
+
+def _read_until(fd: int, marker: bytes, seen: bytearray, *, within: float = 60) -> None:
+    import os
+    import select
+    import time
+
+    deadline = time.monotonic() + within
+    while marker not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no {marker!r} in the terminal: {bytes(seen)!r}")
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            seen += os.read(fd, 4096)
+
+
+def test_repl_ctrl_c_at_the_prompt_exits_0_and_keeps_the_history(home: Path) -> None:
+    """Issue #23 item 8: on a real terminal (a pty, so readline keeps history), Ctrl-C at
+    `geode>` ends the REPL with exit 0 and the lines typed are in repl_history."""
+    import os
+    import pty
+
+    script = write_script(home / "s.json", ["pong"])
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*CLI, "repl", "--cwd", str(home)], env=env_for(home, GEODE_SCRIPTED_MODEL=str(script)),
+        stdin=slave, stdout=slave, stderr=subprocess.PIPE, cwd=str(home), close_fds=True,
+    )
+    os.close(slave)
+    seen = bytearray()
+    try:
+        _read_until(master, b"geode> ", seen)
+        os.write(master, b"ping the model\r")
+        _read_until(master, b"pong", seen)
+        del seen[:]
+        _read_until(master, b"geode> ", seen)  # back at the prompt
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert b"Traceback" not in err
+    assert "ping the model" in (home / "repl_history").read_text()
+
+
+def test_repl_help_and_demo_model_cannot_switch(home: Path) -> None:
+    done = geode(home, "repl", "--demo", "--cwd", str(home),
+                 stdin="/help\n/model gpt-6-sol\n/status\n/exit\n")
+    assert done.returncode == 0, done.stderr
+    err = done.stderr
+    assert "/new " in err and "/status " in err and "/model " in err  # /help lists them
+    assert "demo (scripted) model, which cannot be switched" in err
+    assert "model gpt-6-sol" not in err  # /status: still the demo model
+
+
+def test_ask_and_repl_continue_this_workspaces_last_session(home: Path) -> None:
+    script = write_script(home / "a.json", ["answered"])
+    serve = start_serve(home, script=script)
+    try:
+        first = json.loads(geode(home, "ask", "--json", "first").stdout)["session_id"]
+        again = geode(home, "ask", "--json", "-c", "second")
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["session_id"] == first
+    finally:
+        assert serve.stop() == 0, serve.output()
+    done = geode(home, "repl", "-c", "--cwd", str(home), stdin="/status\n/exit\n",
+                 GEODE_SCRIPTED_MODEL=str(script))
+    assert done.returncode == 0, done.stderr
+    assert f"geode repl: session {first}," in done.stderr
+    assert "messages 4" in done.stderr  # both turns' messages are there

@@ -111,3 +111,22 @@ async def test_unknown_status_and_unknown_session(store: Store) -> None:
         await store.sessions.set_status("ghost", "paused")
     with pytest.raises(SessionNotFoundError):
         await store.sessions.reopen("ghost")
+
+
+async def test_latest_in_a_workspace_and_the_first_title(store: Store) -> None:
+    """`geode run -c` and the sessions list's title (issue #23 item 4), on both backends."""
+    s = store.sessions
+    older = await s.create(mode="HEADLESS", model="m",
+                           metadata={"source": "cli", "workspace": "/w/a"})
+    await s.create(mode="HEADLESS", model="m", metadata={"source": "cli", "workspace": "/w/b"})
+    await s.create(mode="DAEMON", model="m",
+                   metadata={"source": "telegram", "workspace": "/w/a"})
+    newer = await s.create(mode="REPL", model="m",
+                           metadata={"source": "cli", "workspace": "/w/a"})
+    found = await s.latest_in("/w/a", source="cli")
+    assert found is not None and found.id == newer
+    assert await s.latest_in("/w/none", source="cli") is None
+    await s.title_if_untitled(older, "first prompt")
+    await s.title_if_untitled(older, "second prompt")
+    got = await s.get(older)
+    assert got is not None and got.title == "first prompt"
