@@ -28,7 +28,8 @@ requests on stdin, one reply line each, strictly in turn:
   interval) for ``duration`` s, not waiting for answers; then waits up to ``within`` s for
   the last ones. Same reply.
 * ``{"op": "api_calls"}``: ``{"calls": N}``, the platform API calls the bot made so far
-  (Telegram: every method but ``getUpdates``).
+  (Telegram: every method but ``getUpdates``; Slack: every Web API method but
+  ``apps.connections.open``).
 * ``{"op": "set", "events_url": URL}``: where the Slack fake POSTs events (HTTP mode).
 * ``{"op": "wait_connected", "within": 10}``: wait for a Socket Mode connection (Slack).
 * ``{"op": "quit"}``: stop the fake and exit.
@@ -128,6 +129,7 @@ SLACK = FakeDriver(
     push=_slack_push,
     written=lambda fake: [(fake.posts, lambda p: None if p.method == "chat.delete" else p.text)],
     wait=lambda fake, pred, within: fake.wait_until(pred, within=within),
+    api_calls=lambda fake: sum(1 for c in fake.calls if c.method != "apps.connections.open"),
 )
 
 # Discord -----------------------------------------------------------------------------------------

@@ -1,10 +1,13 @@
-"""The floor bot of ``bench_blackbox.py``: python-telegram-bot long polling, one
-``AsyncOpenAI`` call and one ``sendMessage`` per message, nothing else (no store, no
-progress, no pacing): what any model-backed Telegram bot pays at least.
+"""The floor bot of ``bench_blackbox.py``: the platform's own SDK, one ``AsyncOpenAI`` call
+and one message per mention, nothing else (no store, no progress, no pacing): what any
+model-backed bot on that SDK pays at least.
 
-    python benchmarks/_floor_bot.py TELEGRAM_BASE_URL MODEL_BASE_URL
+    python benchmarks/_floor_bot.py telegram TELEGRAM_BASE_URL MODEL_BASE_URL
+    python benchmarks/_floor_bot.py slack SLACK_BASE_URL MODEL_BASE_URL BOT_TOKEN APP_TOKEN
 
-Prints ``{"ready": true, "pid": N}`` once polling, runs until SIGTERM / SIGINT.
+Telegram: python-telegram-bot long polling, ``reply_text``. Slack: slack-bolt ``AsyncApp`` in
+Socket Mode, ``say`` in the mention's thread. Prints ``{"ready": true, "pid": N}`` once
+listening, runs until SIGTERM / SIGINT.
 """
 
 from __future__ import annotations
@@ -14,42 +17,84 @@ import json
 import os
 import signal
 import sys
+from typing import Any
 
 import openai
-from telegram import Update
-from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
 TOKEN = "123456:BENCH-TOKEN"
 
 
-async def main(tg_base: str, model_base: str) -> None:
-    client = openai.AsyncOpenAI(api_key="bench", base_url=model_base, max_retries=0)
+async def _ask(client: openai.AsyncOpenAI, text: str) -> str:
+    completion = await client.chat.completions.create(
+        model="bench-model", messages=[{"role": "user", "content": text}], max_tokens=256)
+    return completion.choices[0].message.content or ""
 
-    async def answer(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        msg = update.effective_message
-        if msg is None or not msg.text:
-            return
-        completion = await client.chat.completions.create(
-            model="bench-model", messages=[{"role": "user", "content": msg.text}],
-            max_tokens=256)
-        await msg.reply_text(completion.choices[0].message.content or "")
 
-    app = (Application.builder().token(TOKEN).base_url(tg_base).concurrent_updates(True)
-           .connection_pool_size(128).build())
-    app.add_handler(MessageHandler(filters.TEXT, answer))
+async def _until_stopped() -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
+    await stop.wait()
+
+
+async def telegram(client: openai.AsyncOpenAI, base_url: str) -> None:
+    from telegram import Update
+    from telegram.ext import Application, ContextTypes, MessageHandler, filters
+
+    async def answer(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        msg = update.effective_message
+        if msg is not None and msg.text:
+            await msg.reply_text(await _ask(client, msg.text))
+
+    app = (Application.builder().token(TOKEN).base_url(base_url).concurrent_updates(True)
+           .connection_pool_size(128).build())
+    app.add_handler(MessageHandler(filters.TEXT, answer))
     async with app:
         await app.start()
         assert app.updater is not None
         await app.updater.start_polling(poll_interval=0.0, timeout=1)
-        print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
-        await stop.wait()
+        await _until_stopped()
         await app.updater.stop()
         await app.stop()
-    await client.close()
+
+
+async def slack(client: openai.AsyncOpenAI, base_url: str, bot_token: str,
+                app_token: str) -> None:
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+    from slack_bolt.app.async_app import AsyncApp
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    app = AsyncApp(client=AsyncWebClient(token=bot_token, base_url=base_url),
+                   request_verification_enabled=False)
+
+    @app.event("app_mention")
+    async def mention(event: dict[str, Any], say: Any) -> None:
+        await say(text=await _ask(client, event.get("text", "")),
+                  thread_ts=event.get("thread_ts") or event["ts"])
+
+    @app.event("message")
+    async def message(event: dict[str, Any]) -> None:
+        return None  # the mention's twin ``message`` event: acknowledged, not answered
+
+    handler = AsyncSocketModeHandler(app, app_token,
+                                     web_client=AsyncWebClient(base_url=base_url))
+    await handler.connect_async()  # type: ignore[no-untyped-call]
+    await _until_stopped()
+    await handler.close_async()  # type: ignore[no-untyped-call]
+
+
+async def main(argv: list[str]) -> None:
+    platform, base_url, model_url, *tokens = argv
+    client = openai.AsyncOpenAI(api_key="bench", base_url=model_url, max_retries=0)
+    try:
+        if platform == "slack":
+            await slack(client, base_url, *tokens)
+        else:
+            await telegram(client, base_url)
+    finally:
+        await client.close()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    asyncio.run(main(sys.argv[1:]))

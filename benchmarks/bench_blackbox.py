@@ -39,7 +39,8 @@ Run: ``python benchmarks/bench_blackbox.py [--chats 50] [--seq 20] [--per-chat 6
 (pacing off, lanes and ``max_concurrent_threads`` = N) under N mentions at once, each a new
 thread, the model answering after ``--burst-latency`` s: how many were answered, CPU per
 reply, peak RSS (target: all, <= 300 MB).
-Only Telegram is covered (Slack and Discord: not yet).
+Telegram and Slack (Socket Mode; the floor is a slack-bolt ``AsyncApp`` answering in the
+mention's thread) are covered; Discord is not yet.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -68,6 +70,52 @@ TOKEN = "123456:BENCH-TOKEN"
 USER = 42
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SIDES = ("floor", "geode-paced", "geode-unpaced")
+SLACK_USER = "U0ALICE"
+
+
+@dataclass(frozen=True)
+class PlatformSpec:
+    """What differs per platform: the fake, the chats, the config section, the tokens."""
+
+    name: str
+    fake_config: dict[str, Any]
+    user: Any
+    #: Telegram pacing is a Telegram setting: other platforms run one GEODE side
+    has_pacing: bool
+
+    def chats(self, n: int) -> list[Any]:
+        if self.name == "slack":
+            return [f"C{1000 + i}" for i in range(n)]
+        return [-1001000 - i for i in range(n)]
+
+    def section(self, fake: dict[str, Any], paced: bool, lanes: int) -> str:
+        threads = f"max_concurrent_threads = {max(lanes, 64)}\n"
+        if self.name == "slack":
+            return (f'[channels.slack]\nbase_url = "{fake["base_url"]}"\nmode = "socket"\n'
+                    + threads)
+        pacing = "" if paced else "rate_overall_per_s = 0\nrate_group_per_min = 0\n"
+        return (f'[channels.telegram]\nbase_url = "{fake["base_url"]}"\n'
+                f'base_file_url = "{fake["base_file_url"]}"\n{threads}{pacing}')
+
+    def env(self, fake: dict[str, Any]) -> dict[str, str]:
+        if self.name == "slack":
+            return {"SLACK_BOT_TOKEN": fake["bot_token"], "SLACK_APP_TOKEN": fake["app_token"],
+                    "SLACK_SIGNING_SECRET": fake["signing_secret"]}
+        return {"TELEGRAM_BOT_TOKEN": TOKEN}
+
+    def floor_argv(self, fake: dict[str, Any], model_url: str) -> list[str]:
+        argv = [sys.executable, str(HERE / "_floor_bot.py"), self.name, fake["base_url"],
+                model_url]
+        if self.name == "slack":
+            argv += [fake["bot_token"], fake["app_token"]]
+        return argv
+
+
+PLATFORMS = {
+    "telegram": PlatformSpec("telegram", {"token": TOKEN, "bot_username": "geode_bot"}, USER,
+                             has_pacing=True),
+    "slack": PlatformSpec("slack", {}, SLACK_USER, has_pacing=False),
+}
 
 
 # -- processes ------------------------------------------------------------------------------
@@ -75,7 +123,7 @@ SIDES = ("floor", "geode-paced", "geode-unpaced")
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GEODE_", "TELEGRAM_", "OPENAI_"))}
+           if not k.startswith(("GEODE_", "TELEGRAM_", "SLACK_", "OPENAI_"))}
     # run this checkout's code, whatever `pip install -e` points at
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.update(extra)
@@ -173,32 +221,27 @@ async def _until_ready(port: int, proc: asyncio.subprocess.Process, within: floa
 # -- the sides ------------------------------------------------------------------------------
 
 
-def chats(n: int) -> list[int]:
-    return [-1001000 - i for i in range(n)]
-
-
-def geode_config(tg: dict[str, Any], *, n_chats: int, paced: bool, lanes: int) -> str:
-    pacing = "" if paced else "rate_overall_per_s = 0\nrate_group_per_min = 0\n"
+def geode_config(platform: PlatformSpec, fake: dict[str, Any], *, n_chats: int, paced: bool,
+                 lanes: int) -> str:
+    """An operator's config.toml: the model, lanes, the channel, one binding per chat."""
     bindings = "".join(
-        f'\n[[bindings]]\nplatform = "telegram"\nchannel = "{c}"\nallow_users = ["{USER}"]\n'
-        for c in chats(n_chats))
+        f'\n[[bindings]]\nplatform = "{platform.name}"\nchannel = "{c}"\n'
+        f'allow_users = ["{platform.user}"]\n' for c in platform.chats(n_chats))
     return (f'[model]\ndefault = "openai:bench-model"\n\n'
             f"[lanes]\nglobal_cap = {lanes}\nchannel_cap = {lanes}\n\n"
-            f'[channels.telegram]\nbase_url = "{tg["base_url"]}"\n'
-            f'base_file_url = "{tg["base_file_url"]}"\n'
-            f"max_concurrent_threads = {max(lanes, 64)}\n{pacing}{bindings}")
+            f"{platform.section(fake, paced, lanes)}{bindings}")
 
 
 @contextlib.asynccontextmanager
-async def geode_side(tg: dict[str, Any], model_url: str, *, n_chats: int, paced: bool,
-                     lanes: int) -> AsyncIterator[int]:
+async def geode_side(platform: PlatformSpec, fake: dict[str, Any], model_url: str, *,
+                     n_chats: int, paced: bool, lanes: int) -> AsyncIterator[int]:
     home = Path(tempfile.mkdtemp(prefix="geode-bench-"))
     try:
         (home / "config.toml").write_text(
-            geode_config(tg, n_chats=n_chats, paced=paced, lanes=lanes))
+            geode_config(platform, fake, n_chats=n_chats, paced=paced, lanes=lanes))
         port = _free_port()
         env = _env(GEODE_HOME=str(home), GEODE_HEALTH_PORT=str(port),
-                   TELEGRAM_BOT_TOKEN=TOKEN, OPENAI_BASE_URL=model_url, OPENAI_API_KEY="bench")
+                   OPENAI_BASE_URL=model_url, OPENAI_API_KEY="bench", **platform.env(fake))
         with (home / "serve.log").open("ab") as log:
             async with _child(sys.executable, "-m", "geode", "serve", env=env,
                               json_ready=False, stderr=log) as serve:
@@ -209,9 +252,9 @@ async def geode_side(tg: dict[str, Any], model_url: str, *, n_chats: int, paced:
 
 
 @contextlib.asynccontextmanager
-async def floor_side(tg: dict[str, Any], model_url: str) -> AsyncIterator[int]:
-    async with _child(sys.executable, str(HERE / "_floor_bot.py"), tg["base_url"],
-                      model_url) as bot:
+async def floor_side(platform: PlatformSpec, fake: dict[str, Any],
+                     model_url: str) -> AsyncIterator[int]:
+    async with _child(*platform.floor_argv(fake, model_url)) as bot:
         yield bot.pid
 
 
@@ -220,6 +263,7 @@ async def floor_side(tg: dict[str, Any], model_url: str) -> AsyncIterator[int]:
 
 @dataclass
 class Row:
+    platform: str
     side: str
     load: str
     sent: int
@@ -242,7 +286,7 @@ def _pct(samples: Sequence[float], q: float) -> float:
     return statistics.quantiles(samples, n=100, method="inclusive")[q - 1]
 
 
-async def measure(side: str, load: str, fake: Child, pid: int, idle_mb: float,
+async def measure(platform: str, side: str, load: str, fake: Child, pid: int, idle_mb: float,
                   op: str, **args: Any) -> Row:
     calls0 = (await fake.call("api_calls"))["calls"]
     cpu0 = cpu_s(pid)
@@ -252,41 +296,50 @@ async def measure(side: str, load: str, fake: Child, pid: int, idle_mb: float,
     lat = [x * 1000 for x in result["latencies"]]
     replies = len(lat)
     per = max(replies, 1)
-    return Row(side=side, load=load, sent=replies + result["lost"], lost=result["lost"],
+    return Row(platform=platform, side=side, load=load, sent=replies + result["lost"],
+               lost=result["lost"],
                p50_ms=_pct(lat, 50), p99_ms=_pct(lat, 99),
                per_s=replies / result["elapsed_s"], cpu_ms=(cpu1 - cpu0) * 1000 / per,
                calls=(calls1 - calls0) / per, rss_mb=status_mb(pid, "VmRSS"),
                peak_mb=status_mb(pid, "VmHWM"), idle_mb=idle_mb)
 
 
-async def run_side(side: str, model_url: str, args: argparse.Namespace) -> list[Row]:
-    fake_argv = (sys.executable, str(HERE / "_fake_proc.py"), "telegram",
-                 json.dumps({"token": TOKEN, "bot_username": "geode_bot"}))
-    async with _child(*fake_argv) as fake:
-        tg = fake.ready["ready"]
+def _fake_argv(platform: PlatformSpec) -> tuple[str, ...]:
+    return (sys.executable, str(HERE / "_fake_proc.py"), platform.name,
+            json.dumps(platform.fake_config))
+
+
+async def run_side(platform: PlatformSpec, side: str, model_url: str,
+                   args: argparse.Namespace) -> list[Row]:
+    async with _child(*_fake_argv(platform)) as fake:
+        info = fake.ready["ready"]
         if side == "floor":
-            bot = floor_side(tg, model_url)
+            bot = floor_side(platform, info, model_url)
         else:
-            bot = geode_side(tg, model_url, n_chats=args.chats, paced=side == "geode-paced",
-                             lanes=args.lanes)
+            bot = geode_side(platform, info, model_url, n_chats=args.chats,
+                             paced=side == "geode-paced", lanes=args.lanes)
         async with bot as pid:
+            if platform.name == "slack":
+                await fake.call("wait_connected", within=30)
             await asyncio.sleep(1.0)  # let start-up settle before reading the idle RSS
             idle = status_mb(pid, "VmRSS")
-            all_chats = chats(args.chats)
+            all_chats = platform.chats(args.chats)
+            user = platform.user
             # warm-up: first connections, first session, lazy imports
-            await fake.call("closed", chats=all_chats[:1], user=USER, per_chat=3,
+            await fake.call("closed", chats=all_chats[:1], user=user, per_chat=3,
                             prefix="q0", within=60)
-            rows = [await measure(side, "seq", fake, pid, idle, "closed",
-                                  chats=all_chats[:1], user=USER, per_chat=args.seq,
+            name = platform.name
+            rows = [await measure(name, side, "seq", fake, pid, idle, "closed",
+                                  chats=all_chats[:1], user=user, per_chat=args.seq,
                                   prefix="q1", within=60)]
             if args.duration > 0:
                 rows.append(await measure(
-                    side, f"light {args.chats}", fake, pid, idle, "open", chats=all_chats,
-                    user=USER, interval=args.interval, duration=args.duration, prefix="q2",
-                    within=60))
-            rows.append(await measure(side, f"closed {args.chats}", fake, pid, idle, "closed",
-                                      chats=all_chats, user=USER, per_chat=args.per_chat,
-                                      prefix="q3", within=120))
+                    name, side, f"light {args.chats}", fake, pid, idle, "open",
+                    chats=all_chats, user=user, interval=args.interval,
+                    duration=args.duration, prefix="q2", within=60))
+            rows.append(await measure(name, side, f"closed {args.chats}", fake, pid, idle,
+                                      "closed", chats=all_chats, user=user,
+                                      per_chat=args.per_chat, prefix="q3", within=120))
             return rows
 
 
@@ -295,15 +348,14 @@ async def run_burst(args: argparse.Namespace) -> None:
     n = args.burst
     model_argv = (sys.executable, str(HERE / "_model_proc.py"),
                   "--latency", str(args.burst_latency))
-    fake_argv = (sys.executable, str(HERE / "_fake_proc.py"), "telegram",
-                 json.dumps({"token": TOKEN, "bot_username": "geode_bot"}))
-    async with _child(*model_argv) as model, _child(*fake_argv) as fake:
+    telegram = PLATFORMS["telegram"]
+    async with _child(*model_argv) as model, _child(*_fake_argv(telegram)) as fake:
         tg = fake.ready["ready"]
-        async with geode_side(tg, model.ready["ready"]["base_url"], n_chats=1, paced=False,
-                              lanes=n) as pid:
+        async with geode_side(telegram, tg, model.ready["ready"]["base_url"], n_chats=1,
+                              paced=False, lanes=n) as pid:
             await asyncio.sleep(1.0)
             idle = status_mb(pid, "VmRSS")
-            chat = chats(1)
+            chat = telegram.chats(1)
             await fake.call("closed", chats=chat, user=USER, per_chat=1, prefix="q8",
                             within=60)
             cpu0, t0 = cpu_s(pid), time.perf_counter()
@@ -312,7 +364,7 @@ async def run_burst(args: argparse.Namespace) -> None:
             answered = [x for x in result["latencies"] if x is not None]
             cpu1, elapsed = cpu_s(pid), time.perf_counter() - t0
             peak = status_mb(pid, "VmHWM")
-    print(f"burst: {n} threads at once, model {args.burst_latency} s: answered "
+    print(f"burst (telegram): {n} threads at once, model {args.burst_latency} s: answered "
           f"{len(answered)} / {n}, last after {max(answered, default=float('nan')):.1f} s "
           f"(round {elapsed:.1f} s), CPU {1000 * (cpu1 - cpu0) / max(len(answered), 1):.1f} "
           f"ms/reply, idle {idle:.0f} MB, peak RSS {peak:.0f} MB (target <= 300 MB: "
@@ -320,20 +372,22 @@ async def run_burst(args: argparse.Namespace) -> None:
 
 
 def print_table(rows: list[Row]) -> None:
-    head = (f"{'side':<14} {'load':<9} {'sent':>5} {'lost':>4} {'p50 ms':>8} {'p99 ms':>8} "
+    head = (f"{'platform':<9} {'side':<14} {'load':<9} {'sent':>5} {'lost':>4} {'p50 ms':>8} "
+            f"{'p99 ms':>8} "
             f"{'rep/s':>7} {'cpu ms/rep':>10} {'calls/rep':>9} {'idle MB':>7} {'rss MB':>7} "
             f"{'peak MB':>7}")
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r.side:<14} {r.load:<9} {r.sent:>5} {r.lost:>4} {r.p50_ms:>8.1f} "
+        print(f"{r.platform:<9} {r.side:<14} {r.load:<9} {r.sent:>5} {r.lost:>4} {r.p50_ms:>8.1f} "
               f"{r.p99_ms:>8.1f} {r.per_s:>7.1f} {r.cpu_ms:>10.2f} {r.calls:>9.2f} "
               f"{r.idle_mb:>7.0f} {r.rss_mb:>7.0f} {r.peak_mb:>7.0f}")
-    floor = {r.load: r for r in rows if r.side == "floor"}
+    floor = {(r.platform, r.load): r for r in rows if r.side == "floor"}
     for r in rows:
-        f = floor.get(r.load)
+        f = floor.get((r.platform, r.load))
         if r.side != "floor" and f is not None and f.cpu_ms > 0:
-            print(f"{r.side} {r.load}: CPU per reply {r.cpu_ms / f.cpu_ms:.1f}x the floor's, "
+            print(f"{r.platform} {r.side} {r.load}: CPU per reply "
+                  f"{r.cpu_ms / f.cpu_ms:.1f}x the floor's, "
                   f"p50 {r.p50_ms - f.p50_ms:+.1f} ms, p99 {r.p99_ms - f.p99_ms:+.1f} ms")
 
 
@@ -346,8 +400,14 @@ async def main(args: argparse.Namespace) -> None:
         return
     async with _child(*model_argv) as model:
         url = model.ready["ready"]["base_url"]
-        for side in args.sides:
-            rows += await run_side(side, url, args)
+        for name in args.platforms:
+            platform = PLATFORMS[name]
+            for side in args.sides:
+                if side == "geode-paced" and not platform.has_pacing:
+                    continue
+                label = "geode" if side != "floor" and not platform.has_pacing else side
+                rows += [dataclasses.replace(r, side=label)
+                         for r in await run_side(platform, side, url, args)]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"model latency {args.model_latency} s, lanes {args.lanes}")
     print_table(rows)
@@ -365,6 +425,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lanes", type=int, default=64)
     p.add_argument("--model-latency", type=float, default=0.0)
     p.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    p.add_argument("--platforms", nargs="+", choices=sorted(PLATFORMS),
+                   default=["telegram", "slack"])
     p.add_argument("--burst", type=int, default=0,
                    help="then N mentions at once, each a new thread, GEODE alone (1000)")
     p.add_argument("--burst-latency", type=float, default=2.0, help="model s in --burst")
