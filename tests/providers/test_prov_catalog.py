@@ -1,79 +1,174 @@
-"""The model catalog: exact ids, provider:model bypass, close matches, never an upgrade."""
+"""The model catalog against the seed page's list; exact ids, paths, roles, never an upgrade."""
 
 from __future__ import annotations
+
+import tomllib
+from pathlib import Path
 
 import pytest
 
 from geode.errors import ConfigError, UnknownModelError
 from geode.providers.catalog import (
+    ASSUMED_CONTEXT_WINDOW,
+    ASSUMED_MAX_OUTPUT,
     BYPASS_CONTEXT_WINDOW,
     DEFAULT_MODEL,
     PROVIDERS,
     ModelRef,
     default_model_for,
     list_models,
+    refused_paths,
+    resolve_generation_model,
     resolve_model,
+    role_model,
+    select_path,
 )
 
-EXPECTED_IDS = {
-    "anthropic": [
-        "claude-opus-5-5",
-        "claude-sonnet-5",
-        "claude-haiku-4-5-20251001",
-        "claude-opus-4-8",
-        "claude-sonnet-4-6",
-        "claude-opus-4-1",
-    ],
-    "openai": [
-        "gpt-6-sol",
-        "gpt-6-astra",
-        "gpt-6-luna",
-        "gpt-5.6-pro",
-        "gpt-5.6",
-        "gpt-5.6-mini",
-        "gpt-5.5",
-        "gpt-5.4",
-        "gpt-5.4-mini",
-        "gpt-5.3-codex",
-    ],
-    "glm": ["glm-5.3", "glm-5.3-flash", "glm-5.2", "glm-4.6"],
-    "openrouter": ["openrouter/openrouter/auto", "openrouter/openrouter/free"],
-}
+SEED = tomllib.loads((Path(__file__).parent / "data" / "seed_models.toml").read_text("utf-8"))
 
 
-def test_catalog_holds_exactly_the_listed_ids_in_order() -> None:
-    by_provider: dict[str, list[str]] = {}
+def _by_provider() -> dict[str, list[ModelRef]]:
+    out: dict[str, list[ModelRef]] = {}
     for ref in list_models():
-        by_provider.setdefault(ref.provider, []).append(ref.id)
-    assert by_provider == EXPECTED_IDS
+        key = "typesafe_jev" if ref.judge_only else ref.provider
+        out.setdefault(key, []).append(ref)
+    return out
+
+
+def test_seed_data_names_its_section() -> None:
+    assert SEED["section"] == "支持的模型 · 按提供商"
+
+
+def test_catalog_holds_exactly_the_seed_ids_in_seed_order() -> None:
+    got = {k: [r.id for r in v] for k, v in _by_provider().items()}
+    assert got == {
+        "anthropic": SEED["anthropic"]["ids"],
+        "openai": SEED["openai"]["ids"],
+        "glm": SEED["glm"]["ids"],
+        "openrouter": SEED["openrouter"]["selectors"],
+        "typesafe_jev": [SEED["typesafe_jev"]["direct"], SEED["typesafe_jev"]["via_openrouter"]],
+    }
+    assert len(SEED["anthropic"]["ids"]) == 12
+    assert len(SEED["openai"]["ids"]) == 11
+    assert len(SEED["glm"]["ids"]) == 9
+
+
+def test_catalog_access_paths_match_the_seed() -> None:
+    paths = {r.id: r.paths for r in list_models()}
+    for pid in ("anthropic", "glm"):
+        assert {paths[i] for i in SEED[pid]["ids"]} == {("api",)}
+    for mid in SEED["openai"]["codex_subscription"]:
+        assert paths[mid] == ("api", "codex_subscription"), mid
+    for mid in SEED["openai"]["api_only"]:
+        assert paths[mid] == ("api",), mid
+    assert sorted(SEED["openai"]["codex_subscription"] + SEED["openai"]["api_only"]) == sorted(
+        SEED["openai"]["ids"]
+    )
+
+
+def test_catalog_roles_defaults_labels_and_refusals_match_the_seed() -> None:
+    for pid in ("anthropic", "openai", "glm", "openrouter"):
+        refs = _by_provider()[pid]
+        roles = {role: r.id for r in refs for role in r.roles}
+        assert roles == SEED[pid]["roles"], pid
+        defaults = [r.id for r in refs if r.default]
+        assert defaults == ([SEED[pid]["default"]] if SEED[pid]["default"] else []), pid
+        labels = {r.id: r.label for r in refs if r.label}
+        assert labels == SEED[pid]["labels"], pid
+        assert sorted(refused_paths(pid)) == sorted(SEED[pid]["refused"]), pid
+    kinds = {r.id: r.kind for r in list_models()}
+    assert {kinds[i] for i in SEED["openrouter"]["selectors"]} == {"selector"}
+    assert kinds[SEED["typesafe_jev"]["direct"]] == "judge"
+    assert kinds[SEED["typesafe_jev"]["via_openrouter"]] == "judge"
+    assert resolve_model("typesafe/jev-1.13").provider == "openrouter"
+    assert resolve_model("jev-1.13.0").provider == "typesafe"
+
+
+def test_limits_are_known_facts_or_marked_unknown() -> None:
+    known = {r.id: (r.context_window, r.max_output) for r in list_models() if r.context_known}
+    assert known == {
+        "claude-haiku-4-5-20251001": (200_000, 64_000),
+        "claude-opus-4-5": (200_000, 64_000),
+        "claude-sonnet-4-5-20250929": (200_000, 64_000),
+        "glm-4.7": (200_000, 128_000),
+    }
+    assert {r.id for r in list_models() if r.output_known} == set(known)
+    unknown = resolve_model("gpt-6-sol")
+    assert not unknown.context_known and not unknown.output_known
+    assert (unknown.context_window, unknown.max_output) == (
+        ASSUMED_CONTEXT_WINDOW,
+        ASSUMED_MAX_OUTPUT,
+    )
+
+
+def test_roles_come_from_the_catalog_and_config_overrides_them() -> None:
+    assert role_model("auxiliary", "anthropic").id == "claude-sonnet-5"
+    assert role_model("low_cost", "anthropic").id == "claude-haiku-4-5-20251001"
+    assert role_model("primary", "anthropic").id == "claude-opus-5-5"
+    # a provider the seed gives only a default uses it for every role
+    assert role_model("auxiliary", "openai").id == "gpt-6-sol"
+    assert role_model("low_cost", "glm").id == "glm-5.3"
+    assert role_model("auxiliary", "anthropic", {"auxiliary": "glm-5"}).id == "glm-5"
+    with pytest.raises(ConfigError, match=r"\[model.roles\] auxiliary"):
+        role_model("auxiliary", "openrouter")
+    with pytest.raises(ConfigError, match="judge-only"):
+        role_model("auxiliary", "anthropic", {"auxiliary": "jev-1.13.0"})
 
 
 @pytest.mark.parametrize(
-    ("model_id", "provider", "api_model", "window", "default"),
+    ("model_id", "path", "expected"),
     [
-        ("claude-opus-5-5", "anthropic", "claude-opus-5-5", 200_000, True),
-        ("claude-haiku-4-5-20251001", "anthropic", "claude-haiku-4-5-20251001", 200_000, False),
-        ("gpt-6-sol", "openai", "gpt-6-sol", 400_000, True),
-        ("gpt-5.3-codex", "openai", "gpt-5.3-codex", 400_000, False),
-        ("glm-5.3", "glm", "glm-5.3", 200_000, True),
-        ("glm-4.6", "glm", "glm-4.6", 200_000, False),
-        ("openrouter/openrouter/auto", "openrouter", "openrouter/auto", 2_000_000, True),
-        ("openrouter/openrouter/free", "openrouter", "openrouter/free", 128_000, False),
+        ("gpt-6-sol", None, "api"),
+        ("gpt-6-sol", "api", "api"),
+        ("gpt-6-sol", "codex", "codex_subscription"),
+        ("gpt-5.6-luna", "codex_subscription", "codex_subscription"),
+        ("claude-opus-5-5", "api", "api"),
     ],
 )
-def test_resolve_catalog_ids(
-    model_id: str, provider: str, api_model: str, window: int, default: bool
+def test_allowed_paths_are_selected(model_id: str, path: str | None, expected: str) -> None:
+    assert select_path(resolve_model(model_id), path) == expected
+
+
+@pytest.mark.parametrize("model_id", ["gpt-5.5", "gpt-5.4-nano", "claude-opus-5-5", "glm-5.3"])
+def test_a_path_the_model_does_not_allow_is_refused_naming_the_allowed_ones(
+    model_id: str,
 ) -> None:
+    with pytest.raises(ConfigError) as info:
+        select_path(resolve_model(model_id), "codex")
+    assert f"{model_id!r} is not served on path 'codex'; allowed: api." in str(info.value)
+    assert "gpt-6-sol" in str(info.value)  # where the codex path is available
+
+
+def test_unknown_path_name_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="Unknown access path 'oauth'"):
+        select_path(resolve_model("gpt-6-sol"), "oauth")
+
+
+@pytest.mark.parametrize("model_id", ["jev-1.13.0", "typesafe/jev-1.13", "typesafe:jev-2"])
+def test_judge_only_ids_are_refused_as_generation_models(model_id: str) -> None:
+    with pytest.raises(ConfigError, match="judge-only"):
+        resolve_generation_model(model_id)
+
+
+@pytest.mark.parametrize(
+    ("model_id", "provider", "api_model", "default"),
+    [
+        ("claude-opus-5-5", "anthropic", "claude-opus-5-5", True),
+        ("claude-haiku-4-5-20251001", "anthropic", "claude-haiku-4-5-20251001", False),
+        ("gpt-6-sol", "openai", "gpt-6-sol", True),
+        ("gpt-5.3-codex", "openai", "gpt-5.3-codex", False),
+        ("glm-5.3", "glm", "glm-5.3", True),
+        ("glm-4.7-flash", "glm", "glm-4.7-flash", False),
+        ("openrouter/openrouter/auto", "openrouter", "openrouter/auto", False),
+        ("openrouter/openrouter/free", "openrouter", "openrouter/free", False),
+    ],
+)
+def test_resolve_catalog_ids(model_id: str, provider: str, api_model: str, default: bool) -> None:
     ref = resolve_model(model_id)
-    assert (ref.provider, ref.model, ref.context_window, ref.default) == (
-        provider,
-        api_model,
-        window,
-        default,
-    )
+    assert (ref.provider, ref.model, ref.default) == (provider, api_model, default)
     assert ref.id == model_id
     assert ref.in_catalog
-    assert ref.max_output > 0
+    assert ref.max_output > 0 and ref.context_window > 0
 
 
 def test_default_model_is_the_anthropic_primary() -> None:
@@ -112,8 +207,8 @@ def test_provider_prefix_bypasses_catalog(model_id: str, provider: str, api_mode
 
 def test_unknown_id_gives_close_matches() -> None:
     with pytest.raises(UnknownModelError) as info:
-        resolve_model("claude-opus-5")
-    assert info.value.model_id == "claude-opus-5"
+        resolve_model("claude-opus-5-6")
+    assert info.value.model_id == "claude-opus-5-6"
     assert "claude-opus-5-5" in info.value.close
     assert "claude-opus-5-5" in str(info.value)
 
@@ -143,14 +238,15 @@ def test_empty_model_after_prefix_is_a_config_error() -> None:
 @pytest.mark.parametrize(
     "near_miss",
     [
-        "claude-opus-5",  # no "latest of family"
+        "claude-opus-5-6",  # no "nearest of family"
         "claude-opus-4",
         "CLAUDE-OPUS-5-5",  # no case folding
         " claude-opus-5-5",  # no trimming
         "claude-haiku-4-5",  # no dated-snapshot aliasing
         "gpt-5.6-latest",
         "gpt-6",
-        "glm-5",
+        "glm-5.0",
+        "glm-4.7-flash-x",
         "openrouter/auto",  # the API name is not a catalog id
     ],
 )
@@ -175,6 +271,7 @@ def test_provider_table() -> None:
         "openai": ("openai", "OPENAI_API_KEY", "OPENAI_BASE_URL"),
         "glm": ("openai", "ZAI_API_KEY", "ZAI_BASE_URL"),
         "openrouter": ("openai", "OPENROUTER_API_KEY", "OPENROUTER_BASE_URL"),
+        "typesafe": ("judge", "TYPESAFE_API_KEY", "TYPESAFE_BASE_URL"),
         "scripted": ("scripted", None, None),
     }
     assert PROVIDERS["glm"].default_base_url == "https://api.z.ai/api/paas/v4/"
