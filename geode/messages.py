@@ -16,6 +16,7 @@ __all__ = [
     "ImageBlock",
     "Message",
     "ModelResponse",
+    "ReasoningBlock",
     "Role",
     "StopReason",
     "StreamEvent",
@@ -67,8 +68,20 @@ class ToolResultBlock(_Frozen):
         return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
 
 
+class ReasoningBlock(_Frozen):
+    """A model's opaque reasoning item (OpenAI Responses ``reasoning``, encrypted), kept in the
+    assistant message so the next call can send it back: with ``store=false`` the server
+    cannot look it up by id, and the model loses its chain of thought without it. Never
+    shown to users; adapters other than ``provider``'s skip it."""
+
+    type: Literal["reasoning"] = "reasoning"
+    provider: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
 ContentBlock = Annotated[
-    TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")
+    TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ReasoningBlock,
+    Field(discriminator="type"),
 ]
 
 

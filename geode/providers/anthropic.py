@@ -14,6 +14,7 @@ from geode.messages import (
     ImageBlock,
     Message,
     ModelResponse,
+    ReasoningBlock,
     StopReason,
     StreamEvent,
     TextBlock,
@@ -153,7 +154,9 @@ def _tool_choice(choice: str) -> dict[str, str] | None:
 
 
 def _message_param(message: Message) -> dict[str, Any]:
-    return {"role": message.role, "content": [_block_param(b) for b in message.content]}
+    # Another vendor's opaque reasoning items mean nothing here and are not sent.
+    blocks = [b for b in message.content if not isinstance(b, ReasoningBlock)]
+    return {"role": message.role, "content": [_block_param(b) for b in blocks]}
 
 
 def _block_param(block: ContentBlock) -> dict[str, Any]:
@@ -163,7 +166,9 @@ def _block_param(block: ContentBlock) -> dict[str, Any]:
         return _image_param(block)
     if isinstance(block, ToolUseBlock):
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-    return _tool_result_param(block)
+    if isinstance(block, ToolResultBlock):
+        return _tool_result_param(block)
+    raise TypeError(f"no Anthropic shape for a {block.type} block")
 
 
 def _image_param(block: ImageBlock) -> dict[str, Any]:

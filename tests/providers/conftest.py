@@ -11,7 +11,7 @@ from geode.testing.fake_anthropic import FakeAnthropicServer
 from geode.testing.fake_openai import FakeOpenAIServer
 
 
-@pytest.fixture(params=["anthropic", "openai"])
+@pytest.fixture(params=["anthropic", "openai", "responses"])
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     vendor: str = request.param
     async with make_server(vendor) as server:

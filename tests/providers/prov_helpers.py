@@ -9,9 +9,11 @@ from geode.messages import Message, ToolSpec
 from geode.providers.anthropic import AnthropicProvider
 from geode.providers.base import BaseProvider, ModelRequest
 from geode.providers.openai_compat import OpenAICompatProvider
+from geode.providers.openai_responses import OpenAIResponsesProvider
 from geode.testing._sse import FakeModelServer
 from geode.testing.fake_anthropic import FakeAnthropicServer
 from geode.testing.fake_openai import FakeOpenAIServer
+from geode.testing.fake_openai_responses import FakeResponsesServer
 
 API_KEY = "test-key-SECRET-123"
 
@@ -60,10 +62,16 @@ class Harness:
 def make_provider(vendor: str, server: FakeModelServer, *, timeout: float = 10.0) -> BaseProvider:
     if vendor == "anthropic":
         return AnthropicProvider(api_key=API_KEY, base_url=server.base_url, timeout=timeout)
+    if vendor == "responses":
+        return OpenAIResponsesProvider(
+            provider_name="openai", api_key=API_KEY, base_url=server.base_url, timeout=timeout
+        )
     return OpenAICompatProvider(
         provider_name="openai", api_key=API_KEY, base_url=server.base_url, timeout=timeout
     )
 
 
 def make_server(vendor: str) -> FakeModelServer:
+    if vendor == "responses":
+        return FakeResponsesServer()
     return FakeAnthropicServer() if vendor == "anthropic" else FakeOpenAIServer()

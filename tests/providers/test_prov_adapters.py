@@ -46,6 +46,13 @@ async def test_text_round_trip(harness: Harness) -> None:
         headers = harness.server.requests[-1].headers
         # older SDKs send x-api-key, current ones a bearer token
         assert API_KEY in (headers.get("x-api-key"), headers.get("authorization", "")[7:])
+    elif harness.vendor == "responses":
+        assert body["instructions"] == "You are terse."
+        assert body["max_output_tokens"] == 256
+        assert body["input"] == [{"role": "user", "content": "Say hello"}]
+        assert body["store"] is False  # stateless: GEODE holds the conversation
+        assert body["include"] == ["reasoning.encrypted_content"]
+        assert harness.server.requests[-1].headers["authorization"] == f"Bearer {API_KEY}"
     else:
         assert body["max_tokens"] == 256  # a custom endpoint gets the classic field
         assert body["messages"] == [
@@ -78,6 +85,16 @@ async def test_tools_are_sent_in_vendor_shape(harness: Harness) -> None:
                 "name": "read_file",
                 "description": "Read a file.",
                 "input_schema": READ_FILE.input_schema,
+            }
+        ]
+    elif harness.vendor == "responses":
+        assert body["tools"] == [
+            {
+                "type": "function",
+                "name": "read_file",
+                "description": "Read a file.",
+                "parameters": READ_FILE.input_schema,
+                "strict": False,
             }
         ]
     else:
@@ -122,6 +139,28 @@ async def test_parallel_tool_calls_and_results_round_trip(harness: Harness) -> N
     )
     assert second.message.text == "Both read."
 
+    if harness.vendor == "responses":
+        assert harness.body()["input"][1:] == [
+            {
+                "type": "function_call",
+                "call_id": uses[0].id,
+                "name": "read_file",
+                "arguments": json.dumps({"path": "a.txt"}),
+            },
+            {
+                "type": "function_call",
+                "call_id": uses[1].id,
+                "name": "read_file",
+                "arguments": json.dumps({"path": "b.txt"}),
+            },
+            {"type": "function_call_output", "call_id": uses[0].id, "output": "contents of a"},
+            {
+                "type": "function_call_output",
+                "call_id": uses[1].id,
+                "output": "[tool error] no such file",
+            },
+        ]
+        return
     messages = harness.body()["messages"]
     if harness.vendor == "anthropic":
         assert messages[1:] == [
@@ -209,13 +248,17 @@ async def test_tool_choice_none_in_stream(harness: Harness) -> None:
 @pytest.mark.parametrize(
     ("native", "expected"),
     [
-        ({"anthropic": "max_tokens", "openai": "length"}, "max_tokens"),
-        ({"anthropic": "refusal", "openai": "content_filter"}, "refusal"),
-        ({"anthropic": "stop_sequence", "openai": "stop"}, None),
-        ({"anthropic": "end_turn", "openai": "stop"}, "end_turn"),
+        ({"anthropic": "max_tokens", "openai": "length", "responses": "max_output_tokens"},
+         "max_tokens"),
+        ({"anthropic": "refusal", "openai": "content_filter", "responses": "content_filter"},
+         "refusal"),
+        ({"anthropic": "stop_sequence", "openai": "stop", "responses": None}, None),
+        ({"anthropic": "end_turn", "openai": "stop", "responses": None}, "end_turn"),
     ],
 )
-async def test_stop_reasons(harness: Harness, native: dict[str, str], expected: str | None) -> None:
+async def test_stop_reasons(
+    harness: Harness, native: dict[str, str | None], expected: str | None
+) -> None:
     harness.server.enqueue_text("cut", stop_reason=native[harness.vendor])
 
     response = await harness.provider.complete(make_request())
@@ -279,6 +322,20 @@ async def test_images_in_user_input_and_tool_results(harness: Harness) -> None:
 
     await harness.provider.complete(make_request(user, call, result))
 
+    if harness.vendor == "responses":
+        items = harness.body()["input"]
+        url = f"data:image/png;base64,{PNG_B64}"
+        assert items[0] == {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "What is this?"},
+                {"type": "input_image", "image_url": url},
+            ],
+        }
+        # the function output carries the text; its image follows as user content
+        assert items[2] == {"type": "function_call_output", "call_id": "t1", "output": "shot"}
+        assert items[3] == {"role": "user", "content": [{"type": "input_image", "image_url": url}]}
+        return
     messages = harness.body()["messages"]
     if harness.vendor == "anthropic":
         source = {"type": "base64", "media_type": "image/png", "data": PNG_B64}

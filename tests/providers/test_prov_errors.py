@@ -25,6 +25,8 @@ CONTEXT_MESSAGES = {
     "anthropic": "prompt is too long: 250000 tokens > 200000 maximum",
     "openai": "This model's maximum context length is 128000 tokens. However, your messages "
     "resulted in 200000 tokens.",
+    "responses": "Your input exceeds the context window of this model. Please adjust your "
+    "input and try again.",
 }
 
 
