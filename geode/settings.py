@@ -36,12 +36,14 @@ from geode.redact import register_secret
 __all__ = [
     "BindingSettings",
     "BudgetSettings",
+    "CodexSettings",
     "LoopSettings",
     "ModelSettings",
     "Secrets",
     "Settings",
     "SpendCaps",
     "StoreSettings",
+    "VerifySettings",
     "geode_home",
     "load_settings",
 ]
@@ -69,6 +71,33 @@ class ModelSettings(_Section):
     waiting_notice_s: float = Field(default=5.0, gt=0)
     #: USD per million tokens, [input, output], by model id; needed for a cost budget
     prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    #: access path: "api" (the provider's key) or "codex" (the Codex CLI login); None = api.
+    #: A model the catalog does not allow on the path is refused, never served another way.
+    path: str | None = None
+    #: per-model access path, by model id; wins over ``path``
+    paths: dict[str, str] = Field(default_factory=dict)
+    #: role → model id, overriding the catalog's roles (primary, auxiliary, low_cost)
+    roles: dict[str, str] = Field(default_factory=dict)
+
+
+class VerifySettings(_Section):
+    #: the verify judge: "none" (hooks and checks only), "llm" (the auxiliary-role model
+    #: returns a strict JSON verdict) or "jev" (the judge-only TypeSafe/Jev adapter)
+    judge: Literal["none", "llm", "jev"] = "none"
+    #: how Jev is reached: "typesafe" (direct, TYPESAFE_API_KEY) or "openrouter"
+    #: (OPENROUTER_API_KEY)
+    jev_route: Literal["typesafe", "openrouter"] = "typesafe"
+    #: seconds per judge call
+    timeout_s: float = 60.0
+
+
+class CodexSettings(_Section):
+    """The Codex-subscription path: the official Codex CLI login and its endpoints."""
+
+    #: directory of the Codex CLI's auth.json; default $CODEX_HOME, else ~/.codex
+    home: Path | None = None
+    base_url: str = "https://chatgpt.com/backend-api/codex"
+    token_url: str = "https://auth.openai.com/oauth/token"
 
 
 class ProviderSettings(_Section):
@@ -184,6 +213,8 @@ class Settings(BaseSettings):
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
     store: StoreSettings = Field(default_factory=StoreSettings)
     loop: LoopSettings = Field(default_factory=LoopSettings)
+    verify: VerifySettings = Field(default_factory=VerifySettings)
+    codex: CodexSettings = Field(default_factory=CodexSettings)
     lanes: LaneSettings = Field(default_factory=LaneSettings)
     budgets: BudgetSettings = Field(default_factory=BudgetSettings)
     channels: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -252,7 +283,7 @@ def _with_password(url: str, password_file: Path) -> str:
 #: decide where data and channels go. A cloned repository must not do that by itself;
 #: its MCP servers are read separately and run only after `geode trust`.
 PROJECT_FORBIDDEN = frozenset(
-    {"hooks", "mcp", "channels", "bindings", "store", "providers", "home"}
+    {"hooks", "mcp", "channels", "bindings", "store", "providers", "home", "codex"}
 )
 
 
@@ -354,6 +385,9 @@ def load_settings(
         raise ConfigError(f"Invalid configuration in {where}:\n{exc}") from exc
     finally:
         _LOAD.reset(token)
+    if settings.codex.home is None and env.get("CODEX_HOME"):
+        # the official Codex CLI's own variable for where its login lives
+        settings.codex.home = Path(env["CODEX_HOME"]).expanduser()
     dotenv_file = home / ".env"
     dotenv = dotenv_values(dotenv_file) if dotenv_file.is_file() else {}
     secrets = Secrets(env=env, dotenv=dotenv)

@@ -24,6 +24,7 @@ __all__ = ["RunOptions", "load", "run_once"]
 class RunOptions:
     prompt: str
     model: str | None = None
+    path: str | None = None
     session_id: str | None = None
     #: continue this workspace's last CLI session (``-c``)
     continue_last: bool = False
@@ -99,6 +100,7 @@ async def run_once(opts: RunOptions) -> TurnResult:
                 workspace=opts.workspace,
                 session_id=session_id,
                 model=opts.model,
+                path=opts.path,
                 allow_tools=opts.allow_tools,
                 deny_tools=opts.deny_tools,
                 max_rounds=opts.max_rounds,

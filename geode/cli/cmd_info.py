@@ -4,50 +4,123 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from geode.cli.app import app
 from geode.cli.cmd_run import resolve_cwd
 
+_PATH_NAMES = {"api": "api", "codex_subscription": "codex"}
+
 
 @app.command()
 def models(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List the model catalog, the defaults, and which credential each provider needs."""
+    """List the model catalog: roles, access paths and the credential each path needs."""
     import json
 
-    from geode.providers.catalog import PROVIDERS, list_models
+    from geode.errors import ConfigError
+    from geode.providers.catalog import (
+        PROVIDERS,
+        ROLES,
+        list_models,
+        path_credential,
+        refused_paths,
+        resolve_generation_model,
+        role_model,
+    )
+    from geode.providers.codex_auth import CodexLogin, codex_auth_file
     from geode.settings import load_settings
 
     settings, secrets = load_settings()
-    rows = []
+    login = CodexLogin(
+        auth_file=codex_auth_file(settings.codex.home), token_url=settings.codex.token_url
+    ).status()
+
+    def credential_set(env: str | None, path: str) -> bool:
+        if path == "codex_subscription":
+            return login.valid
+        return bool(env and secrets.get(env))
+
+    rows: list[dict[str, Any]] = []
     for ref in list_models():
         info = PROVIDERS[ref.provider]
         rows.append(
             {
-                "id": ref.id if hasattr(ref, "id") else ref.model,
+                "id": ref.id,
                 "provider": ref.provider,
-                "context_window": ref.context_window,
+                "label": ref.label,
+                "kind": ref.kind,
+                "roles": list(ref.roles),
                 "default": ref.default,
-                "credential": info.key_env or "-",
-                "credential_set": bool(info.key_env and secrets.get(info.key_env)),
+                "paths": {
+                    _PATH_NAMES[p]: {
+                        "credential": path_credential(ref, p),
+                        "credential_set": credential_set(info.key_env, p),
+                    }
+                    for p in ref.paths
+                },
+                "context_window": ref.context_window if ref.context_known else None,
+                "max_output": ref.max_output if ref.output_known else None,
             }
         )
+    overrides = settings.model.roles
+    try:
+        main = resolve_generation_model(settings.model.default)
+        roles_now: dict[str, str] = {
+            r: role_model(r, main.provider, overrides).id for r in ROLES
+        }
+    except ConfigError as exc:  # shown, not fatal: `geode doctor` explains
+        roles_now = {"error": str(exc)}
+    refused = {p: refused_paths(p) for p in PROVIDERS if refused_paths(p)}
     if json_out:
-        typer.echo(json.dumps({"default": settings.model.default, "models": rows}, indent=2))
+        out = {
+            "default": settings.model.default,
+            "path": settings.model.path or "api",
+            "roles": roles_now,
+            "verify_judge": settings.verify.judge,
+            "refused_paths": refused,
+            "models": rows,
+        }
+        typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
-    typer.echo(f"default model: {settings.model.default}  (set [model] default or GEODE_MODEL)\n")
-    typer.echo(f"{'id':34} {'provider':11} {'context':>8}  credential")
-    for r in rows:
-        mark = "*" if r["default"] else " "
-        cred = f"{r['credential']} ({'set' if r['credential_set'] else 'missing'})"
-        typer.echo(f"{mark}{r['id']:33} {r['provider']:11} {r['context_window']:>8}  {cred}")
     typer.echo(
-        "\n* provider default.  `provider:model` (e.g. openai:llama3.1) reaches models "
-        "outside the catalog through that provider's endpoint."
+        f"default model: {settings.model.default}  (set [model] default or GEODE_MODEL; "
+        f"--model overrides)"
+    )
+    typer.echo(
+        "roles now:     "
+        + ", ".join(f"{k} = {v}" for k, v in roles_now.items())
+        + "  ([model.roles] overrides)"
+    )
+    typer.echo(f"verify judge:  {settings.verify.judge}  ([verify] judge = none | llm | jev)\n")
+    typer.echo(f"{'id':28} {'provider':10} {'role':16} {'context':>8}  paths (credential)")
+    for r in rows:
+        role = ",".join(r["roles"]) or ("default" if r["default"] else "")
+        if r["default"] and r["roles"]:
+            role += ",default"
+        if r["kind"] == "selector":
+            role = "route selector"
+        elif r["kind"] == "judge":
+            role = "judge only"
+        window = str(r["context_window"]) if r["context_window"] else "unknown"
+        paths = "; ".join(
+            f"{name} ({p['credential']}: {'set' if p['credential_set'] else 'missing'})"
+            for name, p in r["paths"].items()
+        )
+        typer.echo(f"{r['id']:28} {r['provider']:10} {role:16} {window:>8}  {paths}")
+    typer.echo("")
+    for provider, refusals in refused.items():
+        for name, why in refusals.items():
+            typer.echo(f"refused: {provider} {name} — {why}")
+    typer.echo(
+        "\n--path codex (or [model] path / [model.paths]) selects the Codex-subscription path "
+        "where a model allows it; a model on a path it does not allow is refused, never "
+        "served another way. Judge-only ids are for [verify] judge = \"jev\" only. Unknown "
+        "context windows are assumed 200000. `provider:model` (e.g. openai:llama3.1) reaches "
+        "models outside the catalog through that provider's endpoint."
     )
 
 

@@ -16,6 +16,14 @@ from geode.errors import ConfigError
 ModelOpt = Annotated[
     str | None, typer.Option("--model", "-m", help="Model id (see `geode models`).")
 ]
+PathOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--path",
+        help="Access path: api (the provider's key) or codex (the Codex CLI login); "
+        "`geode models` shows which models allow which.",
+    ),
+]
 SessionOpt = Annotated[
     str | None, typer.Option("--session", "-s", help="Continue this session id.")
 ]
@@ -64,6 +72,7 @@ def read_prompt(prompt: str) -> str:
 def run(
     prompt: Annotated[str, typer.Argument(help="The task; `-` reads it from stdin.")],
     model: ModelOpt = None,
+    path: PathOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     session: SessionOpt = None,
     continue_last: ContinueOpt = False,
@@ -86,6 +95,7 @@ def run(
     opts = RunOptions(
         prompt=read_prompt(prompt),
         model=model,
+        path=path,
         session_id=session,
         continue_last=continue_last,
         mcp_configs=tuple(mcp_config or ()),

@@ -8,11 +8,15 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from geode.errors import GeodeError
 from geode.settings import Secrets, Settings
+
+if TYPE_CHECKING:
+    from geode.providers.catalog import ModelRef
 
 __all__ = ["run_doctor"]
 
@@ -63,12 +67,16 @@ def _check_model(settings: Settings, secrets: Secrets) -> int:
     from geode.providers.catalog import PROVIDERS, resolve_model
 
     failures = 0
+    on_codex = False
     try:
         ref = resolve_model(settings.model.default)
         info = PROVIDERS[ref.provider]
         has_key = bool(info.key_env and secrets.get(info.key_env))
         _line(True, f"default model {settings.model.default} → provider {ref.provider}")
-        if info.key_env and not has_key:
+        on_codex = _default_path(settings, ref) == "codex_subscription"
+        if on_codex:
+            pass  # the Codex login is the credential; checked below
+        elif info.key_env and not has_key:
             failures += 1
             _line(
                 False,
@@ -86,7 +94,30 @@ def _check_model(settings: Settings, secrets: Secrets) -> int:
         if info.key_env and name != "scripted":
             present = bool(secrets.get(info.key_env))
             typer.echo(f"       {name:11} {info.key_env:20} {'set' if present else 'not set'}")
-    return failures
+    return failures + _check_codex_login(settings, needed=on_codex)
+
+
+def _default_path(settings: Settings, ref: ModelRef) -> str:
+    from geode.providers.catalog import select_path
+
+    return select_path(ref, settings.model.paths.get(ref.id) or settings.model.path)
+
+
+def _check_codex_login(settings: Settings, *, needed: bool) -> int:
+    """Report the Codex CLI login (the Codex-subscription path's credential); a failure only
+    when the default model is configured on that path."""
+    from geode.providers.codex_auth import LOGIN_COMMAND, CodexLogin, codex_auth_file
+
+    status = CodexLogin(
+        auth_file=codex_auth_file(settings.codex.home), token_url=settings.codex.token_url
+    ).status()
+    fix = f"run `{LOGIN_COMMAND}` (the official Codex CLI); GEODE reads {status.path}"
+    if status.valid:
+        _line(True, f"Codex login: {status.detail}")
+        return 0
+    what = f"Codex login: {status.detail if status.present else f'none at {status.path}'}"
+    _line(False if needed else None, what, fix)
+    return 1 if needed else 0
 
 
 async def _check_store(settings: Settings) -> int:

@@ -48,7 +48,12 @@ from geode.loop.system_prompt import SystemPromptSources, build_system_prompt
 from geode.policy import MODE_POLICIES, Mode, SessionScope, session_scope
 from geode.providers._clients import ClientCache
 from geode.providers.base import BaseProvider
-from geode.providers.catalog import PROVIDERS, ModelRef, resolve_model
+from geode.providers.catalog import (
+    PROVIDERS,
+    ModelRef,
+    resolve_generation_model,
+    select_path,
+)
 from geode.providers.factory import build_provider
 from geode.providers.retry import RetryPolicy
 from geode.settings import BindingSettings, Secrets, Settings
@@ -75,6 +80,8 @@ class SessionContext:
     workspace: Path
     session_id: str | None = None
     model: str | None = None
+    #: access path ("api" / "codex"); None = [model.paths] / [model] path / api
+    path: str | None = None
     binding: BindingSettings | None = None
     user: str | None = None
     allow_tools: Sequence[str] = ()
@@ -269,12 +276,34 @@ class Runtime:
     # -- providers -------------------------------------------------------------------------
 
     def resolve(self, model_id: str | None) -> ModelRef:
-        return resolve_model(model_id or self.settings.model.default)
+        """A generation model (judge-only ids are refused)."""
+        return resolve_generation_model(model_id or self.settings.model.default)
 
-    def provider_for(self, ref: ModelRef) -> BaseProvider:
+    def path_for(self, ref: ModelRef, path: str | None = None) -> str:
+        """The access path: explicit, else ``[model.paths]``, else ``[model] path``, else
+        api. A path the catalog does not allow for the model is a ConfigError, no fallback."""
+        chosen = path or self.settings.model.paths.get(ref.id) or self.settings.model.path
+        return select_path(ref, chosen)
+
+    def provider_for(self, ref: ModelRef, path: str | None = None) -> BaseProvider:
         info = PROVIDERS.get(ref.provider)
         if info is None:
             raise ConfigError(f"Unknown provider {ref.provider!r} for model {ref.model!r}.")
+        if self.path_for(ref, path) == "codex_subscription":
+            from geode.providers.codex_auth import CodexLogin, codex_auth_file
+
+            codex = self.settings.codex
+            login = CodexLogin(
+                auth_file=codex_auth_file(codex.home), token_url=codex.token_url
+            )
+            return build_provider(
+                ref,
+                api_key=None,
+                base_url=codex.base_url,
+                timeout=self.settings.model.request_timeout_s,
+                path="codex_subscription",
+                codex_login=login,
+            )
         override = self.settings.providers.get(ref.provider)
         key_env = (override.api_key_env if override else None) or info.key_env
         base_url = (override.base_url if override else None) or (
@@ -349,7 +378,7 @@ class Runtime:
             provider = ctx.provider
         else:
             ref = self.resolve(model_id)
-            provider = self.provider_for(ref)
+            provider = self.provider_for(ref, ctx.path)
             model_name = ref.model
         scope = self._scope(ctx)
 

@@ -66,6 +66,9 @@ class OpenAIResponsesProvider(BaseProvider):
         base_url: the URL ending in ``/v1`` (public API) or ``.../backend-api/codex``.
         timeout: seconds per network read/write.
         codex: the Codex CLI login; selects the Codex-subscription request shape.
+        client: a shared SDK client (:class:`~geode.providers._clients.ClientCache`); the
+            cache owns it, so :meth:`aclose` leaves it open. Without one the adapter builds
+            and owns its own.
     """
 
     def __init__(
@@ -76,13 +79,15 @@ class OpenAIResponsesProvider(BaseProvider):
         base_url: str | None = None,
         timeout: float = 120.0,
         codex: CodexLogin | None = None,
+        client: openai.AsyncOpenAI | None = None,
     ) -> None:
         if api_key is None and codex is None:
             raise ValueError("OpenAIResponsesProvider needs an api_key or a Codex login")
         self.name = provider_name
         self._codex = codex
+        self._owns_client = client is None
         # max_retries=0: retries are the loop's explicit policy (geode.providers.retry).
-        self._client = openai.AsyncOpenAI(
+        self._client = client or openai.AsyncOpenAI(
             api_key=api_key or _CODEX_PLACEHOLDER_KEY,
             base_url=base_url,
             timeout=openai.Timeout(timeout, connect=min(10.0, timeout)),
@@ -90,7 +95,8 @@ class OpenAIResponsesProvider(BaseProvider):
         )
 
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._owns_client:
+            await self._client.close()
         if self._codex is not None:
             await self._codex.aclose()
 

@@ -10,8 +10,10 @@ from geode.providers import build_provider, resolve_model
 from geode.providers.anthropic import AnthropicProvider
 from geode.providers.factory import LOCAL_SERVER_KEY
 from geode.providers.openai_compat import OpenAICompatProvider
+from geode.providers.openai_responses import OpenAIResponsesProvider
 from geode.testing.fake_anthropic import FakeAnthropicServer
 from geode.testing.fake_openai import FakeOpenAIServer
+from geode.testing.fake_openai_responses import FakeResponsesServer
 
 
 @pytest.mark.parametrize(
@@ -48,17 +50,25 @@ def test_scripted_provider_is_not_built_from_configuration() -> None:
 async def test_adapter_kinds_and_names() -> None:
     built = {
         mid: build_provider(resolve_model(mid), api_key="k", base_url=None)
-        for mid in ("claude-sonnet-5", "gpt-5.4", "glm-4.6", "openrouter/openrouter/free")
+        for mid in ("claude-sonnet-5", "gpt-5.4", "glm-4.7", "openrouter/openrouter/free")
     }
+    local = build_provider(
+        resolve_model("openai:llama3.1"), api_key="k", base_url="http://127.0.0.1:1/v1"
+    )
+    official = build_provider(resolve_model("openai:gpt-x"), api_key="k", base_url=None)
     try:
         assert isinstance(built["claude-sonnet-5"], AnthropicProvider)
+        # OpenAI's own endpoint speaks the Responses API ...
+        assert isinstance(built["gpt-5.4"], OpenAIResponsesProvider)
+        assert isinstance(official, OpenAIResponsesProvider)
+        # ... compatible endpoints keep Chat Completions
         assert all(
-            isinstance(built[m], OpenAICompatProvider)
-            for m in ("gpt-5.4", "glm-4.6", "openrouter/openrouter/free")
+            isinstance(p, OpenAICompatProvider)
+            for p in (built["glm-4.7"], built["openrouter/openrouter/free"], local)
         )
         assert [p.name for p in built.values()] == ["anthropic", "openai", "glm", "openrouter"]
     finally:
-        for p in built.values():
+        for p in (*built.values(), local, official):
             await p.aclose()
 
 
@@ -82,7 +92,6 @@ async def test_local_openai_server_needs_no_key() -> None:
     [
         ("glm-5.3", "glm-5.3"),
         ("openrouter/openrouter/auto", "openrouter/auto"),
-        ("gpt-6-sol", "gpt-6-sol"),
     ],
 )
 async def test_compat_providers_send_the_api_model_name(model_id: str, wire_model: str) -> None:
@@ -96,6 +105,30 @@ async def test_compat_providers_send_the_api_model_name(model_id: str, wire_mode
     assert sent.path == "/v1/chat/completions"
     assert sent.body["model"] == wire_model
     assert sent.headers["authorization"] == "Bearer k-123"
+
+
+async def test_openai_catalog_model_uses_the_responses_api() -> None:
+    ref = resolve_model("gpt-6-sol")
+    async with FakeResponsesServer() as srv:
+        srv.enqueue_text("ok")
+        provider = build_provider(ref, api_key="k-123", base_url=srv.base_url, timeout=5.0)
+        await provider.complete(make_request(model=ref.model))
+        await provider.aclose()
+        sent = srv.generate_requests[0]
+    assert sent.path == "/v1/responses"
+    assert sent.body["model"] == "gpt-6-sol"
+    assert sent.headers["authorization"] == "Bearer k-123"
+
+
+@pytest.mark.parametrize("model_id", ["jev-1.13.0", "typesafe/jev-1.13"])
+def test_judge_only_models_are_never_built_as_generators(model_id: str) -> None:
+    with pytest.raises(ConfigError, match="judge-only"):
+        build_provider(resolve_model(model_id), api_key="k", base_url=None)
+
+
+def test_a_path_the_catalog_does_not_allow_is_refused_not_replaced() -> None:
+    with pytest.raises(ConfigError, match=r"'gpt-5.5' is not served on path 'codex'; allowed: api"):
+        build_provider(resolve_model("gpt-5.5"), api_key="k", base_url=None, path="codex")
 
 
 async def test_anthropic_through_factory_against_fake() -> None:
