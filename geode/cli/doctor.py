@@ -116,8 +116,11 @@ def _check_codex_login(settings: Settings, *, needed: bool) -> int:
         _line(True, f"Codex login: {status.detail}")
         return 0
     what = f"Codex login: {status.detail if status.present else f'none at {status.path}'}"
-    _line(False if needed else None, what, fix)
-    return 1 if needed else 0
+    if not needed:  # only the codex path needs it: information, not a problem
+        typer.echo(f"       {what} (needed only on the codex path)")
+        return 0
+    _line(False, what, fix)
+    return 1
 
 
 async def _check_store(settings: Settings) -> int:

@@ -65,6 +65,7 @@ from geode.tools.registry import ToolRegistry
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
+    from geode.providers.codex_auth import CodexLogin
     from geode.store.timeline import SessionTimeline
 
 __all__ = ["Runtime", "Session", "SessionContext"]
@@ -231,6 +232,7 @@ class Runtime:
             self.registry.register(t)
         #: one SDK client per model endpoint, shared by every session, closed with the runtime
         self.clients = ClientCache()
+        self._codex_login: CodexLogin | None = None
         self._memory_receipts = MemoryReceiptStore()
         self._memory_timeline = MemoryTimeline()
 
@@ -264,6 +266,8 @@ class Runtime:
         if self.mcp is not None:
             await self.mcp.aclose()
         await self.clients.aclose()
+        if self._codex_login is not None:
+            await self._codex_login.aclose()
         if self.store is not None:
             await self.store.aclose()
 
@@ -293,16 +297,18 @@ class Runtime:
             from geode.providers.codex_auth import CodexLogin, codex_auth_file
 
             codex = self.settings.codex
-            login = CodexLogin(
-                auth_file=codex_auth_file(codex.home), token_url=codex.token_url
-            )
+            if self._codex_login is None:  # one per process: refreshes are serialised on it
+                self._codex_login = CodexLogin(
+                    auth_file=codex_auth_file(codex.home), token_url=codex.token_url
+                )
             return build_provider(
                 ref,
                 api_key=None,
                 base_url=codex.base_url,
                 timeout=self.settings.model.request_timeout_s,
+                clients=self.clients,
                 path="codex_subscription",
-                codex_login=login,
+                codex_login=self._codex_login,
             )
         override = self.settings.providers.get(ref.provider)
         key_env = (override.api_key_env if override else None) or info.key_env
