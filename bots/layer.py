@@ -110,7 +110,7 @@ class ChannelLayer:
         #: test seam: called with a point name; a test raises there to simulate a crash
         self.fault: Callable[[str], None] = getattr(connector, "fault", None) or _no_fault
         self.deliverer = Deliverer(connector=connector, outbox=self.outbox, index=self.index,
-                                   fault=self.fault)
+                                   fault=self.fault, observe=self._observe)
         self.turns = TurnRunner(layer=self)
         self.active: dict[str, ActiveTurn] = {}
         self.thread_leases = ThreadLeases(store=store, owner=self.owner,
@@ -143,6 +143,7 @@ class ChannelLayer:
         ids = await self.inbound.record(events, cursor=cursor)
         self.fault("recorded")
         if ids:
+            self._observe("channel.messages_received", count=len(ids))
             self._wake.set()
         return ids
 

@@ -19,6 +19,7 @@ import asyncio
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -56,6 +57,7 @@ _READY = (update(_O).where(_O.c.id == bindparam("b_id"), _O.c.status == "pending
           .returning(*_O.c))
 _BY_ID = select(_O).where(_O.c.id == bindparam("b_id"))
 _UPDATE_EVENT = update(_E).where(_E.c.id == bindparam("b_id"))
+_EVENT_RECEIVED = select(_E.c.created_at).where(_E.c.id == bindparam("b_id"))
 _Stmt = tuple[Any, dict[str, Any]]
 
 
@@ -81,6 +83,11 @@ class OutboxRow:
     chunks: list[Chunk]
     edited: int
     attempts: int
+
+
+def _rate_limited(exc: DeliveryError) -> bool:
+    """A platform's rate-limit answer (429 with Retry-After), as every connector maps it."""
+    return exc.kind == "retry" and exc.retry_after is not None
 
 
 def _row(r: Any) -> OutboxRow:
@@ -304,12 +311,16 @@ class Deliverer:
     def __init__(
         self, *, connector: BaseConnector, outbox: Outbox, index: MessageIndex,
         fault: Any = None, max_attempts: int = 5,
+        observe: Callable[..., None] | None = None,
     ) -> None:
+        """``observe(event, **data)``: the daemon's metrics (``channel.reply_sent`` with the
+        latency from intake, ``channel.delivery_retried``, ``channel.rate_limited``)."""
         self.connector = connector
         self.outbox = outbox
         self.index = index
         self._fault = fault or (lambda point: None)
         self.max_attempts = max_attempts
+        self._observe = observe or (lambda event, **data: None)
 
     async def deliver(self, row: OutboxRow) -> OutboxRow:
         """Deliver a ``ready`` row (idempotent: safe to call again after any crash)."""
@@ -331,6 +342,8 @@ class Deliverer:
             for chunk in row.chunks:
                 ids.append(await self._send_chunk(row.target, chunk))
         except DeliveryError as exc:
+            if _rate_limited(exc):
+                self._observe("channel.rate_limited")
             status = "uncertain" if exc.kind == "unknown" else "failed"
             return await self.outbox.finish(row, status=status, error=str(exc),
                                             values={"message_ids": ids})
@@ -390,11 +403,14 @@ class Deliverer:
                 break
             except DeliveryError as exc:
                 attempt += 1
+                if _rate_limited(exc):
+                    self._observe("channel.rate_limited")
                 if exc.kind == "fatal" or attempt >= self.max_attempts:
                     log.warning("outbox.delivery_failed", row=row.id, error=str(exc))
                     return await self.outbox.finish(
                         row, status="failed", error=str(exc),
                         values={"attempts": row.attempts + attempt})
+                self._observe("channel.delivery_retried")
                 await asyncio.sleep(min(30.0, exc.retry_after or 0.2 * 2**attempt))
                 row = await self.outbox.by_id(row.id)
                 ids = list(row.message_ids) or ids
@@ -407,13 +423,23 @@ class Deliverer:
         message index entries, in ONE transaction (a crash before it re-runs the delivery,
         which reconciles by editing the recorded messages again)."""
 
+        received: list[datetime | None] = []
+
         def remember(conn: Connection) -> None:
             self.index.remember_in(
                 conn, platform=row.platform, workspace=row.workspace,
                 channel=row.target.channel, message_ids=ids,
                 thread_root=row.target.thread_root, from_bot=True,
             )
+            if row.event_id is not None:  # when the message came in: the reply's latency
+                received.append(conn.execute(_EVENT_RECEIVED, {"b_id": row.event_id}).scalar())
 
-        return await self.outbox.finish(row, status="sent",
+        sent = await self.outbox.finish(row, status="sent",
                                         values={**(values or {}), "message_ids": ids},
                                         also=remember)
+        latency = None
+        if received and received[0] is not None:
+            at = received[0] if received[0].tzinfo else received[0].replace(tzinfo=UTC)
+            latency = (utcnow() - at).total_seconds()
+        self._observe("channel.reply_sent", latency_s=latency)
+        return sent

@@ -18,6 +18,11 @@ from geode.redact import redact
 
 __all__ = ["configure_logging", "redaction_processor"]
 
+#: libraries whose INFO lines are their own bookkeeping (alembic's plugin set-up and each
+#: migration step, a line per HTTP request, an MCP server's per-request line): shown from
+#: WARNING at INFO, everything at DEBUG. GEODE logs what matters of it (``store.migrated``).
+_CHATTY = ("alembic", "httpx", "httpcore", "mcp.server.lowlevel.server")
+
 
 def redaction_processor(
     _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
@@ -68,6 +73,9 @@ def configure_logging(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(lvl)
+    for name in _CHATTY:
+        logging.getLogger(name).setLevel(logging.NOTSET if lvl <= logging.DEBUG
+                                         else max(lvl, logging.WARNING))
 
 
 #: SDK loggers whose errors GEODE reports itself, in its own words (a misbehaving MCP

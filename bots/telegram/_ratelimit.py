@@ -59,6 +59,7 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
         group_max_rate: ``sendMessage`` calls per ``group_time_period`` per group (0 = off).
         max_retries: retries of one request after a 429.
         max_retry_after_s: longest ``retry_after`` slept on inside a request.
+        on_retry: told of each 429 slept off and retried here (the daemon's metrics).
     """
 
     def __init__(
@@ -70,6 +71,7 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
         group_time_period: float = 60,
         max_retries: int = 3,
         max_retry_after_s: float = 30.0,
+        on_retry: Callable[[], None] | None = None,
     ) -> None:
         self._overall = (AsyncLimiter(overall_max_rate, overall_time_period)
                          if overall_max_rate > 0 else None)
@@ -86,6 +88,8 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
         #: chat id -> monotonic time before which nothing is sent to it
         self._held_until: dict[str, float] = {}
         self.hits: list[tuple[str, float]] = []  # (chat, retry_after) for tests and metrics
+        #: called for each 429 slept off here (one raised to the caller is the caller's to count)
+        self._on_retry = on_retry or (lambda: None)
 
     async def initialize(self) -> None:
         return None
@@ -161,6 +165,7 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
                     raise
                 log.info("telegram.rate_limited", chat=chat, retry_after=delay,
                          endpoint=endpoint)
+                self._on_retry()
                 if chat is None:
                     await asyncio.sleep(delay)
         raise AssertionError("unreachable")

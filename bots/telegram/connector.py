@@ -134,13 +134,18 @@ class TelegramConnector(BaseConnector):
         self.bot: _Bot | None = None
         self.rate_limiter = PerChatRateLimiter(
             overall_max_rate=opts.rate_overall_per_s, group_max_rate=opts.rate_group_per_min,
-            max_retry_after_s=opts.max_retry_after_s,
+            max_retry_after_s=opts.max_retry_after_s, on_retry=self._rate_limited,
         )
         self.bot_id = ""
         self.username = ""
         self.polls = 0
         self._main: asyncio.Task[None] | None = None
         self._web: web.AppRunner | None = None
+
+    def _rate_limited(self) -> None:
+        runtime = self.host.runtime
+        if runtime is not None:  # the daemon's metrics (geode_channel_rate_limited_total)
+            runtime.observers.emit("channel.rate_limited", platform=self.platform)
 
     # -- identity -----------------------------------------------------------------------------
 

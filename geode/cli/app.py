@@ -59,10 +59,39 @@ def _register() -> None:
         importlib.import_module(f"geode.cli.{name}")
 
 
+#: the root options, accepted after the subcommand too (``geode serve --log-level INFO``)
+_ROOT_VALUE_OPTS = ("--log-level",)
+_ROOT_FLAGS = ("--log-json",)
+
+
+def hoist_root_options(args: list[str]) -> list[str]:
+    """Move root options given after a subcommand to the front, where Click parses them.
+
+    Stops at ``--``: what follows is an argument, whatever it looks like.
+    """
+    hoisted: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        if arg in _ROOT_FLAGS or arg.startswith(tuple(f"{o}=" for o in _ROOT_VALUE_OPTS)):
+            hoisted.append(arg)
+        elif arg in _ROOT_VALUE_OPTS and i + 1 < len(args):
+            hoisted += args[i:i + 2]
+            i += 1
+        else:
+            rest.append(arg)
+        i += 1
+    return hoisted + rest
+
+
 def main() -> None:
     _register()
     try:
-        app()
+        app(args=hoist_root_options(sys.argv[1:]))
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -215,6 +215,9 @@ class Runtime:
         self.hooks = hooks
         self.observers = observers or HookSystem()
         self.mcp = mcp
+        from geode.daemon.tracing import attach_tracing
+
+        attach_tracing(self.observers)  # OpenTelemetry, when installed and configured
         if settings.test_pause_at and settings.test_pause_marker:
             from geode.testing.crashpoints import install_pause
 

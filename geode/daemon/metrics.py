@@ -11,6 +11,12 @@ Model latency is measured between the moment the loop hands work to the model (t
 started, a repair round, or the last result of a tool batch delivered) and the
 ``model_response`` event; it includes building the request and retries.
 
+Per model, ``model_call_finished`` (the loop's observer-only event) feeds calls and errors;
+tokens and cost come from the spend control's ``usage.recorded``. Per platform, the channel
+layer's ``channel.*`` events feed messages received, replies sent (with the latency from the
+message's intake to its delivered reply), deliveries retried and rate-limit answers (HTTP 429
+/ ``RetryAfter``).
+
 Each daemon owns a :class:`~prometheus_client.CollectorRegistry` (not the global one), so
 several daemons (tests) never collide.
 """
@@ -28,6 +34,7 @@ __all__ = ["CONTENT_TYPE", "DaemonMetrics"]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120)
+_REPLY_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 _WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
 
 
@@ -75,6 +82,24 @@ class DaemonMetrics:
         self.spend_caps_reached = Counter("geode_spend_caps_reached",
                                           "Model calls refused by a spend cap, by cap.",
                                           ["cap", "binding", "platform"], registry=r)
+        self.model_calls = Counter("geode_model_calls", "Model calls (retries included), by "
+                                   "model and outcome.", ["model", "outcome"], registry=r)
+        self.model_errors = Counter("geode_model_errors", "Failed model calls, by model and "
+                                    "error kind.", ["model", "kind"], registry=r)
+        self.messages_received = Counter("geode_channel_messages_received",
+                                         "Platform events recorded, per platform.",
+                                         ["platform"], registry=r)
+        self.replies_sent = Counter("geode_channel_replies_sent",
+                                    "Replies delivered, per platform.", ["platform"], registry=r)
+        self.reply_latency = Histogram("geode_channel_reply_latency_seconds",
+                                       "From a message's intake to its delivered reply.",
+                                       ["platform"], buckets=_REPLY_BUCKETS, registry=r)
+        self.deliveries_retried = Counter("geode_channel_deliveries_retried",
+                                          "Reply deliveries tried again after a failure.",
+                                          ["platform"], registry=r)
+        self.rate_limited = Counter("geode_channel_rate_limited",
+                                    "Rate-limit answers (HTTP 429, RetryAfter) to the layer's "
+                                    "sends, per platform.", ["platform"], registry=r)
         # session_id -> monotonic time the model was handed work
         self._model_started: dict[str, float] = {}
 
@@ -109,6 +134,8 @@ class DaemonMetrics:
             self.denials.labels(check=str(data.get("check", "unknown"))).inc()
         elif event in ("usage.recorded", "spend.cap_reached"):
             self._spend(event, data)
+        elif event == "model_call_finished":
+            self._model_call(data)
         elif event.startswith("channel."):
             self._channel(event, data)
         elif event == "turn_finished":
@@ -131,10 +158,29 @@ class DaemonMetrics:
         if cost is not None:
             self.model_cost.labels(model=model, **labels).inc(float(cost))
 
+    def _model_call(self, data: Mapping[str, Any]) -> None:
+        """The loop's ``model_call_finished`` (tokens and cost come from ``usage.recorded``)."""
+        model = str(data.get("model") or "unknown")
+        outcome = str(data.get("outcome") or "unknown")
+        self.model_calls.labels(model=model, outcome=outcome).inc()
+        if outcome != "ok":
+            self.model_errors.labels(model=model, kind=str(data.get("error") or "unknown")).inc()
+
     def _channel(self, event: str, data: Mapping[str, Any]) -> None:
-        """The channel layer's lease events (``bots.layer``)."""
+        """The channel layer's events (``bots.layer``, its deliverer)."""
         platform = str(data.get("platform", "unknown"))
-        if event == "channel.thread_leases":
+        if event == "channel.messages_received":
+            self.messages_received.labels(platform=platform).inc(int(data.get("count", 1)))
+        elif event == "channel.reply_sent":
+            self.replies_sent.labels(platform=platform).inc()
+            latency = data.get("latency_s")
+            if latency is not None:
+                self.reply_latency.labels(platform=platform).observe(max(0.0, float(latency)))
+        elif event == "channel.delivery_retried":
+            self.deliveries_retried.labels(platform=platform).inc()
+        elif event == "channel.rate_limited":
+            self.rate_limited.labels(platform=platform).inc()
+        elif event == "channel.thread_leases":
             self.threads_held.labels(platform=platform).set(int(data.get("held", 0)))
         elif event == "channel.threads_taken_over":
             self.thread_takeovers.labels(platform=platform).inc(int(data.get("count", 0)))

@@ -34,6 +34,16 @@ def result_status(result: ToolResultBlock) -> str:
     return "denied" if result.text_content.startswith(DENIAL_PREFIX) else "error"
 
 
+def observe(deps: RunDeps, kind: str, **data: Any) -> None:
+    """Tell the observers only (metrics, traces, ledger), not the driver's event stream:
+    for facts no terminal or channel shows, e.g. a model call's start and its usage."""
+    if deps.observer is not None:
+        try:
+            deps.observer.emit(kind, session_id=deps.session_id, **data)
+        except Exception:
+            pass
+
+
 async def emit(deps: RunDeps, kind: Any, **data: Any) -> None:
     """Send a loop event to the driver and the observers; neither can break the turn."""
     from geode.loop.events import LoopEvent

@@ -5,6 +5,9 @@ A model call is never silent for long: while nothing has come from the model for
 how long the call has taken and which attempt is running, again every ``waiting_notice_s``;
 each retry is a ``model_retry`` event. The whole call, retries and waits included, ends at
 ``model_call_deadline_s``.
+
+The observers (not the driver) also get ``model_call_started`` and ``model_call_finished``
+(model, provider, outcome, error kind, tokens, cost, attempts): metrics and traces per model.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from geode.errors import ModelError
-from geode.loop._util import emit, turn_info
+from geode.loop._util import emit, observe, turn_info
 from geode.loop.compaction import compact
 from geode.loop.phase_call import remaining_time
 from geode.loop.state import RunDeps, RunState
@@ -105,6 +108,17 @@ async def call_provider(
         if refusal is not None:
             return Finish(TerminationReason.SPEND_CAP, detail=refusal.message)
     watch = _CallWatch()
+    snap = step.snapshot
+    observe(deps, "model_call_started", turn_id=state.turn_id, model=snap.model,
+            provider=snap.provider.name, round=state.round)
+
+    def finished(outcome: str, *, error: str = "", usage: Usage | None = None,
+                 cost: float = 0.0, stop_reason: str = "") -> None:
+        observe(deps, "model_call_finished", turn_id=state.turn_id, model=snap.model,
+                provider=snap.provider.name, outcome=outcome, error=error,
+                input_tokens=usage.input_tokens if usage else 0,
+                output_tokens=usage.output_tokens if usage else 0, cost_usd=cost,
+                stop_reason=stop_reason, attempts=watch.attempt)
 
     # call_with_retry logs each retry (one line); here it only becomes an event.
     def on_retry(err: ModelError, attempt: int, delay: float) -> None:
@@ -130,6 +144,7 @@ async def call_provider(
                 sleep=backoff,
             )
     except TimeoutError:
+        finished("error", error="timeout")
         if by_deadline:
             return Finish(
                 TerminationReason.MODEL_ERROR,
@@ -141,6 +156,7 @@ async def call_provider(
             TerminationReason.TIME_BUDGET, detail="time budget ran out during a model call"
         )
     except ModelError as err:
+        finished("error", error=err.kind)
         if err.kind == "context_overflow":
             compacted = compact(state.messages, keep_recent=max(2, deps.limits.keep_recent // 2))
             if compacted is not None:
@@ -150,8 +166,10 @@ async def call_provider(
             return Finish(TerminationReason.CONTEXT_EXHAUSTED, detail=str(err))
         return Finish(TerminationReason.MODEL_ERROR, detail=f"{err.kind}: {err}")
 
-    state.usage = state.usage + response.usage
     cost = _cost(deps, response.usage)
+    finished("ok", usage=response.usage, cost=cost or 0.0,
+             stop_reason=str(response.stop_reason or ""))
+    state.usage = state.usage + response.usage
     state.cost_usd += cost or 0.0
     if deps.spend is not None:
         await deps.spend.record(turn=turn_info(deps, state), model=step.snapshot.model,
