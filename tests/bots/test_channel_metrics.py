@@ -47,3 +47,28 @@ async def test_a_429_longer_than_the_sdk_waits_is_a_retried_delivery(make_stack,
     assert got[("geode_channel_replies_sent_total", TG)] == 1
     assert got[("geode_channel_deliveries_retried_total", TG)] == 1
     assert got[("geode_channel_rate_limited_total", TG)] == 1
+
+
+async def test_a_channel_turns_span_names_its_platform_channel_and_thread(make_stack, fake):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from geode.daemon.tracing import attach_tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    stack = make_stack()
+    await stack.start()
+    attach_tracing(stack.daemon.runtime.observers, provider)
+    uid = fake.user_says(CHAT, "@geode_bot trace me", from_user=42)
+    mid = fake.message_id_for(uid)
+    await fake.wait_until(lambda: finals(fake, "answer to: trace me"), within=15)
+    await settled(stack)
+    (turn,) = [s for s in exporter.get_finished_spans() if s.name == "invoke_agent geode"]
+    assert turn.attributes["geode.platform"] == "telegram"
+    assert turn.attributes["geode.channel"] == str(CHAT)
+    assert turn.attributes["geode.thread"] == str(mid)
+    assert turn.attributes["gen_ai.conversation.id"] == f"telegram:123456:{CHAT}:{mid}"
+    provider.shutdown()
