@@ -29,7 +29,7 @@ requests on stdin, one reply line each, strictly in turn:
   the last ones. Same reply.
 * ``{"op": "api_calls"}``: ``{"calls": N}``, the platform API calls the bot made so far
   (Telegram: every method but ``getUpdates``; Slack: every Web API method but
-  ``apps.connections.open``).
+  ``apps.connections.open``; Discord: every REST request).
 * ``{"op": "set", "events_url": URL}``: where the Slack fake POSTs events (HTTP mode).
 * ``{"op": "wait_connected", "within": 10}``: wait for a Socket Mode connection (Slack).
 * ``{"op": "quit"}``: stop the fake and exit.
@@ -153,6 +153,7 @@ DISCORD = FakeDriver(
     push=_dc_push,
     written=lambda fake: [(fake.sent, lambda s: s.content), (fake.edits, lambda e: e[2])],
     wait=lambda fake, pred, within: fake.wait_for(pred, timeout=within),
+    api_calls=lambda fake: len(fake.requests),
 )
 
 DRIVERS = {"telegram": TELEGRAM, "slack": SLACK, "discord": DISCORD}

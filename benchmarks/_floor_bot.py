@@ -4,9 +4,11 @@ model-backed bot on that SDK pays at least.
 
     python benchmarks/_floor_bot.py telegram TELEGRAM_BASE_URL MODEL_BASE_URL
     python benchmarks/_floor_bot.py slack SLACK_BASE_URL MODEL_BASE_URL BOT_TOKEN APP_TOKEN
+    python benchmarks/_floor_bot.py discord API_BASE MODEL_BASE_URL GATEWAY_URL BOT_TOKEN
 
 Telegram: python-telegram-bot long polling, ``reply_text``. Slack: slack-bolt ``AsyncApp`` in
-Socket Mode, ``say`` in the mention's thread. Prints ``{"ready": true, "pid": N}`` once
+Socket Mode, ``say`` in the mention's thread. Discord: discord.py ``Client`` on the gateway,
+``channel.send``. Prints ``{"ready": true, "pid": N}`` once
 listening, runs until SIGTERM / SIGINT.
 """
 
@@ -84,12 +86,44 @@ async def slack(client: openai.AsyncOpenAI, base_url: str, bot_token: str,
     await handler.close_async()  # type: ignore[no-untyped-call]
 
 
+async def discord_bot(client: openai.AsyncOpenAI, api_base: str, gateway_url: str,
+                      token: str) -> None:
+    import discord
+    import discord.gateway
+    import discord.http
+    import yarl
+
+    # this process talks to the fake only
+    discord.http.Route.BASE = api_base
+    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
+    ready = asyncio.Event()
+
+    class Floor(discord.Client):
+        async def on_ready(self) -> None:
+            ready.set()
+
+        async def on_message(self, message: discord.Message) -> None:
+            if message.author != self.user and self.user in message.mentions:
+                await message.channel.send(await _ask(client, message.content))
+
+    intents = discord.Intents.default()
+    intents.message_content = True
+    bot = Floor(intents=intents)
+    task = asyncio.create_task(bot.start(token))
+    await asyncio.wait_for(ready.wait(), 60)
+    await _until_stopped()
+    await bot.close()
+    await task
+
+
 async def main(argv: list[str]) -> None:
     platform, base_url, model_url, *tokens = argv
     client = openai.AsyncOpenAI(api_key="bench", base_url=model_url, max_retries=0)
     try:
         if platform == "slack":
             await slack(client, base_url, *tokens)
+        elif platform == "discord":
+            await discord_bot(client, base_url, *tokens)
         else:
             await telegram(client, base_url)
     finally:

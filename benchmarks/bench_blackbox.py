@@ -39,8 +39,9 @@ Run: ``python benchmarks/bench_blackbox.py [--chats 50] [--seq 20] [--per-chat 6
 (pacing off, lanes and ``max_concurrent_threads`` = N) under N mentions at once, each a new
 thread, the model answering after ``--burst-latency`` s: how many were answered, CPU per
 reply, peak RSS (target: all, <= 300 MB).
-Telegram and Slack (Socket Mode; the floor is a slack-bolt ``AsyncApp`` answering in the
-mention's thread) are covered; Discord is not yet.
+Telegram, Slack (Socket Mode; the floor is a slack-bolt ``AsyncApp`` answering in the
+mention's thread) and Discord (discord.py on both sides; all conversations in the fake's one
+channel, each mention a thread of its own) are covered.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ USER = 42
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SIDES = ("floor", "geode-paced", "geode-unpaced")
 SLACK_USER = "U0ALICE"
+DISCORD_TOKEN = "bench-bot-token"
 
 
 @dataclass(frozen=True)
@@ -83,13 +85,23 @@ class PlatformSpec:
     #: Telegram pacing is a Telegram setting: other platforms run one GEODE side
     has_pacing: bool
 
-    def chats(self, n: int) -> list[Any]:
+    def chats(self, n: int, fake: dict[str, Any]) -> list[Any]:
+        """The chats of ``n`` users' conversations. Discord: the fake's one channel, where
+        every mention opens a thread of its own (each conversation is its threads)."""
         if self.name == "slack":
             return [f"C{1000 + i}" for i in range(n)]
+        if self.name == "discord":
+            return [fake["channel_id"]] * n
         return [-1001000 - i for i in range(n)]
+
+    def audience(self, fake: dict[str, Any]) -> Any:
+        return fake["user_id"] if self.name == "discord" else self.user
 
     def section(self, fake: dict[str, Any], paced: bool, lanes: int) -> str:
         threads = f"max_concurrent_threads = {max(lanes, 64)}\n"
+        if self.name == "discord":
+            return (f'[channels.discord]\napi_base = "{fake["api_base"]}"\n'
+                    f'gateway_url = "{fake["gateway_url"]}"\n' + threads)
         if self.name == "slack":
             return (f'[channels.slack]\nbase_url = "{fake["base_url"]}"\nmode = "socket"\n'
                     + threads)
@@ -98,16 +110,20 @@ class PlatformSpec:
                 f'base_file_url = "{fake["base_file_url"]}"\n{threads}{pacing}')
 
     def env(self, fake: dict[str, Any]) -> dict[str, str]:
+        if self.name == "discord":
+            return {"DISCORD_BOT_TOKEN": DISCORD_TOKEN}
         if self.name == "slack":
             return {"SLACK_BOT_TOKEN": fake["bot_token"], "SLACK_APP_TOKEN": fake["app_token"],
                     "SLACK_SIGNING_SECRET": fake["signing_secret"]}
         return {"TELEGRAM_BOT_TOKEN": TOKEN}
 
     def floor_argv(self, fake: dict[str, Any], model_url: str) -> list[str]:
-        argv = [sys.executable, str(HERE / "_floor_bot.py"), self.name, fake["base_url"],
-                model_url]
+        base = fake["api_base"] if self.name == "discord" else fake["base_url"]
+        argv = [sys.executable, str(HERE / "_floor_bot.py"), self.name, base, model_url]
         if self.name == "slack":
             argv += [fake["bot_token"], fake["app_token"]]
+        if self.name == "discord":
+            argv += [fake["gateway_url"], DISCORD_TOKEN]
         return argv
 
 
@@ -115,6 +131,7 @@ PLATFORMS = {
     "telegram": PlatformSpec("telegram", {"token": TOKEN, "bot_username": "geode_bot"}, USER,
                              has_pacing=True),
     "slack": PlatformSpec("slack", {}, SLACK_USER, has_pacing=False),
+    "discord": PlatformSpec("discord", {"token": DISCORD_TOKEN}, None, has_pacing=False),
 }
 
 
@@ -226,7 +243,8 @@ def geode_config(platform: PlatformSpec, fake: dict[str, Any], *, n_chats: int, 
     """An operator's config.toml: the model, lanes, the channel, one binding per chat."""
     bindings = "".join(
         f'\n[[bindings]]\nplatform = "{platform.name}"\nchannel = "{c}"\n'
-        f'allow_users = ["{platform.user}"]\n' for c in platform.chats(n_chats))
+        f'allow_users = ["{platform.audience(fake)}"]\n'
+        for c in dict.fromkeys(platform.chats(n_chats, fake)))
     return (f'[model]\ndefault = "openai:bench-model"\n\n'
             f"[lanes]\nglobal_cap = {lanes}\nchannel_cap = {lanes}\n\n"
             f"{platform.section(fake, paced, lanes)}{bindings}")
@@ -323,11 +341,15 @@ async def run_side(platform: PlatformSpec, side: str, model_url: str,
                 await fake.call("wait_connected", within=30)
             await asyncio.sleep(1.0)  # let start-up settle before reading the idle RSS
             idle = status_mb(pid, "VmRSS")
-            all_chats = platform.chats(args.chats)
-            user = platform.user
-            # warm-up: first connections, first session, lazy imports
-            await fake.call("closed", chats=all_chats[:1], user=user, per_chat=3,
-                            prefix="q0", within=60)
+            all_chats = platform.chats(args.chats, info)
+            user = platform.audience(info)
+            # warm-up: first connections, first session, lazy imports. A bot may not answer
+            # what arrives before its gateway session and first catch-up (Discord): retry.
+            for attempt in range(10):
+                warm = await fake.call("closed", chats=all_chats[:1], user=user, per_chat=3,
+                                       prefix=f"q0{attempt}", within=10)
+                if not warm["lost"]:
+                    break
             name = platform.name
             rows = [await measure(name, side, "seq", fake, pid, idle, "closed",
                                   chats=all_chats[:1], user=user, per_chat=args.seq,
@@ -355,7 +377,7 @@ async def run_burst(args: argparse.Namespace) -> None:
                               paced=False, lanes=n) as pid:
             await asyncio.sleep(1.0)
             idle = status_mb(pid, "VmRSS")
-            chat = telegram.chats(1)
+            chat = telegram.chats(1, tg)
             await fake.call("closed", chats=chat, user=USER, per_chat=1, prefix="q8",
                             within=60)
             cpu0, t0 = cpu_s(pid), time.perf_counter()
@@ -426,7 +448,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model-latency", type=float, default=0.0)
     p.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     p.add_argument("--platforms", nargs="+", choices=sorted(PLATFORMS),
-                   default=["telegram", "slack"])
+                   default=["telegram", "slack", "discord"])
     p.add_argument("--burst", type=int, default=0,
                    help="then N mentions at once, each a new thread, GEODE alone (1000)")
     p.add_argument("--burst-latency", type=float, default=2.0, help="model s in --burst")
