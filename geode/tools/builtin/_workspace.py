@@ -1,28 +1,43 @@
 """Workspace confinement and output caps shared by the built-in tools.
 
-Invariant: every path a built-in file tool touches went through :func:`resolve_in_workspace`,
-whose result is a *real* path (symlinks resolved) under the *real* workspace root.
+Two layers:
 
-Known limit (TOCTOU): a symlink swapped in between the check and the open is not caught here.
-Writes go through :func:`atomic_write`, whose final ``os.replace`` never follows a symlink at
-the destination; an intermediate directory replaced by a symlink in that window is the
-remaining gap. The executor's resource locks serialise our own tools on the same path.
+- :func:`resolve_in_workspace` maps a user path to a real path inside the workspace
+  (lexically and with ``realpath``). It names resource keys and refuses what is plainly
+  outside, early and with a clear message; it is *not* what protects the file system.
+- :class:`WorkspaceWalk` is the boundary: every file tool opens what it touches by walking
+  from a directory fd of the workspace one component at a time with ``O_NOFOLLOW``, following
+  a symlink only by reading it and walking its target the same way (within the workspace).
+  Nothing is ever opened by a path the kernel resolves, so a directory swapped for a symlink
+  between a check and a use cannot lead outside: the swap makes the call fail instead.
+  Writes create their temp file with ``O_EXCL`` in the held directory fd and rename within it.
+
+GEODE's own files (``$GEODE_HOME``, the store; ``ctx.extra["protected_paths"]``) are refused
+wherever they are, also when the workspace contains them.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import tempfile
+import secrets
+import stat
+from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
+from types import TracebackType
 
 from geode.tools.base import ToolContext
 from geode.tools.errors import ToolFailure, WorkspaceEscapeError
 
 __all__ = [
+    "WorkspaceWalk",
     "atomic_write",
     "display_path",
     "path_key",
+    "protected_paths",
     "resolve_in_workspace",
+    "split_user_path",
     "truncate",
     "workspace_root",
 ]
@@ -131,28 +146,254 @@ def _current_umask() -> int:
     return 0o022
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same directory and ``os.replace``.
+def atomic_write(parent_fd: int, name: str, data: bytes) -> None:
+    """Write ``data`` to ``name`` in the directory ``parent_fd`` via a temp file and rename.
 
+    The temp file is created with ``O_EXCL | O_NOFOLLOW`` next to the target, inside the held
+    directory fd; the rename replaces a symlink at the destination instead of following it.
     Readers see the old or the new content, never a partial file; an existing file's
     permission bits are kept. Blocking: call through ``asyncio.to_thread``.
     """
     try:
-        mode: int | None = path.stat().st_mode & 0o7777
+        old = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+        mode = stat.S_IMODE(old.st_mode) if stat.S_ISREG(old.st_mode) else None
     except FileNotFoundError:
         mode = None
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".geode-tmp", dir=path.parent)
+    if mode is None:
+        mode = 0o666 & ~_current_umask()
+    tmp = f".{name[:200]}.{secrets.token_hex(6)}.geode-tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o600, dir_fd=parent_fd)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        else:
-            # mkstemp creates 0600; a new file gets the usual umask-derived mode.
-            os.chmod(tmp, 0o666 & ~_current_umask())
-        os.replace(tmp, path)
+            os.fchmod(fh.fileno(), mode)
+        os.rename(tmp, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        try:
+            os.unlink(tmp, dir_fd=parent_fd)
+        except OSError:
+            pass
         raise
+
+
+#: symlinks followed at most while resolving one path (the kernel's own limit is 40)
+_MAX_HOPS = 40
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: O_NONBLOCK: opening a FIFO must not wait for a writer (the file is refused after fstat)
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def protected_paths(ctx: ToolContext, root: Path) -> list[Path]:
+    """GEODE's own paths the tools must never reach from workspace ``root``.
+
+    A protected directory that *contains* the workspace (the per-channel workspaces live
+    under ``$GEODE_HOME/workspaces/``) is unreachable from it anyway and is left out.
+
+    Raises:
+        ToolFailure: the workspace *is* one of them.
+    """
+    value = ctx.extra.get("protected_paths", ())
+    out: list[Path] = []
+    for p in value if isinstance(value, Sequence) and not isinstance(value, str) else ():
+        real = Path(os.path.realpath(p))
+        if real == root:
+            raise ToolFailure(
+                f"refused: the workspace {root} is GEODE's own directory; use another workspace"
+            )
+        if real not in root.parents:
+            out.append(real)
+    return out
+
+
+class WorkspaceWalk:
+    """Directory fds from the workspace root down to one directory, walked race-free.
+
+    Use as a context manager (the fds are closed on exit); blocking, run it in a thread.
+    """
+
+    def __init__(self, root: Path, *, protected: Sequence[Path] = ()) -> None:
+        self.root = Path(os.path.realpath(root))
+        self._protected = tuple(protected)
+        self._fds = [os.open(self.root, _DIR_FLAGS)]
+        self._names: list[str] = []
+
+    def __enter__(self) -> WorkspaceWalk:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        while self._fds:
+            os.close(self._fds.pop())
+        self._names.clear()
+
+    @property
+    def fd(self) -> int:
+        """The directory the walk stands in."""
+        return self._fds[-1]
+
+    def path(self, name: str = "") -> Path:
+        """The real path of ``name`` in the current directory (the directory itself if empty)."""
+        return self.root.joinpath(*self._names, *([name] if name else []))
+
+    def _check_protected(self, shown: str, name: str = "") -> None:
+        here = self.path(name)
+        for p in self._protected:
+            if here == p or p in here.parents:
+                raise WorkspaceEscapeError(
+                    f"refused: {shown!r} is inside GEODE's own files ({p}); "
+                    "no tool may read or write them"
+                )
+
+    def _reset(self) -> None:
+        while len(self._fds) > 1:
+            os.close(self._fds.pop())
+        self._names.clear()
+
+    def _up(self, shown: str, hops: int) -> None:
+        if not self._names:
+            if hops:
+                raise WorkspaceEscapeError(
+                    f"refused: {shown!r} resolves through a symlink to a place outside the "
+                    f"workspace ({self.root})"
+                )
+            raise WorkspaceEscapeError(
+                f"refused: {shown!r} climbs out of the workspace ({self.root}) with '..'"
+            )
+        os.close(self._fds.pop())
+        self._names.pop()
+
+    def _link_parts(self, name: str, shown: str) -> list[str]:
+        target = os.readlink(name, dir_fd=self.fd)
+        if not os.path.isabs(target):
+            return target.split("/")
+        norm = Path(os.path.normpath(target))
+        if not _within(norm, self.root):
+            raise WorkspaceEscapeError(
+                f"refused: {shown!r} resolves through a symlink to {target!r}, "
+                f"outside the workspace ({self.root})"
+            )
+        self._reset()
+        return list(norm.relative_to(self.root).parts)
+
+    def descend(self, parts: Sequence[str], shown: str, *, create_dirs: bool = False) -> str:
+        """Walk ``parts`` (symlinks followed within the workspace, the last one too).
+
+        Returns the last component's name in the directory the walk then stands in (it may
+        not exist), or ``""`` when the path is that directory itself. Missing directories on
+        the way are created when ``create_dirs``, else FileNotFoundError.
+        """
+        queue = deque(parts)
+        hops = 0
+        while queue:
+            part = queue.popleft()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                self._up(shown, hops)
+                continue
+            self._check_protected(shown, part)
+            try:
+                st = os.stat(part, dir_fd=self.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                if not queue:
+                    return part
+                if not create_dirs:
+                    raise
+                try:
+                    os.mkdir(part, 0o777, dir_fd=self.fd)
+                except FileExistsError:
+                    pass
+                queue.appendleft(part)
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                hops += 1
+                if hops > _MAX_HOPS:
+                    raise ToolFailure(f"{shown}: too many levels of symbolic links")
+                queue.extendleft(reversed(self._link_parts(part, shown)))
+                continue
+            if not queue:
+                return part
+            if not stat.S_ISDIR(st.st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", part)
+            try:
+                fd = os.open(part, _DIR_FLAGS, dir_fd=self.fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+                    raise
+                # replaced between the stat and the open: look at it again
+                hops += 1
+                if hops > _MAX_HOPS:
+                    raise ToolFailure(f"{shown}: the path keeps changing; try again") from exc
+                queue.appendleft(part)
+                continue
+            self._fds.append(fd)
+            self._names.append(part)
+        self._check_protected(shown)
+        return ""
+
+    def open_file(self, name: str, shown: str) -> int:
+        """An fd of the regular file ``name`` in the current directory (never a symlink)."""
+        if not name:
+            raise IsADirectoryError(errno.EISDIR, "is a directory", shown)
+        try:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=self.fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ToolFailure(
+                    f"{shown} was replaced by a symlink while it was opened; refused"
+                ) from exc
+            raise
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "is a directory", shown)
+            if not stat.S_ISREG(st.st_mode):
+                raise ToolFailure(
+                    f"refused: {shown} is not a regular file (a FIFO, socket or device); "
+                    "only regular files are read"
+                )
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def open_dir(self, name: str, shown: str) -> int:
+        """A new fd of the directory ``name`` in the current one (``""``: the current one)."""
+        try:
+            return os.open(name or ".", _DIR_FLAGS, dir_fd=self.fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ToolFailure(
+                    f"{shown} was replaced by a symlink while it was opened; refused"
+                ) from exc
+            raise
+
+
+def split_user_path(root: Path, user_path: str) -> list[str]:
+    """``user_path`` as components relative to the workspace ``root`` (``..`` kept).
+
+    Raises:
+        WorkspaceEscapeError: NUL byte, or an absolute path outside the workspace.
+    """
+    if "\x00" in user_path:
+        raise WorkspaceEscapeError("refused: the path contains a NUL byte")
+    raw = Path(user_path or ".")
+    if not raw.is_absolute():
+        return list(raw.parts)
+    real_root = Path(os.path.realpath(root))
+    lexical = Path(os.path.normpath(raw))
+    for base in (Path(os.path.normpath(root)), real_root):
+        if _within(lexical, base):
+            return list(lexical.relative_to(base).parts)
+    raise WorkspaceEscapeError(
+        f"refused: absolute path {user_path!r} is outside the workspace ({real_root}); "
+        "use a path inside the workspace"
+    )

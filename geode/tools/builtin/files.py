@@ -1,8 +1,10 @@
 """File tools confined to the session's workspace: read, write, edit, list, glob, grep.
 
-Every path argument goes through :func:`resolve_in_workspace` inside the handler (the
-executor's checks before dispatch do not replace it). Blocking filesystem work runs in a
-thread so the event loop keeps serving other sessions.
+Every path argument is refused early by :func:`resolve_in_workspace` when plainly outside,
+then opened through a :class:`WorkspaceWalk` (directory fds, ``O_NOFOLLOW`` per component):
+that walk is the boundary, race-free against a concurrent symlink swap. Only regular files
+are read. Blocking filesystem work runs in a thread so the event loop keeps serving other
+sessions; ``grep`` uses RE2 (linear time) and stops when its call is cancelled.
 """
 
 from __future__ import annotations
@@ -10,23 +12,29 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import os
-import re
 import stat
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import re2
 from pydantic import Field
 
 from geode.tools.base import ToolContext, tool
 from geode.tools.builtin._workspace import (
+    WorkspaceWalk,
     atomic_write,
     display_path,
     path_key,
+    protected_paths,
     resolve_in_workspace,
+    split_user_path,
     truncate,
     workspace_root,
 )
-from geode.tools.errors import ToolFailure
+from geode.tools.errors import ToolFailure, WorkspaceEscapeError
 
 __all__ = ["edit_file", "glob", "grep", "list_dir", "read_file", "write_file"]
 
@@ -40,6 +48,10 @@ BINARY_SNIFF_BYTES = 8_192
 EDIT_MAX_BYTES = 10 * 1024 * 1024
 #: files larger than this are skipped by grep
 GREP_MAX_FILE_BYTES = 5 * 1024 * 1024
+#: paths glob looks at before it stops (a pattern over a huge tree must end)
+GLOB_MAX_VISITED = 100_000
+#: regular files only, never through a symlink, never waiting on a FIFO
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 #: matches / entries listed at most
 GLOB_MAX_RESULTS = 500
 LIST_MAX_ENTRIES = 1_000
@@ -97,9 +109,12 @@ def _read_line(fh: Any) -> tuple[str, int] | None:
     return text, dropped
 
 
-def _read_text(path: Path, shown: str, offset: int, limit: int) -> str:
+def _read_text(walk: WorkspaceWalk, parts: list[str], shown: str, offset: int, limit: int) -> str:
     try:
-        with path.open("rb") as fh:
+        with walk:
+            name = walk.descend(parts, shown)
+            fd = walk.open_file(name, shown)
+        with os.fdopen(fd, "rb") as fh:
             if _is_binary(fh.read(BINARY_SNIFF_BYTES)):
                 size = os.fstat(fh.fileno()).st_size
                 raise ToolFailure(f"{shown} is a binary file ({size} bytes); not shown as text")
@@ -142,22 +157,40 @@ async def read_file(
     Long lines and long outputs are cut with a "[... truncated N chars ...]" marker; binary
     files are refused.
     """
-    root = workspace_root(ctx)
-    target = resolve_in_workspace(root, path)
-    return await asyncio.to_thread(_read_text, target, display_path(root, target), offset, limit)
+    walk, parts, shown = _prepare(ctx, path)
+    return await asyncio.to_thread(_read_text, walk, parts, shown, offset, limit)
 
 
 # --------------------------------------------------------------------------- write / edit
 
 
-def _write(target: Path, shown: str, content: str) -> str:
-    if target.is_dir():
-        raise ToolFailure(f"{shown} is a directory; give a file path")
-    existed = target.exists()
+def _prepare(ctx: ToolContext, user_path: str) -> tuple[WorkspaceWalk, list[str], str]:
+    """The early, lexical refusal; then the walk that does the real, race-free resolution."""
+    root = workspace_root(ctx)
+    target = resolve_in_workspace(root, user_path)
+    parts = split_user_path(root, user_path)
+    return (
+        WorkspaceWalk(root, protected=protected_paths(ctx, root)),
+        parts,
+        display_path(root, target),
+    )
+
+
+def _write(walk: WorkspaceWalk, parts: list[str], shown: str, content: str) -> str:
     data = content.encode("utf-8")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(target, data)
+        with walk:
+            name = walk.descend(parts, shown, create_dirs=True)
+            if not name:
+                raise ToolFailure(f"{shown} is a directory; give a file path")
+            try:
+                st = os.stat(name, dir_fd=walk.fd, follow_symlinks=False)
+                existed = True
+                if stat.S_ISDIR(st.st_mode):
+                    raise ToolFailure(f"{shown} is a directory; give a file path")
+            except FileNotFoundError:
+                existed = False
+            atomic_write(walk.fd, name, data)
     except OSError as exc:
         raise _os_failure(exc, shown) from exc
     return f"{'overwrote' if existed else 'created'} {shown} ({len(data)} bytes)"
@@ -173,23 +206,40 @@ async def write_file(
 
     Missing parent directories are created; the write is atomic.
     """
-    root = workspace_root(ctx)
-    target = resolve_in_workspace(root, path)
-    # the parents to be created are checked too: resolve_in_workspace checked the nearest
-    # existing ancestor, and mkdir creates real directories only below it.
-    return await asyncio.to_thread(_write, target, display_path(root, target), content)
+    walk, parts, shown = _prepare(ctx, path)
+    return await asyncio.to_thread(_write, walk, parts, shown, content)
 
 
-def _edit(target: Path, shown: str, old: str, new: str, replace_all: bool) -> str:
+def _edit(
+    walk: WorkspaceWalk, parts: list[str], shown: str, old: str, new: str, replace_all: bool
+) -> str:
     try:
-        st = target.stat()
-        if stat.S_ISDIR(st.st_mode):
-            raise ToolFailure(f"{shown} is a directory")
-        if st.st_size > EDIT_MAX_BYTES:
-            raise ToolFailure(f"{shown} is too large to edit ({st.st_size} bytes)")
-        raw = target.read_bytes()
+        with walk:
+            name = walk.descend(parts, shown)
+            if not name:
+                raise ToolFailure(f"{shown} is a directory")
+            fd = walk.open_file(name, shown)
+            with os.fdopen(fd, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size > EDIT_MAX_BYTES:
+                    raise ToolFailure(f"{shown} is too large to edit ({size} bytes)")
+                raw = fh.read(EDIT_MAX_BYTES + 1)
+            return _edit_bytes(walk, name, raw, shown, old, new, replace_all)
+    except IsADirectoryError as exc:
+        raise ToolFailure(f"{shown} is a directory") from exc
     except OSError as exc:
         raise _os_failure(exc, shown) from exc
+
+
+def _edit_bytes(
+    walk: WorkspaceWalk,
+    name: str,
+    raw: bytes,
+    shown: str,
+    old: str,
+    new: str,
+    replace_all: bool,
+) -> str:
     if _is_binary(raw[:BINARY_SNIFF_BYTES]):
         raise ToolFailure(f"{shown} is a binary file; refusing to edit it as text")
     try:
@@ -208,10 +258,7 @@ def _edit(target: Path, shown: str, old: str, new: str, replace_all: bool) -> st
             "unique, or set replace_all=true to replace every occurrence"
         )
     updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-    try:
-        atomic_write(target, updated.encode("utf-8"))
-    except OSError as exc:
-        raise _os_failure(exc, shown) from exc
+    atomic_write(walk.fd, name, updated.encode("utf-8"))
     replaced = count if replace_all else 1
     return f"replaced {replaced} occurrence{'s' if replaced != 1 else ''} in {shown}"
 
@@ -234,25 +281,29 @@ async def edit_file(
         raise ToolFailure("old_string and new_string are identical; nothing to change")
     if not old_string:
         raise ToolFailure("old_string is empty; give the exact text to replace")
-    root = workspace_root(ctx)
-    target = resolve_in_workspace(root, path)
-    shown = display_path(root, target)
-    return await asyncio.to_thread(_edit, target, shown, old_string, new_string, replace_all)
+    walk, parts, shown = _prepare(ctx, path)
+    return await asyncio.to_thread(_edit, walk, parts, shown, old_string, new_string, replace_all)
 
 
 # --------------------------------------------------------------------------- list / glob / grep
 
 
-def _list(target: Path, shown: str) -> str:
+def _list(walk: WorkspaceWalk, parts: list[str], shown: str) -> str:
     try:
-        with os.scandir(target) as it:
-            entries = sorted(it, key=lambda e: e.name)
+        with walk:
+            fd = walk.open_dir(walk.descend(parts, shown), shown)
+            try:
+                with os.scandir(fd) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+                links = {e.name: os.readlink(e.name, dir_fd=fd) for e in entries if e.is_symlink()}
+            finally:
+                os.close(fd)
     except OSError as exc:
         raise _os_failure(exc, shown) from exc
     lines: list[str] = []
     for entry in entries[:LIST_MAX_ENTRIES]:
-        if entry.is_symlink():
-            lines.append(f"{entry.name} -> {os.readlink(entry.path)}")
+        if entry.name in links:
+            lines.append(f"{entry.name} -> {links[entry.name]}")
         elif entry.is_dir(follow_symlinks=False):
             lines.append(f"{entry.name}/")
         else:
@@ -270,9 +321,8 @@ async def list_dir(
     path: Annotated[str, Field(description="Directory, relative to the workspace")] = ".",
 ) -> str:
     """List a workspace directory: directories end with "/", symlinks show their target."""
-    root = workspace_root(ctx)
-    target = resolve_in_workspace(root, path)
-    return await asyncio.to_thread(_list, target, display_path(root, target))
+    walk, parts, shown = _prepare(ctx, path)
+    return await asyncio.to_thread(_list, walk, parts, shown)
 
 
 def _check_pattern(pattern: str) -> None:
@@ -286,24 +336,49 @@ def _check_pattern(pattern: str) -> None:
         raise ToolFailure(f"refused: glob pattern {pattern!r} climbs out with '..'")
 
 
-def _glob(root: Path, base: Path, pattern: str) -> str:
+def _kind_inside(root: Path, protected: Sequence[Path], rel: str) -> str:
+    """What ``rel`` is when walked race-free: "dir", "file", "outside" or "gone"."""
+    try:
+        with WorkspaceWalk(root, protected=protected) as walk:
+            name = walk.descend(Path(rel).parts, rel)
+            if not name:
+                return "dir"
+            st = os.stat(name, dir_fd=walk.fd, follow_symlinks=False)
+            return "dir" if stat.S_ISDIR(st.st_mode) else "file"
+    except WorkspaceEscapeError:
+        return "outside"
+    except (ToolFailure, OSError):
+        return "gone"
+
+
+def _glob(root: Path, protected: Sequence[Path], base: Path, pattern: str) -> str:
+    # pathlib lists the candidates (names only); each is then checked by a race-free walk,
+    # so nothing leading outside, or into GEODE's files, is reported.
     found: list[str] = []
     outside = 0
     seen = 0
+    visited = 0
     for match in base.glob(pattern):
-        real = Path(os.path.realpath(match))
-        if not (real == root or root in real.parents):
-            # a symlink inside the workspace pointing out of it: not ours to show
+        visited += 1
+        if visited > GLOB_MAX_VISITED:
+            break
+        rel = display_path(root, match)
+        kind = _kind_inside(root, protected, rel)
+        if kind == "outside":
             outside += 1
+            continue
+        if kind == "gone":
             continue
         seen += 1
         if len(found) < GLOB_MAX_RESULTS:
-            found.append(display_path(root, match) + ("/" if match.is_dir() else ""))
+            found.append(rel + ("/" if kind == "dir" else ""))
     lines = sorted(found)
     if seen > len(found):
         lines.append(f"[... {seen - len(found)} more matches not shown ...]")
     if outside:
         lines.append(f"[{outside} matches leading outside the workspace through symlinks omitted]")
+    if visited > GLOB_MAX_VISITED:
+        lines.append(f"[search stopped after {GLOB_MAX_VISITED} paths; narrow the pattern]")
     if not lines:
         return "(no matches)"
     return truncate("\n".join(lines), OUTPUT_CAP_CHARS)
@@ -319,67 +394,146 @@ async def glob(
     _check_pattern(pattern)
     root = workspace_root(ctx)
     base = resolve_in_workspace(root, path)
-    if not base.is_dir():
+    protected = protected_paths(ctx, root)
+    kind = await asyncio.to_thread(_kind_inside, root, protected, display_path(root, base))
+    if kind == "outside":
+        with WorkspaceWalk(root, protected=protected) as walk:  # raises its refusal
+            walk.descend(split_user_path(root, path), path)
+    if kind != "dir":
         raise ToolFailure(f"{display_path(root, base)} is not a directory")
-    return await asyncio.to_thread(_glob, root, base, pattern)
+    return await asyncio.to_thread(_glob, root, protected, base, pattern)
 
 
-def _grep_files(root: Path, base: Path, name_glob: str | None) -> list[Path]:
-    if base.is_file():
-        return [base]
-    files: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in GREP_SKIP_DIRS)
+@dataclass
+class _GrepTally:
+    hits: list[str]
+    total: int = 0
+    skipped_binary: int = 0
+    skipped_large: int = 0
+
+
+def _grep_fd(fd: int, shown: str, regex: Any, cap: int, tally: _GrepTally, stop: Any) -> None:
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return
+        if st.st_size > GREP_MAX_FILE_BYTES:
+            tally.skipped_large += 1
+            return
+        if _is_binary(fh.read(BINARY_SNIFF_BYTES)):
+            tally.skipped_binary += 1
+            return
+        fh.seek(0)
+        text = fh.read(GREP_MAX_FILE_BYTES + 1).decode("utf-8", "replace")
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if lineno % 1000 == 0 and stop.is_set():
+            return
+        if regex.search(line):
+            tally.total += 1
+            if len(tally.hits) < cap:
+                tally.hits.append(f"{shown}:{lineno}:{truncate(line, 500)}")
+
+
+def _grep_tree(
+    walk: WorkspaceWalk,
+    top: str,
+    regex: Any,
+    name_glob: str | None,
+    cap: int,
+    tally: _GrepTally,
+    stop: threading.Event,
+    protected: Sequence[Path],
+) -> None:
+    # fwalk holds directory fds and never follows a symlink: a swapped directory is skipped
+    for dirpath, dirnames, filenames, dirfd in os.fwalk(top or ".", dir_fd=walk.fd):
+        if stop.is_set():
+            return
+        here = Path(os.path.normpath(walk.path() / dirpath))
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if d not in GREP_SKIP_DIRS and not _is_protected(here / d, protected)
+        )
         for name in sorted(filenames):
+            if stop.is_set():
+                return
             if name_glob and not fnmatch.fnmatch(name, name_glob):
                 continue
-            candidate = Path(dirpath) / name
-            real = Path(os.path.realpath(candidate))
-            if (root in real.parents) and real.is_file():
-                files.append(candidate)
-    return files
-
-
-def _grep(root: Path, base: Path, regex: re.Pattern[str], name_glob: str | None, cap: int) -> str:
-    hits: list[str] = []
-    total = 0
-    skipped_binary = skipped_large = 0
-    for file in _grep_files(root, base, name_glob):
-        try:
-            if file.stat().st_size > GREP_MAX_FILE_BYTES:
-                skipped_large += 1
+            if _is_protected(here / name, protected):
                 continue
-            with file.open("rb") as fh:
-                if _is_binary(fh.read(BINARY_SNIFF_BYTES)):
-                    skipped_binary += 1
-                    continue
-                fh.seek(0)
-                text = fh.read().decode("utf-8", "replace")
-        except OSError:
-            continue
-        shown = display_path(root, file)
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if regex.search(line):
-                total += 1
-                if len(hits) < cap:
-                    hits.append(f"{shown}:{lineno}:{truncate(line, 500)}")
-    lines = hits
-    if total > len(hits):
-        lines.append(f"[... {total - len(hits)} more matches not shown ...]")
-    if skipped_binary or skipped_large:
+            try:
+                fd = os.open(name, _READ_FLAGS, dir_fd=dirfd)
+            except OSError:
+                continue  # a symlink (ELOOP), gone, or unreadable
+            shown = display_path(walk.root, here / name)
+            try:
+                _grep_fd(fd, shown, regex, cap, tally, stop)
+            except OSError:
+                continue
+
+
+def _is_protected(path: Path, protected: Sequence[Path]) -> bool:
+    return any(path == p or p in path.parents for p in protected)
+
+
+def _grep(
+    walk: WorkspaceWalk,
+    parts: list[str],
+    shown: str,
+    regex: Any,
+    name_glob: str | None,
+    cap: int,
+    stop: threading.Event,
+    protected: Sequence[Path],
+) -> str:
+    tally = _GrepTally(hits=[])
+    try:
+        with walk:
+            name = walk.descend(parts, shown)
+            st = os.stat(name or ".", dir_fd=walk.fd, follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode):
+                _grep_fd(walk.open_file(name, shown), shown, regex, cap, tally, stop)
+            else:
+                _grep_tree(walk, name, regex, name_glob, cap, tally, stop, protected)
+    except FileNotFoundError as exc:
+        raise ToolFailure(f"{shown} does not exist") from exc
+    except OSError as exc:
+        raise _os_failure(exc, shown) from exc
+    lines = tally.hits
+    if tally.total > len(tally.hits):
+        lines.append(f"[... {tally.total - len(tally.hits)} more matches not shown ...]")
+    if tally.skipped_binary or tally.skipped_large:
         lines.append(
-            f"[skipped {skipped_binary} binary files and {skipped_large} files over "
+            f"[skipped {tally.skipped_binary} binary files and {tally.skipped_large} files over "
             f"{GREP_MAX_FILE_BYTES} bytes]"
         )
-    if not hits:
+    if stop.is_set():
+        lines.append("[search stopped before the end: the call was cancelled]")
+    if not tally.hits:
         lines.insert(0, "(no matches)")
     return truncate("\n".join(lines), OUTPUT_CAP_CHARS)
+
+
+def _compile(pattern: str, ignore_case: bool) -> Any:
+    """RE2: linear time in the text, so no pattern can freeze the search (no backtracking)."""
+    options = re2.Options()
+    options.log_errors = False
+    options.case_sensitive = not ignore_case
+    try:
+        return re2.compile(pattern, options=options)
+    except re2.error as exc:
+        raise ToolFailure(
+            f"invalid regular expression {pattern!r} (RE2 syntax: no backreferences or "
+            f"lookaround): {exc}"
+        ) from exc
 
 
 @tool(safety="read_only", resource_keys=_dir_key)
 async def grep(
     ctx: ToolContext,
-    pattern: Annotated[str, Field(description="Python regular expression")],
+    pattern: Annotated[
+        str, Field(description="Regular expression (RE2: no backreferences or lookaround)")
+    ],
     path: Annotated[str, Field(description="File or directory to search")] = ".",
     glob: Annotated[
         str | None, Field(description="Only files whose name matches, e.g. '*.py'")
@@ -391,14 +545,16 @@ async def grep(
 
     Binary files and files over 5 MiB are skipped; results are capped.
     """
-    try:
-        regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-    except re.error as exc:
-        raise ToolFailure(f"invalid regular expression {pattern!r}: {exc}") from exc
+    regex = _compile(pattern, ignore_case)
     if glob is not None and ("/" in glob or "\x00" in glob):
         raise ToolFailure("glob filters file names only (e.g. '*.py'); use path for directories")
-    root = workspace_root(ctx)
-    base = resolve_in_workspace(root, path)
-    if not base.exists():
-        raise ToolFailure(f"{display_path(root, base)} does not exist")
-    return await asyncio.to_thread(_grep, root, base, regex, glob, max_results)
+    walk, parts, shown = _prepare(ctx, path)
+    protected = protected_paths(ctx, walk.root)
+    stop = threading.Event()
+    try:
+        return await asyncio.to_thread(
+            _grep, walk, parts, shown, regex, glob, max_results, stop, protected
+        )
+    finally:
+        # cancelled at the deadline: the worker thread notices and ends its walk
+        stop.set()
