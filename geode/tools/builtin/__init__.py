@@ -8,6 +8,7 @@ display. Handlers refuse by raising :class:`geode.tools.errors.ToolFailure`.
 from __future__ import annotations
 
 from geode.tools.base import ToolDef
+from geode.tools.builtin._sandbox import SandboxLimits
 from geode.tools.builtin._workspace import resolve_in_workspace
 from geode.tools.builtin.bash import make_run_bash, run_bash, sandbox_available
 from geode.tools.builtin.computer import computer
@@ -16,6 +17,7 @@ from geode.tools.builtin.web_fetch import web_fetch
 
 __all__ = [
     "BUILTIN_TOOLS",
+    "SandboxLimits",
     "builtin_tools",
     "computer",
     "edit_file",

@@ -1,36 +1,22 @@
 """``run_bash``: a shell command, only ever inside a bubblewrap sandbox.
 
-What the sandbox is (each point is an invariant the tests check):
-
-- the system directories (/usr, /etc, /bin, /lib...) are bound read-only; home directories,
-  /root, /var, /run, /srv, /mnt and the host's /tmp are not there at all; /etc/shadow and
-  /etc/gshadow are masked;
-- the workspace is the only writable host directory; /tmp and /var/tmp are private tmpfs;
-- every namespace is new (``--unshare-all``): no network but a private loopback, unless the
-  session sets ``ctx.extra["bash_network"] = True``; own PIDs, so background processes end
-  with the command;
-- no capabilities (``--cap-drop ALL``): as root on the host, bwrap would otherwise leave the
-  command able to remount ``/`` read-write inside its namespace and write through to the host;
-- the environment is cleared (the harness's API keys are never inherited);
-- ``--die-with-parent`` and ``--new-session`` (no TIOCSTI into our terminal); on timeout or
-  cancellation the whole process group is killed.
-
-If no working sandbox exists the tool refuses: it never runs a command unsandboxed.
+The sandbox (what it isolates, its limits) is described and built in
+:mod:`geode.tools.builtin._sandbox`. If no working sandbox exists the tool refuses: it never
+runs a command unsandboxed. On timeout or cancellation the whole sandbox is killed.
 
 ``ctx.extra`` settings: ``bash_network`` (only literal ``True`` enables the network),
-``bash_ro_paths`` (extra host paths to bind read-only, e.g. a toolchain outside /usr).
+``bash_ro_paths`` (extra host paths to bind read-only, e.g. a toolchain outside /usr),
+``sandbox_limits`` (a :class:`SandboxLimits`), ``protected_paths`` (GEODE's home and store
+files, masked in the sandbox).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import os
 import shutil
 import signal
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,13 +26,16 @@ import structlog
 from pydantic import Field
 
 from geode.tools.base import ToolContext, ToolDef, tool
-from geode.tools.builtin._workspace import truncate, workspace_root
+from geode.tools.builtin import _sandbox
+from geode.tools.builtin._sandbox import SYSTEM_PATHS, SandboxLimits
+from geode.tools.builtin._workspace import protected_paths, truncate, workspace_root
 from geode.tools.errors import ToolFailure
 
 __all__ = [
     "BASH_DEFAULT_TIMEOUT_S",
     "BASH_MAX_TIMEOUT_S",
     "NO_SANDBOX_MESSAGE",
+    "SandboxLimits",
     "bwrap_argv",
     "make_run_bash",
     "run_bash",
@@ -68,11 +57,8 @@ NO_SANDBOX_MESSAGE = (
     "run_bash needs bubblewrap: apt-get install bubblewrap; refusing to run unsandboxed"
 )
 
-#: host directories bound read-only (a symlink, as /bin -> usr/bin on merged-/usr, is recreated)
-_SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
-#: files under /etc that hold secrets; /dev/null is bound over them (unreadable: nodev mount)
-_MASKED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
-_SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: how often the process count of a running sandbox is checked
+_COUNT_EVERY_S = 0.2
 
 
 def bwrap_argv(
@@ -82,72 +68,33 @@ def bwrap_argv(
     *,
     network: bool = False,
     ro_paths: Sequence[str] = (),
+    limits: SandboxLimits | None = None,
+    protected: Sequence[Path] = (),
 ) -> list[str]:
-    """The full bwrap command line running ``argv`` with ``workspace`` as its writable cwd."""
-    cmd = [bwrap, "--unshare-all"]
-    if network:
-        cmd.append("--share-net")
-    cmd += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
-    for path in _SYSTEM_PATHS:
-        if os.path.islink(path):
-            cmd += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            cmd += ["--ro-bind", path, path]
-    for path in _MASKED_FILES:
-        if os.path.exists(path):
-            cmd += ["--ro-bind", "/dev/null", path]
-    if network:
-        # /etc/resolv.conf is often a symlink into /run, which the sandbox does not have
-        resolv = os.path.realpath("/etc/resolv.conf")
-        if not resolv.startswith("/etc/"):
-            cmd += ["--ro-bind-try", resolv, resolv]
-    for path in ro_paths:
-        cmd += ["--ro-bind-try", path, path]
-    ws = str(workspace)
-    cmd += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
-    # after the tmpfs mounts: a workspace under /tmp is bound on top of the private /tmp
-    cmd += ["--bind", ws, ws, "--chdir", ws]
-    for key, value in (
-        ("PATH", _SANDBOX_PATH),
-        ("HOME", ws),
-        ("TMPDIR", "/tmp"),
-        ("LANG", "C.UTF-8"),
-        ("TERM", "dumb"),
-    ):
-        cmd += ["--setenv", key, value]
-    return [*cmd, "--", *argv]
+    """The full bwrap command line (see :func:`geode.tools.builtin._sandbox.bwrap_argv`)."""
+    return _sandbox.bwrap_argv(
+        bwrap,
+        workspace,
+        argv,
+        network=network,
+        ro_paths=ro_paths,
+        limits=limits,
+        protected=protected,
+    )
 
 
-@functools.cache
 def _probe() -> str | None:
-    """Why no sandbox can run here, or None when it works. Cached for the process."""
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        return "bwrap is not installed"
-    with tempfile.TemporaryDirectory(prefix="geode-bwrap-probe-") as tmp:
-        try:
-            done = subprocess.run(
-                bwrap_argv(bwrap, Path(tmp), ["/bin/sh", "-c", "touch probe"]),
-                capture_output=True,
-                timeout=30,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"bwrap could not start: {exc}"
-        if done.returncode != 0 or not (Path(tmp) / "probe").exists():
-            err = done.stderr.decode("utf-8", "replace").strip()
-            return f"bwrap cannot create a sandbox here: {err or f'exit {done.returncode}'}"
-    return None
+    return _sandbox.probe()
 
 
 def sandbox_available() -> bool:
     """Whether bubblewrap can build the sandbox on this machine (probed once, then cached)."""
-    return _probe() is None
+    return _sandbox.probe() is None
 
 
 def _reset_probe() -> None:
     """Forget the cached probe (tests, or after installing bubblewrap)."""
-    _probe.cache_clear()
+    _sandbox.reset_probe()
 
 
 @dataclass
@@ -222,21 +169,36 @@ def _format(code: int | None, out: _Captured, err: _Captured) -> str:
     return "\n".join(parts)
 
 
-async def _run_sandboxed(argv: list[str], timeout_s: float) -> str:
+async def _watch_processes(proc: asyncio.subprocess.Process, limit: int) -> int:
+    """Return the process count once the sandbox has more than ``limit``; run until cancelled."""
+    while True:
+        await asyncio.sleep(_COUNT_EVERY_S)
+        count = await asyncio.to_thread(_sandbox.count_sandbox_processes, proc.pid)
+        if count is not None and count > limit:
+            return count
+
+
+async def _run_sandboxed(argv: list[str], timeout_s: float, limits: SandboxLimits) -> str:
     proc = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
+        # bwrap's own processes (its init is PID 1 of the sandbox, /proc/1/environ) carry
+        # this environment: empty, so no secret of ours is in any process inside
+        env={},
+        close_fds=True,
     )
     drains = [
         asyncio.create_task(_drain(proc.stdout)),
         asyncio.create_task(_drain(proc.stderr)),
     ]
+    watch = asyncio.create_task(_watch_processes(proc, limits.max_processes))
+    waiter = asyncio.create_task(proc.wait())
     try:
         async with asyncio.timeout(timeout_s):
-            await proc.wait()
+            await asyncio.wait({waiter, watch}, return_when=asyncio.FIRST_COMPLETED)
     except TimeoutError:
         _kill_group(proc)
         await proc.wait()
@@ -252,6 +214,20 @@ async def _run_sandboxed(argv: list[str], timeout_s: float) -> str:
         for task in drains:
             task.cancel()
         raise
+    finally:
+        watch.cancel()
+        waiter.cancel()
+    if not waiter.done() or waiter.cancelled():
+        count = watch.result()
+        _kill_group(proc)
+        await proc.wait()
+        out, err = await _finish_drains(drains)
+        log.info("run_bash.too_many_processes", count=count, limit=limits.max_processes)
+        raise ToolFailure(
+            f"the command started more than {limits.max_processes} processes ({count}); the "
+            f"sandbox and every process in it were killed. Partial output:\n"
+            f"{_format(None, out, err)}"
+        )
     out, err = await _finish_drains(drains)
     return _format(proc.returncode, out, err)
 
@@ -297,14 +273,24 @@ def make_run_bash(*, deadline_s: float = BASH_MAX_TIMEOUT_S + 60.0) -> ToolDef:
             log.warning("run_bash.no_sandbox", reason=reason)
             raise ToolFailure(f"{NO_SANDBOX_MESSAGE} ({reason})")
         root = workspace_root(ctx)
-        if root == Path("/") or any(Path(p).is_relative_to(root) for p in _SYSTEM_PATHS):
+        if root == Path("/") or any(Path(p).is_relative_to(root) for p in SYSTEM_PATHS):
             raise ToolFailure(f"refused: the workspace {root} would expose system directories")
+        protected = protected_paths(ctx, root)
         network = ctx.extra.get("bash_network") is True
+        limits = ctx.extra.get("sandbox_limits")
+        if not isinstance(limits, SandboxLimits):
+            limits = SandboxLimits()
         bash = shutil.which("bash") or "/bin/bash"
         argv = bwrap_argv(
-            bwrap, root, [bash, "-c", command], network=network, ro_paths=_ro_paths(ctx)
+            bwrap,
+            root,
+            [bash, "-c", command],
+            network=network,
+            ro_paths=_ro_paths(ctx),
+            limits=limits,
+            protected=protected,
         )
-        return await _run_sandboxed(argv, timeout)
+        return await _run_sandboxed(argv, timeout, limits)
 
     return run_bash
 
