@@ -39,6 +39,7 @@ __all__ = [
     "CodexSettings",
     "LoopSettings",
     "ModelSettings",
+    "SandboxSettings",
     "Secrets",
     "Settings",
     "SpendCaps",
@@ -192,6 +193,17 @@ class BindingSettings(SpendCaps):
         return str(v)
 
 
+class SandboxSettings(_Section):
+    """Per-call limits of run_bash's sandbox (see geode.tools.builtin._sandbox)."""
+
+    max_processes: int = Field(default=256, ge=8)
+    max_memory_mb: int = Field(default=2048, ge=64)
+    max_file_mb: int = Field(default=1024, ge=1)
+    tmpfs_mb: int = Field(default=256, ge=1)
+    uid: int = Field(default=1000, ge=1)
+    gid: int = Field(default=1000, ge=1)
+
+
 class HookCommand(_Section):
     command: str
     matcher: str | None = None
@@ -221,15 +233,13 @@ class Settings(BaseSettings):
     bindings: list[BindingSettings] = Field(default_factory=list)
     mcp: dict[str, Any] = Field(default_factory=dict)
     hooks: dict[str, list[HookCommand]] = Field(default_factory=dict)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     log_level: str = "WARNING"
     log_json: bool = False
     #: where /healthz, /readyz and /metrics listen: loopback on bare metal, "0.0.0.0" in a container
     #: (the image sets GEODE_HEALTH_HOST) so the published port reaches it
     health_host: str = "127.0.0.1"
     health_port: int = 8787
-    #: testing aids (see geode.testing.crashpoints); never set in production
-    test_pause_at: str | None = None
-    test_pause_marker: Path | None = None
 
     @property
     def store_url(self) -> str:
@@ -279,28 +289,50 @@ def _with_password(url: str, password_file: Path) -> str:
         raise ConfigError(f"[store] url is not a database URL: {exc}") from exc
 
 
-#: sections a project file may not set: they spawn processes (hooks, MCP servers) or
-#: decide where data and channels go. A cloned repository must not do that by itself;
-#: its MCP servers are read separately and run only after `geode trust`.
-PROJECT_FORBIDDEN = frozenset(
-    {"hooks", "mcp", "channels", "bindings", "store", "providers", "home", "codex"}
-)
+#: What ``./.geode/config.toml`` of a project may set: user-facing keys only. Anything else
+#: (hooks, channels, bindings, store, providers, sandbox, budgets, home, logging, internal
+#: keys...) could make GEODE spawn processes, send data elsewhere or loosen a limit the
+#: operator set, just because a cloned repository says so; it is refused. Its ``[mcp]``
+#: servers are read separately (geode.mcp.trust) and run only after `geode trust`.
+PROJECT_ALLOWED: Mapping[str, frozenset[str]] = {
+    "model": frozenset({"default", "fallbacks", "max_tokens", "path", "paths", "roles"}),
+    "loop": frozenset(
+        {"max_rounds", "time_budget_s", "repair_budget", "repeated_error_limit",
+         "max_result_chars"}
+    ),
+}
+#: read by geode.mcp.trust, gated by `geode trust`; not a Settings source
+PROJECT_SEPARATE = frozenset({"mcp"})
+
+
+def _project_refusals(data: Mapping[str, Any]) -> list[str]:
+    refused: list[str] = []
+    for key, value in data.items():
+        if key in PROJECT_SEPARATE:
+            continue
+        allowed = PROJECT_ALLOWED.get(key)
+        if allowed is None:
+            refused.append(key)
+        elif isinstance(value, Mapping):
+            refused += [f"{key}.{sub}" for sub in value if sub not in allowed]
+        else:
+            refused.append(key)
+    return sorted(refused)
 
 
 class _ProjectTomlSource(TomlConfigSettingsSource):
     def __call__(self) -> dict[str, Any]:
         data = super().__call__()
-        # [mcp] is not dropped: geode.mcp.trust reads it, and runs it once trusted
-        dropped = sorted(k for k in data if k in PROJECT_FORBIDDEN and k != "mcp")
-        if dropped:
-            import structlog
-
-            structlog.get_logger(__name__).warning(
-                "project config sections ignored (operator config only)",
-                file=str(self.toml_file_path),
-                sections=dropped,
+        refused = _project_refusals(data)
+        if refused:
+            allowed = ", ".join(f"{k}.{s}" for k, v in PROJECT_ALLOWED.items() for s in sorted(v))
+            raise ConfigError(
+                f"{self.toml_file_path} (a project file) may not set "
+                f"{', '.join(refused)}. A project may set only {allowed} and [mcp] servers "
+                "(which run after `geode trust`); put operator settings in "
+                "$GEODE_HOME/config.toml."
             )
-        return {k: v for k, v in data.items() if k not in PROJECT_FORBIDDEN}
+        return {k: v for k, v in data.items() if k not in PROJECT_SEPARATE}
 
 
 @dataclass(frozen=True)

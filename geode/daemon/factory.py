@@ -218,10 +218,6 @@ class Runtime:
         from geode.daemon.tracing import attach_tracing
 
         attach_tracing(self.observers)  # OpenTelemetry, when installed and configured
-        if settings.test_pause_at and settings.test_pause_marker:
-            from geode.testing.crashpoints import install_pause
-
-            install_pause(self.observers, settings.test_pause_at, settings.test_pause_marker)
         if store is not None:
             from geode.daemon.evidence import LedgerObserver
             from geode.store.ledger import EvidenceLedger
@@ -247,7 +243,7 @@ class Runtime:
         if use_store:
             from geode.store import open_store
 
-            settings.home.mkdir(parents=True, exist_ok=True)
+            settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
             store = await open_store(settings.store_url)
         runtime = cls(settings=settings, secrets=secrets, store=store, **kw)
         await runtime.prune()
@@ -372,6 +368,24 @@ class Runtime:
             waiting_notice_s=self.settings.model.waiting_notice_s,
         )
 
+    def _tool_extra(self) -> dict[str, Any]:
+        """What the built-in tools need of the settings: GEODE's own files (never reachable
+        through a tool, wherever the workspace is) and the sandbox's limits."""
+        from geode.tools.builtin import SandboxLimits
+
+        protected = [self.settings.home]
+        url = self.settings.store_url
+        if url.startswith("sqlite"):
+            from sqlalchemy.engine import make_url
+
+            db = make_url(url).database
+            if db:
+                protected += [Path(db + suffix) for suffix in ("", "-wal", "-shm", "-journal")]
+        return {
+            "protected_paths": tuple(protected),
+            "sandbox_limits": SandboxLimits(**self.settings.sandbox.model_dump()),
+        }
+
     async def open_session(self, ctx: SessionContext) -> Session:
         """Build (or resume) a session with its paired executor and loop."""
         model_id = ctx.model or (ctx.binding.model if ctx.binding and ctx.binding.model else None)
@@ -406,6 +420,7 @@ class Runtime:
             timeline=timeline,
             locks=self.locks,
             max_result_chars=self.settings.loop.max_result_chars,
+            extra=self._tool_extra(),
         )
         extra = list(ctx.extra_tools)
         if self.mcp is not None:

@@ -140,7 +140,7 @@ class MCPServerManager:
         if project_dir is not None and not _same_dir(project_dir, home.parent):
             project_section = project_mcp_section(project_dir)
         # settings.mcp is the operator's config only: the settings loader never merges a
-        # project's [mcp] (PROJECT_FORBIDDEN), which is read here, and used only if trusted.
+        # project's [mcp] (PROJECT_SEPARATE), which is read here, and used only if trusted.
         servers = parse_servers(settings.mcp, origin=str(home / "config.toml"))
         for f in extra_files:
             servers.extend(load_config_file(Path(f)))

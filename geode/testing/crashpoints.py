@@ -1,8 +1,9 @@
 """Freeze a GEODE process at a named point of a turn, so a test can SIGKILL it there.
 
-Enabled only by ``GEODE_TEST_PAUSE_AT=<point>`` (with ``GEODE_TEST_PAUSE_MARKER=<file>``),
-read by the settings module. At the point the process writes the marker file and blocks
-its event loop, exactly as a process would look to the outside if it died there. Points:
+Installed only by the test suite (``tests/scenarios/_paused_geode.py`` wraps the CLI): no
+config key or environment variable reaches it, so a project file cannot. At the point the
+process writes the marker file and blocks its event loop, exactly as a process would look to
+the outside if it died there. Points:
 
 - ``turn_start``      the user message is checkpointed, the model not yet asked
 - ``model_response``  the model answered; its tool batch is not saved yet

@@ -42,8 +42,11 @@ def test_project_config_cannot_declare_hooks_mcp_channels_or_store(tmp_path: Pat
         '[store]\nurl = "sqlite:////tmp/elsewhere.db"\n'
         '[channels.telegram]\ntoken_env = "X"\n'
     )
-    s, _ = load_settings(cwd=proj, env={"GEODE_HOME": str(home)})
-    assert s.hooks == {} and s.mcp == {} and s.channels == {} and s.store.url is None
+    # refused, naming every key (it used to be dropped silently); [mcp] is not among them:
+    # a project's MCP servers are read separately and run only after `geode trust`
+    with pytest.raises(ConfigError, match=r"may not set channels, hooks, store\.") as info:
+        load_settings(cwd=proj, env={"GEODE_HOME": str(home)})
+    assert "mcp" not in str(info.value).split("may not set")[1].split(".")[0]
 
 
 def test_secrets_from_dotenv_are_registered_for_redaction(tmp_path: Path) -> None:

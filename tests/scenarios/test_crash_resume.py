@@ -42,11 +42,17 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("pg_url"))
 
 
-async def _spawn(args: list[str], env: dict[str, str], cwd: Path) -> asyncio.subprocess.Process:
+LAUNCHER = Path(__file__).with_name("_paused_geode.py")
+
+
+async def _spawn(
+    args: list[str], env: dict[str, str], cwd: Path, *, pause: tuple[str, Path] | None = None
+) -> asyncio.subprocess.Process:
+    # the crash pause is installed by a test-only launcher, never by config or environment
+    head = ["-m", "geode"] if pause is None else [str(LAUNCHER), pause[0], str(pause[1])]
     return await asyncio.create_subprocess_exec(
         sys.executable,
-        "-m",
-        "geode",
+        *head,
         *args,
         cwd=cwd,
         env=env,
@@ -99,10 +105,10 @@ async def test_kill_at_each_boundary_then_resume(
             ANTHROPIC_API_KEY=KEY,
             ANTHROPIC_BASE_URL=srv.base_url,
         )
-        crash_env = dict(env)
-        if point != "tool_running":
-            crash_env.update(GEODE_TEST_PAUSE_AT=point, GEODE_TEST_PAUSE_MARKER=str(marker))
-        proc = await _spawn(["run", "--json", "--allow-tool", "run_bash", prompt], crash_env, ws)
+        pause = None if point == "tool_running" else (point, marker)
+        proc = await _spawn(
+            ["run", "--json", "--allow-tool", "run_bash", prompt], env, ws, pause=pause
+        )
         await _wait_for(ws / "count.txt" if point == "tool_running" else marker, proc)
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
