@@ -40,7 +40,7 @@ def _settings() -> Settings:
 async def _open(settings: Settings) -> Store:
     from geode.store import open_store
 
-    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     return await open_store(settings.store_url)
 
 

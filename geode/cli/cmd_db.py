@@ -19,6 +19,6 @@ def db_upgrade() -> None:
     from geode.store import upgrade
 
     settings, _ = load_typed()
-    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     head = asyncio.run(upgrade(settings.store_url))
     typer.echo(f"store at revision {head}")

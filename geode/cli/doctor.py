@@ -59,6 +59,8 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
     failures += await _check_store(settings)
     failures += _check_channels(settings, secrets)
     failures += await _check_mcp(settings, secrets, cwd)
+    failures += await _check_sandbox()
+    _check_modes(settings)
     typer.echo("all checks passed" if failures == 0 else f"{failures} problem(s) found")
     return failures == 0
 
@@ -127,7 +129,7 @@ async def _check_store(settings: Settings) -> int:
     try:
         from geode.store import open_store
 
-        settings.home.mkdir(parents=True, exist_ok=True)
+        settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         store = await open_store(settings.store_url)
         try:
             reachable = await store.ping()
@@ -196,3 +198,44 @@ def _safe_url(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:
         return url.split("@")[-1]
+
+
+async def _check_sandbox() -> int:
+    """Whether run_bash's bubblewrap sandbox works here, and if not why and how to fix it."""
+    import asyncio
+
+    from geode.tools.builtin._sandbox import diagnose, probe
+
+    reason = await asyncio.to_thread(probe)
+    if reason is None:
+        _line(True, "sandbox: bubblewrap works here (run_bash available)")
+        return 0
+    _line(False, f"sandbox: run_bash will refuse to run: {reason}", diagnose(reason))
+    return 1
+
+
+def _check_modes(settings: Settings) -> None:
+    """Warn about GEODE's files readable by other local users (they hold secrets and
+    conversation text). Warnings only: the operator may share a group on purpose."""
+    import stat
+
+    home = settings.home
+    paths = [(home, 0o700), (home / ".env", 0o600), (home / "config.toml", 0o600)]
+    url = settings.store_url
+    if url.startswith("sqlite"):
+        from sqlalchemy.engine import make_url
+
+        db = make_url(url).database
+        if db:
+            paths += [(Path(db + s), 0o600) for s in ("", "-wal", "-shm")]
+    for path, want in paths:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except OSError:
+            continue
+        if mode & 0o077:
+            _line(
+                None,
+                f"{path} is mode {mode:04o}: other local users can read it",
+                f"chmod {want:o} {path}",
+            )

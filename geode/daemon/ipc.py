@@ -289,7 +289,7 @@ def check_socket_path(path: Path) -> None:
         )
     parent = path.parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(
             f"cannot create {parent} for the IPC socket ({exc.strerror}). Set GEODE_HOME to "

@@ -144,7 +144,7 @@ def trust_project(project_dir: Path, home: Path) -> TrustRecord:
     data[rec.project] = {
         "sha256": rec.sha256, "servers": list(rec.servers), "trusted_at": rec.trusted_at,
     }
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
     # Written atomically: a crash mid-write must not leave a half file that trusts nothing
     # (or, worse, something).
     fd, tmp = tempfile.mkstemp(dir=home, prefix=".trusted_projects.", suffix=".tmp")

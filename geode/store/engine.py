@@ -115,9 +115,17 @@ def _where(url: URL) -> str:
     return f"{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
 
 
+def _private_db_file(path: Path) -> None:
+    """Create the database file 0600 (its directory 0700) before SQLite opens it: it holds
+    conversation text, secrets users pasted included. SQLite gives its -wal / -shm / journal
+    files the database file's mode."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+
+
 def _build_engine(url: URL) -> AsyncEngine:
     if url.get_backend_name() == "sqlite":
-        Path(str(url.database)).parent.mkdir(parents=True, exist_ok=True)
+        _private_db_file(Path(str(url.database)))
         engine = create_async_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
         _install_sqlite_hooks(engine.sync_engine)
         _install_sqlite_begin(engine.sync_engine)
@@ -140,7 +148,7 @@ def _build_sync_engine(url: URL) -> Engine:
     without connection-event listeners skips the event dispatch on every statement.
     """
     if url.get_backend_name() == "sqlite":
-        Path(str(url.database)).parent.mkdir(parents=True, exist_ok=True)
+        _private_db_file(Path(str(url.database)))
         engine = create_engine(
             url.set(drivername="sqlite+pysqlite"),
             pool_size=SYNC_WORKERS,

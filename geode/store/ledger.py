@@ -115,7 +115,7 @@ class EvidenceLedger:
         try:
             fd = os.open(path, flags, 0o600)
         except FileNotFoundError:  # the first row of this home (or the folder was removed)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(path, flags, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
