@@ -3,6 +3,10 @@
 Two layers: literal secret values registered at start-up (every API key and bot token
 loaded from the environment or ``.env``) and shape patterns for keys we did not load
 (another provider's key pasted into a prompt, a tool's output echoing a token).
+
+Invisible format characters (zero-width space / joiner, word joiner, BOM, soft hyphen, bidi
+controls) are ignored while matching: a secret split by one is masked whole, with the
+invisible characters inside it. Elsewhere the text keeps them (emoji sequences use ZWJ).
 """
 
 from __future__ import annotations
@@ -46,6 +50,45 @@ def registered_secrets() -> frozenset[str]:
         return frozenset(_secrets)
 
 
+#: Unicode format characters (category Cf) a secret can be split with and still look whole
+_FORMAT = re.compile(
+    "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f]"
+)
+
+
+def _spans(text: str, literals: Iterable[str]) -> list[tuple[int, int]]:
+    found = [m.span() for pat in _PATTERNS for m in pat.finditer(text)]
+    for lit in literals:
+        start = text.find(lit)
+        while start != -1:
+            found.append((start, start + len(lit)))
+            start = text.find(lit, start + 1)
+    return found
+
+
+def _redact_split(text: str, literals: Iterable[str]) -> str:
+    """Redaction of a text holding format characters: match on the text without them, then
+    mask the matching stretches of the original (format characters inside them included)."""
+    kept = [i for i, ch in enumerate(text) if not _FORMAT.match(ch)]
+    stripped = "".join(text[i] for i in kept)
+    spans = sorted(
+        (kept[a], kept[b - 1] + 1) for a, b in _spans(stripped, literals) if b > a
+    )
+    out: list[str] = []
+    pos = 0
+    for a, b in spans:
+        if b <= pos:
+            continue
+        out.append(text[pos : max(a, pos)])
+        out.append(MASK)
+        pos = b
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def redact_text(text: str, extra: Iterable[str] = ()) -> str:
     """Mask registered secrets, ``extra`` literals and known key shapes in ``text``."""
     literals = sorted(
@@ -53,6 +96,8 @@ def redact_text(text: str, extra: Iterable[str] = ()) -> str:
         key=len,
         reverse=True,
     )
+    if _FORMAT.search(text):
+        text = _redact_split(text, literals)
     # Shapes first: a whole key is masked even when a registered literal is a fragment of it.
     for pat in _PATTERNS:
         text = pat.sub(MASK, text)

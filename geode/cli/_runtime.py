@@ -12,6 +12,7 @@ from geode.daemon.factory import Runtime, SessionContext
 from geode.logging import configure_logging
 from geode.loop import LoopEvent, TurnResult, model_wait_text
 from geode.policy import Mode
+from geode.redact import redact_text
 from geode.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -55,18 +56,37 @@ async def _print_wait(ev: LoopEvent) -> None:
         sys.stderr.flush()
 
 
-async def _print_event(ev: LoopEvent) -> None:
-    if model_wait_text(ev.kind, ev.data) is not None:
-        sys.stdout.flush()
-        sys.stderr.write("\n")  # after streamed text, the note starts its own line
-        await _print_wait(ev)
-    elif ev.kind == "text_delta":
-        sys.stdout.write(ev.data.get("text", ""))
-        sys.stdout.flush()
-    elif ev.kind == "tool_call":
-        sys.stderr.write(f"\n→ {ev.data.get('name')}\n")
-    elif ev.kind == "tool_result" and ev.data.get("status") != "ok":
-        sys.stderr.write(f"  ✗ {ev.data.get('status')}: {ev.data.get('text', '')[:200]}\n")
+class _StreamPrinter:
+    """Streams text to stdout redacted: held back to the end of each line, since a secret
+    can arrive split over several deltas (and never spans a line break)."""
+
+    def __init__(self) -> None:
+        self._pending = ""
+
+    async def __call__(self, ev: LoopEvent) -> None:
+        if model_wait_text(ev.kind, ev.data) is not None:
+            self.flush()
+            sys.stderr.write("\n")  # after streamed text, the note starts its own line
+            await _print_wait(ev)
+        elif ev.kind == "text_delta":
+            self._pending += ev.data.get("text", "")
+            head, sep, tail = self._pending.rpartition("\n")
+            if sep:
+                self._pending = tail
+                sys.stdout.write(redact_text(head + sep))
+                sys.stdout.flush()
+        elif ev.kind == "tool_call":
+            self.flush()
+            sys.stderr.write(f"\n→ {ev.data.get('name')}\n")
+        elif ev.kind == "tool_result" and ev.data.get("status") != "ok":
+            text = redact_text(str(ev.data.get("text", "")))
+            sys.stderr.write(f"  ✗ {ev.data.get('status')}: {text[:200]}\n")
+
+    def flush(self) -> None:
+        if self._pending:
+            sys.stdout.write(redact_text(self._pending))
+            sys.stdout.flush()
+            self._pending = ""
 
 
 async def run_once(opts: RunOptions) -> TurnResult:
@@ -90,6 +110,7 @@ async def run_once(opts: RunOptions) -> TurnResult:
             settings, secrets, extra_files=opts.mcp_configs, project_dir=opts.workspace
         )
     runtime = await Runtime.create(settings=settings, secrets=secrets, mcp=mcp)
+    printer = _StreamPrinter()
     async with runtime:
         session_id = opts.session_id
         if opts.continue_last:
@@ -108,13 +129,16 @@ async def run_once(opts: RunOptions) -> TurnResult:
                 provider=provider,
                 stream=opts.stream,
                 # a stalled model shows "waiting for the model" even without --stream
-                on_event=_print_event if opts.stream else _print_wait,
+                on_event=printer if opts.stream else _print_wait,
             )
         )
         # at the start, so a long run can be followed (`geode sessions timeline ID`)
         sys.stderr.write(f"(session {session.session_id})\n")
         sys.stderr.flush()
-        return await session.run(opts.prompt)
+        try:
+            return await session.run(opts.prompt)
+        finally:
+            printer.flush()
 
 
 async def last_session_id(store: Store | None, workspace: Path) -> str:

@@ -107,13 +107,17 @@ def run(
         demo=demo,
         stream=stream and not json_out,
     )
+    from geode.redact import redact, redact_text
+
     result = asyncio.run(run_once(opts))
+    # the same redaction as channel replies and logs: a secret the model echoed (or a
+    # tool's output carried into the answer) is masked on every output path
     if json_out:
-        typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
+        typer.echo(json.dumps(redact(result.to_json()), ensure_ascii=False))
     elif opts.stream:
         typer.echo("")
     elif not result.text_is_note:  # a failed turn's reason is printed once, below
-        typer.echo(result.text)
+        typer.echo(redact_text(result.text))
     if not result.ok and not json_out:
-        typer.echo(f"[{result.termination.value}] {result.detail}", err=True)
+        typer.echo(redact_text(f"[{result.termination.value}] {result.detail}"), err=True)
     raise typer.Exit(0 if result.ok else 1)

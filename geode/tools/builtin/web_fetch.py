@@ -218,10 +218,12 @@ async def _get_pinned(
         body = bytearray()
         cut = False
         if resp.status_code not in _REDIRECT_CODES:
+            # read past the cap before deciding: a body that ends exactly at the cap is
+            # whole, one that goes on by a single byte is cut (and says so)
             async for chunk in resp.aiter_bytes():
                 body += chunk
-                if len(body) >= max_bytes:
-                    cut = len(body) > max_bytes or not resp.is_stream_consumed
+                if len(body) > max_bytes:
+                    cut = True
                     del body[max_bytes:]
                     break
     return resp, bytes(body), cut
