@@ -213,3 +213,21 @@ async def test_grep_stops_its_thread_when_cancelled(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert await asyncio.to_thread(stopped.wait, 10)
+
+
+async def test_workspace_that_is_geode_home_keeps_its_files_out_of_reach(
+    call: Any, workspace: Path
+) -> None:
+    (workspace / ".env").write_text(f"ANTHROPIC_API_KEY={SECRET}\n")
+    (workspace / "config.toml").write_text("[model]\n")
+    ctx = make_ctx(workspace, protected_paths=(workspace,))
+    for path in (".env", "config.toml", "ledger/x.jsonl"):
+        with pytest.raises(ToolFailure, match="GEODE's own files"):
+            await call(write_file, ctx, path=path, content="[[hooks.Stop]]")
+    with pytest.raises(ToolFailure, match="GEODE's own files"):
+        await call(read_file, ctx, path=".env")
+    # the user's own files there are still theirs
+    assert await call(write_file, ctx, path="notes.txt", content="hi") == (
+        "created notes.txt (2 bytes)"
+    )
+    assert (workspace / "config.toml").read_text() == "[model]\n"

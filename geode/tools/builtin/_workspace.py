@@ -179,6 +179,23 @@ def atomic_write(parent_fd: int, name: str, data: bytes) -> None:
         raise
 
 
+#: what GEODE keeps in its home (secrets, config, store, ledger, socket, logs, workspaces)
+HOME_ENTRIES = (
+    ".env",
+    "config.toml",
+    "geode.db",
+    "geode.db-wal",
+    "geode.db-shm",
+    "geode.db-journal",
+    "cli.sock",
+    "serve.lock",
+    "serve.log",
+    "repl_history",
+    "ledger",
+    "trusted_projects.json",
+    "workspace",
+    "workspaces",
+)
 #: symlinks followed at most while resolving one path (the kernel's own limit is 40)
 _MAX_HOPS = 40
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -192,18 +209,17 @@ def protected_paths(ctx: ToolContext, root: Path) -> list[Path]:
     A protected directory that *contains* the workspace (the per-channel workspaces live
     under ``$GEODE_HOME/workspaces/``) is unreachable from it anyway and is left out.
 
-    Raises:
-        ToolFailure: the workspace *is* one of them.
+    When the workspace *is* GEODE's home, its own entries (:data:`HOME_ENTRIES`) are.
     """
     value = ctx.extra.get("protected_paths", ())
     out: list[Path] = []
     for p in value if isinstance(value, Sequence) and not isinstance(value, str) else ():
         real = Path(os.path.realpath(p))
         if real == root:
-            raise ToolFailure(
-                f"refused: the workspace {root} is GEODE's own directory; use another workspace"
-            )
-        if real not in root.parents:
+            # the workspace is GEODE's home itself (`geode repl` run in it): GEODE's own
+            # entries in it stay out of reach, the rest is the user's
+            out += [real / name for name in HOME_ENTRIES]
+        elif real not in root.parents:
             out.append(real)
     return out
 
