@@ -52,6 +52,7 @@ from geode.providers.catalog import (
     PROVIDERS,
     ModelRef,
     resolve_generation_model,
+    role_model,
     select_path,
 )
 from geode.providers.factory import build_provider
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
     from geode.providers.codex_auth import CodexLogin
+    from geode.providers.judge import Judge
     from geode.store.timeline import SessionTimeline
 
 __all__ = ["Runtime", "Session", "SessionContext"]
@@ -309,16 +311,58 @@ class Runtime:
                 path="codex_subscription",
                 codex_login=self._codex_login,
             )
-        override = self.settings.providers.get(ref.provider)
-        key_env = (override.api_key_env if override else None) or info.key_env
-        base_url = (override.base_url if override else None) or (
-            self.secrets.get(info.base_url_env) if info.base_url_env else None
-        )
-        api_key = self.secrets.get(key_env) if key_env else None
+        api_key, base_url = self._endpoint(ref.provider)
         return build_provider(
             ref, api_key=api_key, base_url=base_url,
             timeout=self.settings.model.request_timeout_s, clients=self.clients,
         )
+
+    def _endpoint(self, provider: str) -> tuple[str | None, str | None]:
+        """The provider's key and base URL override (config, then the SDK's variables)."""
+        info = PROVIDERS[provider]
+        override = self.settings.providers.get(provider)
+        key_env = (override.api_key_env if override else None) or info.key_env
+        base_url = (override.base_url if override else None) or (
+            self.secrets.get(info.base_url_env) if info.base_url_env else None
+        )
+        return (self.secrets.get(key_env) if key_env else None), base_url
+
+    def judge_for(self, ref: ModelRef) -> Judge | None:
+        """The verify judge ``[verify] judge`` selects for a session on ``ref``, or None.
+
+        ``llm``: the auxiliary-role model next to ``ref``'s provider (``[model.roles]``
+        overrides; a scripted session uses the default model's provider). ``jev``: the
+        judge-only TypeSafe/Jev adapter on ``[verify] jev_route``.
+
+        Raises:
+            ConfigError: the judge's credential is missing (the message names it).
+        """
+        from geode.providers.judge import JEV_MODELS, JevJudge, LLMJudge
+
+        verify = self.settings.verify
+        retry = RetryPolicy(max_attempts=self.settings.model.max_retries)
+        if verify.judge == "none":
+            return None
+        if verify.judge == "jev":
+            info = PROVIDERS[verify.jev_route]
+            api_key, base_url = self._endpoint(info.name)
+            if not api_key:
+                override = self.settings.providers.get(info.name)
+                env = (override.api_key_env if override else None) or info.key_env
+                raise ConfigError(
+                    f'[verify] judge = "jev" via {verify.jev_route} ({JEV_MODELS[info.name]}) '
+                    f"needs {env}: set it in the environment or in $GEODE_HOME/.env."
+                )
+            return JevJudge(
+                route=verify.jev_route,
+                api_key=api_key,
+                base_url=base_url or info.default_base_url or "",
+                timeout=verify.timeout_s,
+                retry=retry,
+            )
+        main = ref.provider if ref.provider != "scripted" else self.resolve(None).provider
+        aux = role_model("auxiliary", main, self.settings.model.roles)
+        return LLMJudge(provider=self.provider_for(aux), model=aux.model, retry=retry)
 
     # -- sessions --------------------------------------------------------------------------
 
@@ -445,7 +489,7 @@ class Runtime:
             limits=self._limits(ctx, ref),
             retry=RetryPolicy(max_attempts=self.settings.model.max_retries),
             checkpointer=checkpointer,
-            verifier=HookVerifier(hooks=self.hooks),
+            verifier=HookVerifier(hooks=self.hooks, judge=self.judge_for(ref)),
             prompt_gate=HookPromptGate(hooks=self.hooks),
             observer=self.observers,
             spend=self._spend(ctx, session_id),

@@ -20,6 +20,10 @@ async def verify(deps: RunDeps, state: RunState, step: Verify) -> Finish | Prepa
     )
     if outcome.passed:
         return Finish(TerminationReason.NATURAL, text=step.text)
+    if outcome.error:
+        # The verifier could not decide: asking the model to repair would not help.
+        await emit(deps, "verify_failed", reason=outcome.error, attempt=state.repair_attempts + 1)
+        return Finish(TerminationReason.VERIFICATION_FAILED, text=step.text, detail=outcome.error)
     await emit(deps, "verify_failed", reason=outcome.reason, attempt=state.repair_attempts + 1)
     if state.repair_attempts >= deps.limits.repair_budget:
         return Finish(TerminationReason.VERIFICATION_FAILED, text=step.text, detail=outcome.reason)

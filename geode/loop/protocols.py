@@ -79,6 +79,9 @@ class Checkpointer(Protocol):
 class VerifyOutcome:
     passed: bool
     reason: str = ""
+    #: set when the verifier could not decide (e.g. its judge failed): a verify error, never
+    #: a pass and no repair round; the turn ends ``verification_failed`` with it
+    error: str = ""
 
 
 @runtime_checkable
