@@ -53,6 +53,8 @@ log = structlog.get_logger(__name__)
 REASONING_PROVIDER = "openai-responses"
 #: keys of a reasoning item that are sent back (the rest is per-response decoration)
 _REASONING_KEYS = ("type", "id", "summary", "encrypted_content")
+#: key in ``ReasoningBlock.data`` naming the endpoint and model it came from (never sent)
+_ORIGIN = "geode_origin"
 #: placeholder key for the SDK when the Codex login supplies the bearer token per request
 _CODEX_PLACEHOLDER_KEY = "codex-login"
 
@@ -122,10 +124,13 @@ class OpenAIResponsesProvider(BaseProvider):
             incomplete_reason=_incomplete_reason(response),
             usage=_usage(response.usage),
             model=response.model or request.model,
+            origin=_origin(self.name, request.model),
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        acc = _StreamAccumulator(model=request.model, provider=self.name)
+        acc = _StreamAccumulator(
+            model=request.model, provider=self.name, origin=_origin(self.name, request.model)
+        )
         params = self._params(request)
         params["stream"] = True
         try:
@@ -169,7 +174,7 @@ class OpenAIResponsesProvider(BaseProvider):
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": request.model,
-            "input": _input_items(request.messages),
+            "input": _input_items(request.messages, _origin(self.name, request.model)),
             "store": False,
             "include": ["reasoning.encrypted_content"],
         }
@@ -208,22 +213,28 @@ def _tool_choice(choice: str) -> str | None:
     raise ValueError(f"unsupported tool_choice {choice!r} (expected auto, none or required)")
 
 
-def _input_items(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+def _origin(provider: str, model: str) -> str:
+    """Where a reasoning item came from: it is only valid for the same endpoint and model
+    (encrypted for that account and model), so after a /model switch it is left out."""
+    return f"{provider}:{model}"
+
+
+def _input_items(messages: tuple[Message, ...], origin: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "assistant":
-            items.extend(_assistant_items(message))
+            items.extend(_assistant_items(message, origin))
         else:
             items.extend(_user_items(message))
     return items
 
 
-def _assistant_items(message: Message) -> list[dict[str, Any]]:
+def _assistant_items(message: Message, origin: str) -> list[dict[str, Any]]:
     """Block order is kept: reasoning, then the text and calls it led to."""
     items: list[dict[str, Any]] = []
     for block in message.content:
         if isinstance(block, ReasoningBlock):
-            if block.provider == REASONING_PROVIDER:
+            if block.provider == REASONING_PROVIDER and block.data.get(_ORIGIN, origin) == origin:
                 items.append({k: block.data[k] for k in _REASONING_KEYS if k in block.data})
         elif isinstance(block, TextBlock):
             if block.text:
@@ -337,6 +348,7 @@ def _build_response(
     incomplete_reason: str | None,
     usage: Usage,
     model: str,
+    origin: str,
 ) -> ModelResponse:
     blocks: list[ContentBlock] = []
     text: list[str] = []
@@ -346,6 +358,7 @@ def _build_response(
         if kind == "reasoning":
             data = item if isinstance(item, dict) else item.model_dump(exclude_none=True)
             kept = {k: data[k] for k in _REASONING_KEYS if k in data}
+            kept[_ORIGIN] = origin
             blocks.append(ReasoningBlock(provider=REASONING_PROVIDER, data=kept))
         elif kind == "message":
             for part in _get(item, "content") or []:
@@ -404,6 +417,7 @@ class _StreamAccumulator:
 
     model: str
     provider: str
+    origin: str
     items: dict[int, Any] = field(default_factory=dict)
     final: Any = None
 
@@ -444,4 +458,5 @@ class _StreamAccumulator:
             incomplete_reason=_incomplete_reason(final),
             usage=_usage(_get(final, "usage")),
             model=str(_get(final, "model") or self.model),
+            origin=self.origin,
         )

@@ -68,6 +68,25 @@ async def test_reasoning_items_are_kept_and_sent_back_on_the_next_call(stream: b
     assert again == first.message
 
 
+async def test_reasoning_of_another_model_is_not_sent_after_a_switch() -> None:
+    async with FakeResponsesServer(reasoning=True) as srv:
+        provider = _provider(srv)
+        srv.enqueue_text("first")
+        srv.enqueue_text("second")
+        srv.enqueue_text("third")
+        try:
+            first = await provider.complete(make_request(model="gpt-6-sol"))
+            history = (Message.user("a"), first.message, Message.user("b"))
+            await provider.complete(make_request(*history, model="gpt-6-luna"))
+            await provider.complete(make_request(*history, model="gpt-6-sol"))
+        finally:
+            await provider.aclose()
+        other, same = (r.body["input"] for r in srv.generate_requests[1:])
+    assert [i.get("type") for i in other] == [None, None, None]  # a, "first", b
+    assert [i.get("type") for i in same] == [None, "reasoning", None, None]
+    assert "geode_origin" not in same[1]
+
+
 async def test_foreign_reasoning_blocks_are_not_sent() -> None:
     async with FakeResponsesServer() as srv:
         srv.enqueue_text("ok")
