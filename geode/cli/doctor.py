@@ -203,12 +203,21 @@ def _safe_url(url: str) -> str:
 async def _check_sandbox() -> int:
     """Whether run_bash's bubblewrap sandbox works here, and if not why and how to fix it."""
     import asyncio
+    import shutil
 
-    from geode.tools.builtin._sandbox import diagnose, probe
+    from geode.tools.builtin._sandbox import diagnose, missing_features, probe
 
     reason = await asyncio.to_thread(probe)
     if reason is None:
         _line(True, "sandbox: bubblewrap works here (run_bash available)")
+        bwrap = shutil.which("bwrap")
+        missing = await asyncio.to_thread(missing_features, bwrap) if bwrap else []
+        if missing:
+            _line(
+                None,
+                "sandbox: this bubblewrap cannot enforce " + "; ".join(missing),
+                "install bubblewrap 0.8 or later",
+            )
         return 0
     _line(False, f"sandbox: run_bash will refuse to run: {reason}", diagnose(reason))
     return 1

@@ -39,6 +39,7 @@ __all__ = [
     "bwrap_argv",
     "count_sandbox_processes",
     "diagnose",
+    "missing_features",
     "probe",
     "reset_probe",
 ]
@@ -98,13 +99,38 @@ def _masked_system_entries() -> tuple[tuple[str, bool], ...]:
     return tuple(_walk_unreadable("/etc"))
 
 
+@functools.cache
+def _supports(bwrap: str) -> frozenset[str]:
+    """Options of this bwrap build that older ones lack (0.8.0 added the first two)."""
+    try:
+        done = subprocess.run(
+            [bwrap, "--help"], capture_output=True, timeout=10, check=False, env={}
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    text = done.stdout.decode("utf-8", "replace") + done.stderr.decode("utf-8", "replace")
+    return frozenset(o for o in ("--size", "--disable-userns", "--perms") if o in text)
+
+
+def missing_features(bwrap: str) -> list[str]:
+    """What this bwrap cannot enforce (for ``geode doctor``): upgrade to bubblewrap >= 0.8."""
+    have = _supports(bwrap)
+    out = []
+    if "--size" not in have:
+        out.append("the size limit of the private /tmp (--size)")
+    if "--disable-userns" not in have:
+        out.append("blocking nested user namespaces (--disable-userns)")
+    return out
+
+
 def _visible_under(path: str, roots: Iterable[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def _mask(path: str, is_dir: bool) -> list[str]:
+def _mask(path: str, is_dir: bool, have: frozenset[str]) -> list[str]:
     if is_dir:
-        return ["--perms", "0000", "--tmpfs", path, "--remount-ro", path]
+        perms = ["--perms", "0000"] if "--perms" in have else []
+        return [*perms, "--tmpfs", path, "--remount-ro", path]
     return ["--ro-bind", "/dev/null", path]
 
 
@@ -124,7 +150,10 @@ def bwrap_argv(
     visible in the sandbox. Start the result with an empty environment.
     """
     limits = limits or SandboxLimits()
-    cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns"]
+    have = _supports(bwrap)
+    cmd = [bwrap, "--unshare-all", "--unshare-user"]
+    if "--disable-userns" in have:
+        cmd.append("--disable-userns")
     cmd += ["--uid", str(limits.uid), "--gid", str(limits.gid)]
     if network:
         cmd.append("--share-net")
@@ -137,7 +166,7 @@ def bwrap_argv(
             cmd += ["--ro-bind", path, path]
             bound.append(path)
     for path, is_dir in _masked_system_entries():
-        cmd += _mask(path, is_dir)
+        cmd += _mask(path, is_dir, have)
     if network:
         # /etc/resolv.conf is often a symlink into /run, which the sandbox does not have
         resolv = os.path.realpath("/etc/resolv.conf")
@@ -147,9 +176,9 @@ def bwrap_argv(
         cmd += ["--ro-bind-try", path, path]
         bound.append(os.path.realpath(path))
     ws = str(workspace)
-    size = str(limits.tmpfs_mb * _MIB)
+    size = ["--size", str(limits.tmpfs_mb * _MIB)] if "--size" in have else []
     cmd += ["--dev", "/dev", "--proc", "/proc"]
-    cmd += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/var/tmp"]
+    cmd += [*size, "--tmpfs", "/tmp", *size, "--tmpfs", "/var/tmp"]
     # after the tmpfs mounts: a workspace under /tmp is bound on top of the private /tmp
     cmd += ["--bind", ws, ws, "--chdir", ws]
     bound.append(ws)
@@ -157,7 +186,7 @@ def bwrap_argv(
     for p in protected:
         real = os.path.realpath(p)
         if os.path.lexists(real) and _visible_under(real, bound):
-            cmd += _mask(real, os.path.isdir(real))
+            cmd += _mask(real, os.path.isdir(real), have)
     for key, value in (
         ("PATH", SANDBOX_PATH),
         ("HOME", ws),
@@ -232,6 +261,7 @@ def reset_probe() -> None:
     """Forget the cached probe and /etc scan (tests, or after installing bubblewrap)."""
     probe.cache_clear()
     _masked_system_entries.cache_clear()
+    _supports.cache_clear()
 
 
 def _read(path: str) -> str | None:
