@@ -45,6 +45,7 @@ __all__ = [
     "LOGIN_COMMAND",
     "CodexLogin",
     "LoginStatus",
+    "UsageLimitError",
     "codex_auth_file",
     "map_codex_error",
 ]
@@ -307,6 +308,19 @@ def _usage_limit(body: object) -> tuple[float | None, str]:
     return float(seconds), f"; resets at {when} (in {int(seconds)} s)"
 
 
+#: a usage limit resetting later than this is not retried: waiting it out inside one call
+#: only delays the error (the message says when the limit resets)
+USAGE_LIMIT_RETRY_MAX_S = 60.0
+
+
+class UsageLimitError(ModelError):
+    """The subscription's usage limit, resetting too late to retry within the call."""
+
+    @property
+    def retryable(self) -> bool:
+        return False
+
+
 def map_codex_error(exc: BaseException) -> ModelError:
     """Classify a failure on the subscription endpoint; auth errors name the login command."""
     from geode.providers._errors import map_openai_error
@@ -333,7 +347,8 @@ def map_codex_error(exc: BaseException) -> ModelError:
             )
             if retry_after is None:
                 return map_openai_error(exc, provider=_PROVIDER)
-            return ModelError(
+            cls = UsageLimitError if retry_after > USAGE_LIMIT_RETRY_MAX_S else ModelError
+            return cls(
                 f"codex: subscription {what} (HTTP 429){reset}",
                 kind="rate_limit",
                 provider=_PROVIDER,

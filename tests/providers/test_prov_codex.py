@@ -182,6 +182,30 @@ async def test_usage_limit_429_carries_the_reset_time(tmp_path: Path) -> None:
     assert err.retry_after is not None and 5390 <= err.retry_after <= 5400
     assert "usage limit reached" in str(err)
     assert "resets at" in str(err) and "(in 5400 s)" in str(err)
+    assert not err.retryable  # waiting 90 minutes inside one call would only delay the error
+
+
+async def test_a_usage_limit_that_resets_soon_is_retried(tmp_path: Path) -> None:
+    from geode.providers.retry import RetryPolicy, call_with_retry
+
+    async with FakeCodexServer() as srv:
+        auth = _write_login(tmp_path / "auth.json", srv.login_file())
+        provider = _provider(srv, auth)
+        srv.enqueue_usage_limit(20)
+        srv.enqueue_text("after the reset")
+        waits: list[float] = []
+
+        async def sleep(delay: float) -> None:
+            waits.append(delay)
+
+        response = await call_with_retry(
+            lambda: provider.complete(make_request()),
+            policy=RetryPolicy(max_attempts=2, max_delay=30.0),
+            sleep=sleep,
+        )
+        await provider.aclose()
+    assert response.message.text == "after the reset"
+    assert len(waits) == 1 and 19 <= waits[0] <= 20
 
 
 async def test_concurrent_calls_with_an_expired_token_refresh_once(tmp_path: Path) -> None:
