@@ -66,12 +66,12 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
 
 
 def _check_model(settings: Settings, secrets: Secrets) -> int:
-    from geode.providers.catalog import PROVIDERS, resolve_model
+    from geode.providers.catalog import PROVIDERS, resolve_generation_model
 
     failures = 0
     on_codex = False
     try:
-        ref = resolve_model(settings.model.default)
+        ref = resolve_generation_model(settings.model.default)
         info = PROVIDERS[ref.provider]
         has_key = bool(info.key_env and secrets.get(info.key_env))
         _line(True, f"default model {settings.model.default} → provider {ref.provider}")

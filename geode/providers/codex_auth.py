@@ -58,7 +58,8 @@ LOGIN_COMMAND = "codex login"
 #: refresh this many seconds before the access token's ``exp``
 REFRESH_MARGIN_S = 300.0
 _PROVIDER = "codex"
-_LOCKS: dict[str, asyncio.Lock] = {}
+#: refresh locks per (login file, event loop): an asyncio.Lock belongs to one loop
+_LOCKS: dict[tuple[str, int], asyncio.Lock] = {}
 
 
 def codex_auth_file(home: Path | None) -> Path:
@@ -222,7 +223,8 @@ class CodexLogin:
         tokens = _parse(await asyncio.to_thread(_read, path), path)
         if not force_refresh and not tokens.expired(self._clock()):
             return tokens
-        lock = _LOCKS.setdefault(str(path.resolve()), asyncio.Lock())
+        key = (str(path.resolve()), id(asyncio.get_running_loop()))
+        lock = _LOCKS.setdefault(key, asyncio.Lock())
         async with lock:
             # Another session (or the Codex CLI) may have refreshed while we waited.
             raw = await asyncio.to_thread(_read, path)

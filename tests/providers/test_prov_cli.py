@@ -115,3 +115,12 @@ def test_doctor_reports_the_codex_login(tmp_path: Path) -> None:
     proc = _geode(home, tmp_path, "doctor")
     assert "[ok  ] Codex login: login present; access token valid for" in proc.stdout
     assert "Codex login" not in proc.stdout.split("[ok  ] Codex login")[0]
+
+
+def test_doctor_refuses_a_judge_only_default_model(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('[model]\ndefault = "jev-1.13.0"\n')
+    proc = _geode(home, tmp_path, "doctor", TYPESAFE_API_KEY="ts-0123456789")
+    assert proc.returncode == 1
+    assert "[FAIL] default model: Model 'jev-1.13.0' is judge-only" in proc.stdout
