@@ -16,7 +16,7 @@ import structlog
 
 from geode.redact import redact
 
-__all__ = ["configure_logging", "redaction_processor"]
+__all__ = ["LOG_LEVELS", "configure_logging", "parse_log_level", "redaction_processor"]
 
 #: libraries whose INFO lines are their own bookkeeping (alembic's plugin set-up and each
 #: migration step, a line per HTTP request, an MCP server's per-request line): shown from
@@ -34,12 +34,33 @@ def redaction_processor(
     return event_dict
 
 
+#: what ``--log-level`` / ``log_level`` take (case does not matter)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def parse_log_level(
+    level: str, *, what: str = "log level (log_level in config.toml, GEODE_LOG_LEVEL)"
+) -> int:
+    """The stdlib level of ``level``; anything else is a ConfigError with the close match
+    (an unknown level used to mean WARNING, silently)."""
+    import difflib
+
+    name = level.strip().upper()
+    if name not in LOG_LEVELS:
+        from geode.errors import ConfigError
+
+        close = difflib.get_close_matches(name, LOG_LEVELS, n=1, cutoff=0.7)
+        hint = f" Did you mean {close[0]}?" if close else ""
+        raise ConfigError(f"Unknown {what} {level!r}.{hint} Use one of {', '.join(LOG_LEVELS)}.")
+    return int(logging.getLevelNamesMapping()[name])
+
+
 def configure_logging(
     *, json: bool = False, level: str = "WARNING", stream: TextIO | None = None
 ) -> None:
     """Configure structlog and stdlib logging (SDK loggers go through the same redaction)."""
     out = stream or sys.stderr
-    lvl = logging.getLevelNamesMapping().get(level.upper(), logging.WARNING)
+    lvl = parse_log_level(level)
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,

@@ -393,6 +393,23 @@ def config_files(home: Path, cwd: Path | None = None) -> list[Path]:
     return found
 
 
+def _reject_unknown_sections(path: Path, data: Mapping[str, Any]) -> None:
+    """An unknown top-level key or section is an error, as an unknown key inside a section
+    is (``extra="forbid"``): a misspelt ``[modle]`` used to be ignored without a word."""
+    import difflib
+
+    known = [n for n in Settings.model_fields if n != "home" and not n.startswith("test_")]
+    for key in data:
+        if key in Settings.model_fields:
+            continue
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hint = f" Did you mean [{close[0]}]?" if close else ""
+        raise ConfigError(
+            f"{path}: unknown section or key {key!r}.{hint} Known: {', '.join(sorted(known))} "
+            "(config/config.example.toml shows each)."
+        )
+
+
 def load_settings(
     *, cwd: Path | None = None, env: Mapping[str, str] | None = None, **overrides: Any
 ) -> tuple[Settings, Secrets]:
@@ -405,9 +422,10 @@ def load_settings(
     files = config_files(home, cwd)
     for f in files:
         try:
-            tomllib.loads(f.read_text(encoding="utf-8"))
+            data = tomllib.loads(f.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"Cannot read {f}: {exc}. Fix the TOML syntax.") from exc
+        _reject_unknown_sections(f, data)
     token = _LOAD.set(_Load(files=tuple(files), home=home,
                             env={k: v for k, v in env.items() if k != "GEODE_MODEL"}))
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from geode.settings import Secrets, Settings
+    from geode.settings import BindingSettings, Secrets, Settings
     from geode.store import Store
 
 # A JSON script of model replies: serve / repl use the offline scripted model (tests, demos).
@@ -25,3 +25,17 @@ async def open_store(settings: Settings) -> Store:
 
     settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     return await open_store(settings.store_url)
+
+
+def check_binding(binding: BindingSettings, settings: Settings) -> None:
+    """A binding's model and tools exist (ConfigError with close matches otherwise): checked
+    when it is written or read at start, so no channel turn fails on a typo."""
+    from geode.mcp.config import servers_section
+    from geode.providers.catalog import resolve_model
+    from geode.tools.names import check_tool_names, known_tool_names
+
+    where = f"binding {binding.platform} {binding.channel}"
+    if binding.model:
+        resolve_model(binding.model)
+    check_tool_names(binding.tools or (), known=known_tool_names(),
+                     mcp_servers=list(servers_section(settings.mcp)), what=f"{where}: tools")

@@ -41,6 +41,10 @@ def _root(
 ) -> None:
     from geode.cli import _state
 
+    if log_level is not None:  # checked here: not every command configures logging
+        from geode.logging import parse_log_level
+
+        parse_log_level(log_level, what="--log-level")
     _state.LOG_JSON = log_json
     _state.LOG_LEVEL = log_level
 

@@ -135,6 +135,9 @@ def bindings_add(
         data["tools"] = list(tool)
     binding = parse_binding(data)
     settings = _settings()
+    from geode.cli._common import check_binding
+
+    check_binding(binding, settings)
     for b in settings.bindings:
         if (b.platform, b.channel) == (platform, channel) and b.workspace in ("", workspace):
             raise ConfigError(f"{platform} channel {channel} is bound in config.toml already; "

@@ -34,6 +34,10 @@ def schedule_add(
     from geode.daemon.scheduler import JobStore
 
     settings, _ = load_typed()
+    if model is not None:
+        from geode.providers.catalog import resolve_model
+
+        resolve_model(model)  # a typo is exit 2 now, with close matches, not at every run
 
     async def main() -> Any:
         async with await open_store(settings) as store:

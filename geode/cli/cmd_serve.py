@@ -36,17 +36,24 @@ def serve(
     from geode.daemon.serve import Daemon, ProviderFactory, describe, scripted_factory
 
     settings, secrets_ = load_typed()
+    from geode.cli._common import check_binding
+
+    for binding in settings.bindings:  # config.toml's; stored ones were checked when added
+        check_binding(binding, settings)
     factory: ProviderFactory | None = None
+    label = ""
     script = os.environ.get(SCRIPT_ENV)
     if script:
         factory = scripted_factory(Path(script))
+        label = f"scripted model {script} ({SCRIPT_ENV}, a testing aid)"
     elif demo:
         from geode.demo import demo_provider
 
         factory = demo_provider
+        label = "offline demo model (--demo): scripted answers, no API key"
     daemon = Daemon(settings=settings, secrets=secrets_, provider_factory=factory,
                     workspace=resolve_cwd(cwd) if cwd else None, drain_timeout_s=drain_timeout,
-                    settle_heap=True)
+                    settle_heap=True, provider_label=label)
     from bots import build_connectors
 
     # Every enabled [channels.*] connector runs inside this daemon, on its lanes and store.

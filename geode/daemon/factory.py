@@ -60,6 +60,7 @@ from geode.providers.retry import RetryPolicy
 from geode.settings import BindingSettings, Secrets, Settings
 from geode.tools.base import ToolDef
 from geode.tools.builtin import builtin_tools
+from geode.tools.names import check_tool_names
 from geode.tools.plan import BoundToolPlan
 from geode.tools.registry import ToolRegistry
 
@@ -368,6 +369,14 @@ class Runtime:
 
     def _scope(self, ctx: SessionContext) -> SessionScope:
         b = ctx.binding
+        known = {t.name for t in (*self.registry, *ctx.extra_tools)}
+        known.update(*(p.denied_tools for p in MODE_POLICIES.values()))  # delegate_task
+        servers = self.mcp.servers if self.mcp is not None else ()
+        # the flags a person typed; a binding's list is checked where it is written
+        # (`geode bindings add`, `geode serve` reading config.toml), not at every turn
+        check_tool_names(ctx.allow_tools, known=known, mcp_servers=servers,
+                         what="--allow-tool")
+        check_tool_names(ctx.deny_tools, known=known, mcp_servers=servers, what="--deny-tool")
         return session_scope(
             ctx.mode,
             channel_tools=b.tools if b else None,

@@ -41,6 +41,7 @@ from geode.daemon.ipc import Connection, HomeLock, IPCServer, RunRequest, Shutti
 from geode.daemon.lanes import LaneKind, LaneQueue
 from geode.daemon.metrics import DaemonMetrics
 from geode.daemon.scheduler import Job, JobStore, Scheduler
+from geode.errors import ConfigError
 from geode.loop import TurnResult
 from geode.providers.base import BaseProvider
 from geode.settings import Secrets, Settings
@@ -81,9 +82,12 @@ class Daemon:
         scheduler_tick_s: float = 1.0,
         runtime_kw: dict[str, Any] | None = None,
         settle_heap: bool = False,
+        provider_label: str = "",
     ) -> None:
         """``settle_heap``: once started, freeze what startup allocated out of the cyclic
-        garbage collector's scans (``geode serve`` sets it; see :func:`_settle_heap`)."""
+        garbage collector's scans (``geode serve`` sets it; see :func:`_settle_heap`).
+        ``provider_label``: what ``provider_factory`` is, for the banner (``offline demo
+        model``)."""
         self.settings = settings
         self.secrets = secrets
         self.provider_factory = provider_factory
@@ -93,6 +97,10 @@ class Daemon:
         self.scheduler_tick_s = scheduler_tick_s
         self.runtime_kw = runtime_kw or {}
         self.settle_heap = settle_heap
+        self.provider_label = provider_label
+        #: (usable, what or why not) of the default model; decided once at start (the
+        #: credentials are read then), shown by /readyz and the banner
+        self.model_status: tuple[bool, str] = (False, "not started")
         self.metrics = DaemonMetrics()
         self.lanes = LaneQueue.from_settings(settings.lanes, on_wait=self.metrics.lane_waited)
         self.socket_path = settings.home / "cli.sock"
@@ -131,6 +139,9 @@ class Daemon:
             self.runtime = await Runtime.create(settings=self.settings, secrets=self.secrets,
                                                 **kw)
             self.runtime.observers.subscribe(self.metrics.observe)
+            self.model_status = self._check_model(self.runtime)
+            if not self.model_status[0]:
+                log.warning("daemon.model_not_ready", reason=self.model_status[1])
             self.ipc = IPCServer(
                 path=self.socket_path, handler=self._handle_ipc,
                 approval_timeout_s=self.approval_timeout_s,
@@ -140,7 +151,7 @@ class Daemon:
             self.health = HealthServer(
                 metrics=self.metrics,
                 checks={"store": self._store_ready, "connectors": self._connectors_ready,
-                        "intake": self._intake_ready},
+                        "intake": self._intake_ready, "model": self._model_ready},
                 port=self.settings.health_port,
                 host=self.settings.health_host,
             )
@@ -247,6 +258,22 @@ class Daemon:
 
     async def _intake_ready(self) -> tuple[bool, str]:
         return (False, "draining") if self.draining else (True, "accepting")
+
+    async def _model_ready(self) -> tuple[bool, str]:
+        return self.model_status
+
+    def _check_model(self, runtime: Runtime) -> tuple[bool, str]:
+        """Can sessions without a model of their own (the default) get one? Building the
+        adapter is the check: it is what a turn does, credentials and endpoint included
+        (the client is cached, so the first turn reuses it)."""
+        if self.provider_factory is not None:
+            return True, self.provider_label or "a model given in code"
+        default = self.settings.model.default
+        try:
+            runtime.provider_for(runtime.resolve(None))
+        except ConfigError as exc:
+            return False, str(exc)
+        return True, default
 
     # -- turns ---------------------------------------------------------------------------
 
@@ -358,6 +385,8 @@ def describe(daemon: Daemon) -> Sequence[str]:
         f"  health  http://{shown}:{port}/healthz  /readyz  /metrics"
         + (f"  (listening on {host})" if shown != host else ""),
         f"  store   {store.where if store is not None else '-'}",
+        f"  model   {daemon.model_status[1]}" if daemon.model_status[0]
+        else f"  model   NOT READY ({daemon.settings.model.default}): {daemon.model_status[1]}",
         f"  lanes   global {daemon.lanes.global_cap}, "
         + ", ".join(f"{k} {v}" for k, v in daemon.lanes.caps.items()),
         f"  connectors {len(daemon.connectors)}",

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
 from geode.daemon import Daemon
+from geode.daemon.serve import describe
 from tests.daemon.conftest import DaemonMaker, run_ipc
 
 WRITE = {"tool": "write_file", "input": {"path": "o.txt", "content": "x"}}
@@ -44,7 +45,7 @@ async def test_metrics_count_turns_tool_calls_denials_latency_and_lane_waits(
     assert live.status_code == 200 and live.json() == {"status": "alive"}
     ready = await _get(d, "/readyz")
     assert ready.status_code == 200, ready.text
-    assert set(ready.json()["checks"]) == {"store", "connectors", "intake"}
+    assert set(ready.json()["checks"]) == {"store", "connectors", "intake", "model"}
 
     resp = await _get(d, "/metrics")
     assert resp.headers["content-type"].startswith("text/plain")
@@ -149,3 +150,33 @@ async def test_readyz_is_503_while_draining_and_names_unready_connectors(
     d.draining = False
     await d.shutdown()
     assert c.stopped  # connectors are stopped first at shutdown
+
+
+async def test_readyz_says_the_default_model_has_no_credential(home: Path) -> None:
+    """Issue #23 item 5: `geode serve` without a usable credential for its default model
+    starts (bindings, pairing and `sessions` still work) but is not ready, and says why."""
+    from geode.settings import load_settings
+
+    env = {"GEODE_HOME": str(home), "GEODE_HEALTH_PORT": "0"}
+    settings, secrets = load_settings(env=env, cwd=home)
+    d = Daemon(settings=settings, secrets=secrets)
+    await d.start()
+    try:
+        resp = await _get(d, "/readyz")
+        assert resp.status_code == 503
+        model = resp.json()["checks"]["model"]
+        assert model["ok"] is False and "ANTHROPIC_API_KEY" in model["detail"]
+        assert any(line.startswith("  model   NOT READY (claude-opus-5-5): ")
+                   for line in describe(d))
+    finally:
+        await d.shutdown()
+    settings, secrets = load_settings(env={**env, "ANTHROPIC_API_KEY": "sk-ant-test"}, cwd=home)
+    d = Daemon(settings=settings, secrets=secrets)
+    await d.start()
+    try:
+        resp = await _get(d, "/readyz")
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["checks"]["model"] == {"ok": True, "detail": "claude-opus-5-5"}
+        assert "  model   claude-opus-5-5" in describe(d)
+    finally:
+        await d.shutdown()
