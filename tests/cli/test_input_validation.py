@@ -24,7 +24,7 @@ from tests.cli.test_run_command import _env, geode
          "Did you mean: gpt-6-sol"),
         (["bindings", "add", "telegram", "-100123", "--tool", "read_fle"],
          "Did you mean: read_file"),
-        (["bindings", "add", "telegram", "-100123", "--model", "claude-opus-5"],
+        (["bindings", "add", "telegram", "-100123", "--model", "claude-opsu-5-5"],
          "Did you mean: claude-opus-5-5"),
         (["trust", "/nonexistent/project"], "no such directory"),
     ],
