@@ -39,6 +39,7 @@ from geode.errors import ConfigError, GeodeError
 from geode.loop import LoopEvent, TurnResult
 from geode.redact import redact_text
 from geode.settings import BindingSettings
+from geode.store.sessions import short_title
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -204,7 +205,9 @@ class TurnRunner:
         ctx = SessionContext(
             mode="DAEMON", workspace=layer.host.workspace, session_id=row.session_key,
             binding=binding, user=event.sender, on_event=sink,
-            title=f"{event.platform} thread {event.thread_key}", thread=event.thread_key,
+            # the thread's first message names it in `geode sessions list`
+            title=short_title(redact_text(event.text)) if event.text.strip()
+            else f"{event.platform} thread {event.thread_key}", thread=event.thread_key,
         )
         try:
             result = await layer.host.run_turn(ctx, prompt, kind="channel",

@@ -138,10 +138,11 @@ class Session:
     async def run(self, prompt: str, *, turn_id: str | None = None) -> TurnResult:
         self.saved_state = {}  # a new turn: what was loaded no longer describes the chain
         if self.entitle is not None:
+            from geode.redact import redact_text
             from geode.store.sessions import short_title
 
             entitle, self.entitle = self.entitle, None
-            await entitle(short_title(prompt))
+            await entitle(short_title(redact_text(prompt)))
         return await self.loop.run(prompt, turn_id=turn_id)
 
     def can_resume(self, turn_id: str) -> bool:

@@ -112,7 +112,7 @@ async def test_a_slow_model_call_shows_in_the_progress_message(make_stack, fake,
     (home / "config.toml").write_text("[model]\nwaiting_notice_s = 0.2\n")
     stack = make_stack(provider=ScriptedProvider([echo], repeat_last=True, latency=1.5))
     await stack.start()
-    fake.user_says(CHAT, "@geode_bot take your time", from_user=42)
+    uid = fake.user_says(CHAT, "@geode_bot take your time", from_user=42)
     await fake.wait_until(
         lambda: any("waiting for the model (" in (s.plain_text or "") for s in fake.sent),
         within=30,
@@ -121,3 +121,6 @@ async def test_a_slow_model_call_shows_in_the_progress_message(make_stack, fake,
     note = next(s.plain_text for s in fake.sent if "waiting for the model" in (s.plain_text or ""))
     assert note.startswith("⏳ Working…") and "attempt 1/" in note
     assert bot_texts(fake) == ["answer to: take your time"]
+    # `geode sessions list`: the thread's first message is its title (issue #23 item 4)
+    record = await stack.store.sessions.get(f"telegram:123456:{CHAT}:{fake.message_id_for(uid)}")
+    assert record is not None and record.title == "take your time"
