@@ -333,7 +333,6 @@ class Daemon:
             allow_tools=req.allow_tools, deny_tools=req.deny_tools, max_rounds=req.max_rounds,
             time_budget_s=req.time_budget_s, approver=conn.approver(req.id),
             on_event=conn.event_sink(req.id), stream=req.stream,
-            title=" ".join(req.prompt.split())[:80],
         )
 
         async def bind(session: Session) -> None:
@@ -348,8 +347,7 @@ class Daemon:
         assert runtime is not None and runtime.store is not None
         timeline = runtime.store.timeline
         ctx = SessionContext(mode="SCHEDULER", workspace=self.workspace,
-                             session_id=job.session_id, model=job.model,
-                             title=f"schedule {job.id}")
+                             session_id=job.session_id, model=job.model)
 
         async def started(session: Session) -> None:
             await timeline.append(

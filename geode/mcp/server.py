@@ -151,7 +151,6 @@ class GeodeMCPApp:
             max_rounds=max_rounds,
             time_budget_s=time_budget_s,
             provider=provider,
-            title=prompt.strip().splitlines()[0][:80],
         )
         # One turn at a time per session: a host calling twice on one session must not
         # interleave two turns on the same checkpoint chain.

@@ -255,6 +255,9 @@ def test_ask_and_repl_continue_this_workspaces_last_session(home: Path) -> None:
         again = geode(home, "ask", "--json", "-c", "second")
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout)["session_id"] == first
+        listed = json.loads(geode(home, "sessions", "list", "--json").stdout)
+        mine = next(r for r in listed if r["id"] == first)
+        assert (mine["title"], mine["source"]) == ("first", "cli")
     finally:
         assert serve.stop() == 0, serve.output()
     done = geode(home, "repl", "-c", "--cwd", str(home), stdin="/status\n/exit\n",
