@@ -160,7 +160,7 @@ class SpendControl:
         else:
             resets = "next turn"
             when, reset_text = "by this turn", "it applies to each turn"
-        message = (f"spend cap reached: {cap.name} ({cap.scope}): "
+        message = (f"{cap.name} ({cap.scope}) reached: "
                    f"{_amount(used, cap.usd)} of {_amount(cap.limit, cap.usd)} used {when}; "
                    f"{reset_text}. The model was not called.")
         return SpendRefusal(cap=cap.name, scope=cap.scope, used=used, limit=cap.limit,

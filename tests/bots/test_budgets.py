@@ -33,7 +33,8 @@ async def test_a_binding_over_its_daily_token_cap_answers_with_the_cap(
 
     await fake.wait_until(capped, within=15)
     text = capped()[0]
-    assert "max_tokens_per_day (binding telegram:-100123)" in text
+    assert text.startswith("⚠️ I could not finish (spend cap: max_tokens_per_day (binding "
+                           "telegram:-100123) reached: "), text
     assert "of 10 tokens used today" in text and "resets at" in text and "UTC" in text
     assert len(stack.provider.calls) == used  # the model got no request for the second
     sid = f"telegram:123456:{CHAT}:{second}"

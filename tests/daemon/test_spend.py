@@ -115,7 +115,8 @@ async def test_daily_token_cap_refuses_the_call_then_the_next_day_lifts_it(
     refused = await rig.turn(rt, session="s-3")
     assert refused.termination == TerminationReason.SPEND_CAP
     assert rig.providers[-1].calls == []  # the model got no request for it
-    assert "max_tokens_per_day (daemon): 22 tokens of 20 tokens used today" in refused.detail
+    assert ("max_tokens_per_day (daemon) reached: 22 tokens of 20 tokens used today"
+            in refused.detail)
     assert "resets at 2026-12-05 00:00 UTC" in refused.detail
     assert "spend.cap_reached" in await _kinds(rt, "s-3")
 
@@ -191,7 +192,8 @@ async def test_usd_caps_need_a_price_and_the_turn_cap_counts_the_turn(
     # each tool call costs 15 tokens * $1000/Mtok = $0.015: the second crosses $0.02
     assert result.termination == TerminationReason.SPEND_CAP
     assert len(rig.providers[-1].calls) == 2
-    assert "max_usd_per_turn (daemon): $0.0300 of $0.0200 used by this turn" in result.detail
+    assert ("max_usd_per_turn (daemon) reached: $0.0300 of $0.0200 used by this turn"
+            in result.detail)
     assert (await rig.turn(rt, session="s-1")).ok  # a new turn starts again from $0
     with pytest.raises(ConfigError, match=r"max_usd_per_turn.*no price"):
         await rt.open_session(SessionContext(mode="HEADLESS", workspace=tmp_path,
