@@ -9,8 +9,10 @@ model's script and the requests it received outlive the killed process.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,8 @@ import pytest
 from geode.testing.fake_anthropic import FakeAnthropicServer
 from geode.testing.fake_telegram import FakeTelegramServer
 from tests.scenarios._serve_proc import REPO, free_port, kill_9, start_serve, stop
+
+LAUNCHER = Path(__file__).with_name("_paused_geode.py")
 
 TOKEN = "123456:RESUME-TEST-TOKEN"
 KEY = "sk-ant-api03-resumetest0123456789abcdef"
@@ -85,8 +89,16 @@ time_budget_s = 600
     return home, env
 
 
-def _paused(env: dict[str, str], marker: Path, point: str) -> dict[str, str]:
-    return {**env, "GEODE_TEST_PAUSE_AT": point, "GEODE_TEST_PAUSE_MARKER": str(marker)}
+async def start_paused(home: Path, env: dict[str, str], point: str,
+                       marker: Path) -> asyncio.subprocess.Process:
+    """`geode serve` that freezes at ``point`` (writing ``marker``), for the kill."""
+    log = (home / "serve.log").open("ab")
+    try:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, str(LAUNCHER), point, str(marker), "serve",
+            env=env, cwd=str(home), stdout=log, stderr=log)
+    finally:
+        log.close()
 
 
 async def _checkpoint(store_url: str, session_id: str) -> tuple[list[Any], dict[str, Any]]:
@@ -126,7 +138,7 @@ async def test_kill_9_in_round_3_resumes_the_turn_and_stops_at_max_rounds_in_tot
     home, env = _home(tmp_path, fake, model, store_url, "max_rounds = 5")
     marker = tmp_path / "paused"
     # round 3's tool batch is saved, its tool has not run: the process dies there
-    proc = await start_serve(home, _paused(env, marker, "batch_proposed#3"))
+    proc = await start_paused(home, env, "batch_proposed#3", marker)
     try:
         mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot dig deep", from_user=42))
         await fake.wait_until(marker.exists, within=40)
@@ -167,15 +179,15 @@ async def test_a_turn_that_kills_the_process_every_time_ends_after_the_recovery_
     model.enqueue_text("the later answer")
     home, env = _home(tmp_path, fake, model, store_url, "recovery_limit = 1")
     marker = tmp_path / "paused"
-    poison = _paused(env, marker, "batch_done")  # every run dies after its first batch
-    proc = await start_serve(home, poison)
+    # every run dies after its first batch
+    proc = await start_paused(home, env, "batch_done", marker)
     try:
         mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot poison", from_user=42))
         for _ in range(2):  # the first run, then the one resume the limit allows
             await fake.wait_until(marker.exists, within=40)
             await kill_9(proc)
             marker.unlink()
-            proc = await start_serve(home, poison)
+            proc = await start_paused(home, env, "batch_done", marker)
         await fake.wait_until(lambda: _replies_to(fake, mid), within=40)
         reply = _replies_to(fake, mid)
         assert len(reply) == 1 and "recovery limit" in reply[0], reply
