@@ -58,3 +58,48 @@ def test_mcp_sdk_is_imported_when_a_server_is_configured(tmp_path: Path) -> None
         'read_only = true\n'
     )
     assert "mcp" in _loaded(tmp_path, "run", "--demo", "hi", home=home)
+
+
+async def test_serve_with_telegram_imports_no_other_platform_sdk(tmp_path: Path) -> None:
+    import asyncio
+    import signal
+    import socket
+
+    from geode.testing.fake_telegram import FakeTelegramServer
+
+    home = tmp_path / "home"
+    _loaded(tmp_path, "run", "--demo", "hi", home=home)  # the store exists and is current
+    out = tmp_path / "modules.json"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with FakeTelegramServer(token="1:T", bot_username="geode_bot") as tg:
+        (home / "config.toml").write_text(
+            f'[channels.telegram]\nbase_url = "{tg.base_url}"\n'
+            f'base_file_url = "{tg.base_file_url}"\npoll_timeout_s = 1\n\n'
+            '[[bindings]]\nplatform = "telegram"\nchannel = "-100"\n')
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GEODE_", "TELEGRAM_"))}
+        env.update(GEODE_HOME=str(home), GEODE_HEALTH_PORT=str(port), TELEGRAM_BOT_TOKEN="1:T",
+                   PYTHONPATH=os.pathsep.join(
+                       p for p in (str(REPO), env.get("PYTHONPATH", "")) if p))
+        code = _PROBE.format(heavy=HEAVY, out=str(out), argv=["serve"])
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, cwd=tmp_path, env=env,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        assert proc.stderr is not None
+        seen = b""
+        try:
+            await tg.wait_until(lambda: tg.calls_to("getUpdates"), within=60)
+            # started: it prints where it listens, then installs its SIGTERM handler
+            while b"geode serve: socket" not in seen:
+                line = await asyncio.wait_for(proc.stderr.readline(), 60)
+                assert line, seen.decode()[-2000:]
+                seen += line
+            await asyncio.sleep(0.5)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, (seen + err).decode()[-2000:]
+    # the model SDK loads with the first turn, not before; no other channel's SDK, no MCP,
+    # no Alembic on a current store
+    assert json.loads(out.read_text()) == ["telegram"]
