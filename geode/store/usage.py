@@ -31,8 +31,7 @@ _INSERT = insert(_U)
 
 Grouping = Literal["binding", "user", "model", "day"]
 GROUPINGS: tuple[Grouping, ...] = ("binding", "user", "model", "day")
-_GROUP_COLUMNS: dict[str, Any] = {"binding": _U.c.binding, "user": _U.c.platform_user,
-                                  "model": _U.c.model}
+_GROUP_COLUMNS: dict[str, Any] = {"binding": _U.c.binding, "model": _U.c.model}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,8 +144,9 @@ class UsageLedger:
     async def report(
         self, *, by: Grouping, since_ms: int | None = None, tz: str = "UTC"
     ) -> list[tuple[str, UsageTotals]]:
-        """Usage grouped ``by`` binding, user, model or day (local dates in ``tz``), the
-        largest token count first (days: oldest first)."""
+        """Usage grouped ``by`` binding, user (``platform:user``), model or day (local dates
+        in ``tz``), the largest token count first (days: oldest first). Calls made outside a
+        channel have the key ``""`` for binding and user."""
         where = UsageFilter(since_ms=since_ms).where()
         if by == "day":
             query = select(_U.c.at, _U.c.input_tokens, _U.c.output_tokens, _U.c.cost_usd).where(
@@ -160,8 +160,10 @@ class UsageLedger:
                                   cost_usd=None if cost is None else float(cost))
                 days[day] = days.get(day, UsageTotals()).plus(one)
             return sorted(days.items())
-        column = _GROUP_COLUMNS[by]
-        grouped = select(column, *_SUMS).where(*where).group_by(column)
-        rows = await self._store.run_read(lambda conn: conn.execute(grouped).all())
-        out = [(str(r[0]), _totals(r[1:])) for r in rows]
+        # a user id is unique within its platform only: users are keyed "platform:user"
+        columns = [_U.c.platform, _U.c.platform_user] if by == "user" else [_GROUP_COLUMNS[by]]
+        grouped = select(*columns, *_SUMS).where(*where).group_by(*columns)
+        groups = await self._store.run_read(lambda conn: list(conn.execute(grouped)))
+        n = len(columns)
+        out = [(":".join(str(v) for v in r[:n] if v), _totals(r[n:])) for r in groups]
         return sorted(out, key=lambda kv: (-kv[1].tokens, kv[0]))

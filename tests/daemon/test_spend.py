@@ -269,7 +269,8 @@ def test_geode_usage_reports_the_ledger(
     assert rows[""]["calls"] == 1
     assert out["total"]["input_tokens"] == 30 and out["total"]["output_tokens"] == 3
     by_user = json.loads(cli.invoke(app, ["usage", "--by", "user", "--json"]).output)
-    assert {r["key"]: r["calls"] for r in by_user["rows"]} == {"42": 1, "43": 1, "": 1}
+    users = {r["key"]: r["calls"] for r in by_user["rows"]}
+    assert users == {"telegram:42": 1, "telegram:43": 1, "": 1}
     table = cli.invoke(app, ["usage", "--by", "model", "--since", "1d"])
     assert table.exit_code == 0 and "scripted" in table.output and "0.0360" in table.output
     bad = cli.invoke(app, ["usage", "--by", "planet"])
