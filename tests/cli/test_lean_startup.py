@@ -100,6 +100,6 @@ async def test_serve_with_telegram_imports_no_other_platform_sdk(tmp_path: Path)
             proc.send_signal(signal.SIGTERM)
             _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, (seen + err).decode()[-2000:]
-    # the model SDK loads with the first turn, not before; no other channel's SDK, no MCP,
-    # no Alembic on a current store
+    # no other channel's SDK, no MCP, no Alembic on a current store; no model SDK either
+    # (no model key is configured here, so the start-up model check builds no client)
     assert json.loads(out.read_text()) == ["telegram"]
