@@ -173,7 +173,11 @@ async def _watch_processes(proc: asyncio.subprocess.Process, limit: int) -> int:
     """Return the process count once the sandbox has more than ``limit``; run until cancelled."""
     while True:
         await asyncio.sleep(_COUNT_EVERY_S)
-        count = await asyncio.to_thread(_sandbox.count_sandbox_processes, proc.pid)
+        try:
+            count = await asyncio.to_thread(_sandbox.count_sandbox_processes, proc.pid)
+        except Exception:  # a /proc oddity must not end the call: the timeout still holds
+            log.warning("run_bash.count_failed", exc_info=True)
+            continue
         if count is not None and count > limit:
             return count
 
