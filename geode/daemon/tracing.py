@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-__all__ = ["TurnTracer", "attach_tracing", "tracer_provider_from_env"]
+__all__ = ["TurnTracer", "attach_tracing", "service_resource", "tracer_provider_from_env"]
 
 log = structlog.get_logger(__name__)
 
@@ -66,11 +66,9 @@ def tracer_provider_from_env(env: Mapping[str, str] | None = None) -> Any | None
     exporters = [e for e in exporters if e != "none"]
     if not exporters:
         return None
-    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
-    provider = TracerProvider(resource=Resource.create({"service.name": "geode"}).merge(
-        Resource.create()))  # OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES win over "geode"
+    provider = TracerProvider(resource=service_resource())
     for name in exporters:
         if name == "console":
             from opentelemetry.sdk.trace.export import ConsoleSpanExporter
@@ -83,6 +81,17 @@ def tracer_provider_from_env(env: Mapping[str, str] | None = None) -> Any | None
     trace.set_tracer_provider(provider)
     _CONFIGURED = provider
     return provider
+
+
+def service_resource() -> Any:
+    """The SDK's resource (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``), named ``geode``
+    where the SDK would say ``unknown_service``."""
+    from opentelemetry.sdk.resources import Resource
+
+    resource = Resource.create()
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": "geode"}))
+    return resource
 
 
 def _otlp_exporter(env: Mapping[str, str]) -> Any:

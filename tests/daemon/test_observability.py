@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client.parser import text_string_to_metric_families
 
 from geode.daemon import tracing
-from geode.daemon.tracing import attach_tracing, tracer_provider_from_env
+from geode.daemon.tracing import attach_tracing, service_resource, tracer_provider_from_env
 from tests.daemon.conftest import CLI, DaemonMaker, env_for, run_ipc
 
 
@@ -94,6 +94,18 @@ def test_without_the_sdk_or_without_configuration_there_is_no_tracing(
                                      "OTEL_TRACES_EXPORTER": "console"}) is None
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)  # not installed
     assert tracer_provider_from_env({"OTEL_TRACES_EXPORTER": "console"}) is None
+
+
+def test_the_service_is_called_geode_unless_the_otel_variables_say_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    assert service_resource().attributes["service.name"] == "geode"
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=ops-bot,env=prod")
+    assert service_resource().attributes["service.name"] == "ops-bot"
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "geode-eu")
+    assert service_resource().attributes["service.name"] == "geode-eu"
 
 
 class _Collector(BaseHTTPRequestHandler):
