@@ -88,7 +88,7 @@ class FakeDriver:
 
 
 def _tg_make(config: dict[str, Any]) -> Any:
-    from geode.testing.fake_telegram import FakeTelegramServer
+    from bots.testing.telegram import FakeTelegramServer
 
     return FakeTelegramServer(token=config["token"], bot_username=config["bot_username"])
 
@@ -111,7 +111,7 @@ TELEGRAM = FakeDriver(
 
 
 def _slack_make(config: dict[str, Any]) -> Any:
-    from geode.testing.fake_slack import FakeSlack
+    from bots.testing.slack import FakeSlack
 
     return FakeSlack()
 
@@ -136,7 +136,7 @@ SLACK = FakeDriver(
 
 
 def _dc_make(config: dict[str, Any]) -> Any:
-    from geode.testing.fake_discord import FakeDiscord
+    from bots.testing.discord import FakeDiscord
 
     return FakeDiscord(token=config["token"], heartbeat_interval_ms=5000)
 

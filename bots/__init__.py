@@ -1,8 +1,9 @@
 """GEODE's chat-ops channel layer and its platform connectors.
 
-The platform-neutral layer (events, bindings, senders, sessions, durable inbound/outbound,
-progress, formatting, commands, dispatcher) is shared; each platform plugs in as a
-:class:`BaseConnector` subclass (``bots.telegram``; Slack and Discord follow the same shape).
+The platform-neutral layer (events, bindings, senders, durable inbound/outbound, progress,
+formatting, commands, dispatcher) is shared; its records live in ``bots.store`` (the only
+SQL of ``bots``); each platform plugs in as a :class:`BaseConnector` subclass (``bots.telegram``,
+``bots.slack``, ``bots.discord``) through the channel port (``bots.port``).
 :func:`build_connectors` turns ``[channels.*]`` into connectors for ``geode serve``.
 """
 
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypeVar
 
-from bots.connector import BaseConnector, DeliveryError, TurnHost
+from bots.connector import BaseConnector
 from bots.events import Attachment, InboundEvent, ReplyTarget, thread_key
-from bots.format import Chunk, chunk_markdown, markdown_to_telegram_html
+from bots.format import Chunk
 from bots.layer import ChannelLayer, LayerOptions
+from bots.port import DeliveryError, Intake, PlatformClient, TurnHost
 
 if TYPE_CHECKING:
     from geode.settings import Secrets, Settings
@@ -25,12 +27,12 @@ __all__ = [
     "Chunk",
     "DeliveryError",
     "InboundEvent",
+    "Intake",
     "LayerOptions",
+    "PlatformClient",
     "ReplyTarget",
     "TurnHost",
     "build_connectors",
-    "chunk_markdown",
-    "markdown_to_telegram_html",
     "thread_key",
 ]
 

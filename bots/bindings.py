@@ -5,76 +5,25 @@ names one); there is no wildcard. Unbound channels are ignored and logged at deb
 added to a random group must not answer there.
 
 Bindings come from ``[[bindings]]`` in config.toml plus those added with
-``geode bindings add`` (stored in ``channel_bindings``; re-read every ``refresh_s``).
+``geode bindings add`` (stored in ``channel_bindings``, :class:`bots.store.StoredBindings`;
+re-read every ``refresh_s``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
-from sqlalchemy import delete, insert, select
-from sqlalchemy.exc import IntegrityError
 
-from bots._tables import bindings_table
+from bots.store.bindings import StoredBindings
 from geode.errors import ConfigError
 from geode.settings import BindingSettings
 
-if TYPE_CHECKING:
-    from geode.store import Store
-
-__all__ = ["BindingTable", "StoredBindings"]
+__all__ = ["BindingTable", "StoredBindings", "parse_binding", "spend_scope"]
 
 log = structlog.get_logger(__name__)
-_B = bindings_table
-
-
-class StoredBindings:
-    """The ``geode bindings add/remove`` rows."""
-
-    def __init__(self, *, store: Store) -> None:
-        self._store = store
-
-    async def list(self) -> list[BindingSettings]:
-        async with self._store.read() as conn:
-            rows = (await conn.execute(select(_B).order_by(_B.c.id))).all()
-        out = []
-        for r in rows:
-            try:
-                out.append(BindingSettings.model_validate(dict(r.settings)))
-            except ValueError:
-                log.warning("bindings.stored_invalid", platform=r.platform, channel=r.channel)
-        return out
-
-    async def add(self, binding: BindingSettings) -> None:
-        """Store a binding. Raises ConfigError if that channel is bound already."""
-        try:
-            async with self._store.write() as conn:
-                await conn.execute(
-                    insert(_B).values(
-                        platform=binding.platform,
-                        workspace=binding.workspace,
-                        channel=binding.channel,
-                        settings=binding.model_dump(mode="json"),
-                    )
-                )
-        except IntegrityError as exc:
-            raise ConfigError(
-                f"{binding.platform} channel {binding.channel} is bound already; "
-                "`geode bindings remove` it first."
-            ) from exc
-
-    async def remove(self, platform: str, channel: str, workspace: str = "") -> bool:
-        async with self._store.write() as conn:
-            result = await conn.execute(
-                delete(_B).where(
-                    _B.c.platform == platform, _B.c.channel == channel,
-                    _B.c.workspace == workspace,
-                )
-            )
-        return bool(result.rowcount)
 
 
 class BindingTable:
@@ -133,3 +82,8 @@ def parse_binding(data: dict[str, Any]) -> BindingSettings:
         return BindingSettings.model_validate(data)
     except ValueError as exc:
         raise ConfigError(f"invalid binding: {exc}") from exc
+
+
+def spend_scope(binding: BindingSettings) -> str:
+    """The key a binding's usage and spend caps count under (``platform:channel``)."""
+    return f"{binding.platform}:{binding.channel}"

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from bots.bindings import spend_scope
 from bots.events import InboundEvent
-from geode.daemon.spend import usage_status_lines
 from geode.settings import BindingSettings
 
 if TYPE_CHECKING:
-    from bots.layer import ChannelLayer
+    from bots.store import ThreadSessions
     from geode.daemon.factory import Session
+    from geode.daemon.port import HarnessPort
 
-__all__ = ["COMMANDS", "ActiveTurn", "parse_command", "run_command"]
+__all__ = ["COMMANDS", "ActiveTurn", "CommandContext", "parse_command", "run_command"]
 
 COMMANDS = ("new", "reset", "status", "stop", "help", "start")
 _CMD = re.compile(r"^/([A-Za-z_]+)(?:@([A-Za-z0-9_]+))?(?:\s|$)")
@@ -55,6 +57,17 @@ class ActiveTurn:
             self.session.cancel()
 
 
+@dataclass(frozen=True, kw_only=True)
+class CommandContext:
+    """What the commands act on: the thread records, the harness (a session's status), the
+    turns running now and the turns queued behind them."""
+
+    threads: ThreadSessions
+    host: HarnessPort
+    active: Mapping[str, ActiveTurn]
+    queued: Callable[[str], int]
+
+
 def parse_command(text: str, bot_username: str | None) -> str | None:
     """The command name if ``text`` is one of ours (``/cmd`` or ``/cmd@thisbot``)."""
     m = _CMD.match(text.strip())
@@ -67,35 +80,35 @@ def parse_command(text: str, bot_username: str | None) -> str | None:
 
 
 async def run_command(
-    layer: ChannelLayer, name: str, event: InboundEvent, binding: BindingSettings
+    ctx: CommandContext, name: str, event: InboundEvent, binding: BindingSettings
 ) -> str:
     """Carry out a command; returns the text to answer with."""
     if name in ("help", "start"):
         return HELP
     if name == "stop":
-        active = layer.active.get(event.thread_key)
+        active = ctx.active.get(event.thread_key)
         if active is None:
             return "Nothing is running in this thread."
         active.cancel()
         return f"Stopping the running turn (session {active.session_id})."
     if name in ("new", "reset"):
-        previous, new = await layer.threads.start_new(event, model=binding.model or "")
+        previous, new = await ctx.threads.start_new(event, model=binding.model or "")
         lineage = f" (previous: {previous})" if previous else ""
         return f"🆕 New session {new}{lineage}."
     if name == "status":
-        return await _status(layer, event, binding)
+        return await _status(ctx, event, binding)
     return HELP
 
 
-async def _status(layer: ChannelLayer, event: InboundEvent, binding: BindingSettings) -> str:
-    state = await layer.threads.get(event.thread_key)
+async def _status(ctx: CommandContext, event: InboundEvent, binding: BindingSettings) -> str:
+    state = await ctx.threads.get(event.thread_key)
     session_id = state.session_id if state is not None else event.thread_key
-    record = await layer.store.sessions.get(session_id)
-    model = (record.model if record is not None and record.model else None) or binding.model
+    status = await ctx.host.session_status(session_id)
+    model = status.model or binding.model
     lines = [f"session: {session_id}", f"model: {model or 'default'}"]
-    if record is not None and record.parent_session_id:
-        lines.append(f"parent: {record.parent_session_id}")
-    active = layer.active.get(event.thread_key)
+    if status.parent_session_id:
+        lines.append(f"parent: {status.parent_session_id}")
+    active = ctx.active.get(event.thread_key)
     if active is not None:
         lines.append(
             f"running: turn {active.loop_turn_id or '(starting)'} for "
@@ -103,23 +116,10 @@ async def _status(layer: ChannelLayer, event: InboundEvent, binding: BindingSett
         )
     else:
         lines.append("running: nothing")
-    queued = layer.processor.pending(event.thread_key)
+    queued = ctx.queued(event.thread_key)
     if queued:
         lines.append(f"queued: {queued}")
-    last = await _last_termination(layer, session_id)
-    lines.append(f"last turn: {last or '-'}")
-    runtime = layer.host.runtime
-    if runtime is not None:
-        lines += await usage_status_lines(
-            ledger=layer.store.usage, budgets=runtime.settings.budgets,
-            binding=f"{binding.platform}:{binding.channel}", caps=binding, now=runtime.clock())
+    lines.append(f"last turn: {status.last_termination or '-'}")
+    lines += await ctx.host.usage_status(scope=spend_scope(binding), caps=binding)
     return "\n".join(lines)
 
-
-async def _last_termination(layer: ChannelLayer, session_id: str) -> str | None:
-    rows = await layer.store.checkpoints.list(session_id, limit=100)
-    for row in sorted(rows, key=lambda r: r.seq, reverse=True):
-        term = row.state.get("last_termination")
-        if term:
-            return str(term)
-    return None

@@ -1,11 +1,13 @@
 """BaseConnector: what a platform must provide; the shared layer does the rest.
 
-A platform subclass implements four methods: ``connect`` (log in, learn its identity,
-start its intake, which hands events to :meth:`BaseConnector.submit`), ``disconnect``,
-``send`` and ``edit``. ``react``, ``typing``, ``fetch_thread_history`` and ``catch_up``
-have harmless defaults. Bindings, sender policy, sessions, durability, progress,
-formatting and commands live in the layer (:mod:`bots.layer`) and are the same for every
-platform.
+A platform subclass implements ``connect`` (log in, learn its identity, start its intake,
+which hands neutral events to :meth:`BaseConnector.submit`), ``disconnect``, ``send``,
+``edit``, ``render`` and ``render_progress`` (its own markup, ``bots/<platform>/``).
+``react``, ``typing``, ``fetch_thread_history`` and ``catch_up`` have harmless defaults.
+Platform code reaches the layer only through :attr:`BaseConnector.intake` (the narrow
+:class:`bots.port.Intake`: record events, bindings, cursors, thread lookups by name); it
+never touches a table. Bindings, sender policy, sessions, durability, progress and commands
+live in the layer (:mod:`bots.layer`) and are the same for every platform.
 
 SDK errors are translated once, in the subclass, into :class:`DeliveryError` kinds; the
 layer's retry and fallback logic only sees those.
@@ -20,77 +22,22 @@ import secrets
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import ClassVar
 
 import structlog
 
+from bots._aio import reap
 from bots.events import InboundEvent, ReplyTarget
-from bots.format import TELEGRAM_LIMIT, Chunk
-from bots.leases import Lease
+from bots.format import Chunk
+from bots.layer import ChannelLayer
+from bots.options import LayerOptions
+from bots.port import DeliveryError, DeliveryErrorKind, Intake, TurnHost
+from bots.store import ChannelStore, Lease
 from geode.settings import BindingSettings
 
-if TYPE_CHECKING:
-    from bots.layer import ChannelLayer, LayerOptions
-    from geode.daemon.factory import Runtime, SessionContext
-    from geode.daemon.lanes import LaneKind
-    from geode.loop import TurnResult
-
-__all__ = ["BaseConnector", "DeliveryError", "DeliveryErrorKind", "TurnHost"]
+__all__ = ["BaseConnector", "DeliveryError", "DeliveryErrorKind", "TurnHost", "reap"]
 
 log = structlog.get_logger(__name__)
-
-DeliveryErrorKind = Literal["markup", "not_modified", "not_found", "retry", "unknown", "fatal"]
-
-
-class DeliveryError(Exception):
-    """A send/edit the platform refused or whose outcome is unknown.
-
-    Kinds: ``markup`` (rejected formatting: resend as plain text), ``not_modified`` (an edit
-    that changed nothing: the content is already there), ``not_found`` (the message to edit
-    is gone), ``retry`` (rate limited beyond the limiter's patience; ``retry_after``),
-    ``unknown`` (network failure after the request left: it may have taken effect),
-    ``fatal`` (forbidden, chat gone: do not retry).
-    """
-
-    def __init__(
-        self, kind: DeliveryErrorKind, message: str = "", *, retry_after: float | None = None
-    ) -> None:
-        super().__init__(message or kind)
-        self.kind = kind
-        self.retry_after = retry_after
-
-
-class TurnHost(Protocol):
-    """What the layer needs from ``geode serve`` (``geode.daemon.Daemon`` is one)."""
-
-    runtime: Runtime | None
-    workspace: Path
-
-    async def run_turn(
-        self,
-        ctx: SessionContext,
-        prompt: str,
-        *,
-        kind: LaneKind,
-        lane_key: str | None = None,
-        on_session: Any = None,
-        turn_id: str | None = None,
-        resume: bool = False,
-    ) -> TurnResult: ...
-
-
-async def reap(task: asyncio.Task[Any] | None) -> None:
-    """Cancel ``task`` and wait for it, retrieving whatever it ended with (never raises)."""
-    if task is None:
-        return
-    task.cancel()
-    await asyncio.wait({task})
-    if not task.cancelled():
-        exc = task.exception()
-        if exc is not None and not isinstance(exc, asyncio.CancelledError):
-            log.debug("task.ended_with", task=task.get_name(), error=repr(exc))
-
 
 def instance_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -108,7 +55,7 @@ class BaseConnector(ABC):
 
     platform: ClassVar[str]
     #: the platform's message length limit (UTF-16 units for Telegram)
-    text_limit: ClassVar[int] = TELEGRAM_LIMIT
+    text_limit: ClassVar[int]
 
     def __init__(
         self,
@@ -118,8 +65,6 @@ class BaseConnector(ABC):
         options: LayerOptions | None = None,
         fault: Callable[[str], None] | None = None,
     ) -> None:
-        from bots.layer import LayerOptions
-
         self.host = host
         self.bindings = [b for b in bindings if b.platform == self.platform]
         self.options = options or LayerOptions()
@@ -144,13 +89,15 @@ class BaseConnector(ABC):
 
     async def start(self) -> None:
         """Build the layer on the daemon's store, connect, then process (every replica)."""
-        from bots.layer import ChannelLayer
-
         runtime = self.host.runtime
         if runtime is None or runtime.store is None:
             raise RuntimeError("connectors start after the daemon opened its store")
-        self.layer = ChannelLayer(connector=self, store=runtime.store, host=self.host,
-                                  bindings=self.bindings, options=self.options)
+        records = ChannelStore(store=runtime.store, owner=self.owner,
+                               lease_ttl_s=self.options.lease_ttl_s,
+                               pairing_max_new_per_hour=self.options.pairing_max_new_per_hour)
+        self.layer = ChannelLayer(connector=self, records=records, host=self.host,
+                                  bindings=self.bindings, options=self.options,
+                                  fault=self.fault)
         await self.connect()
         await self.layer.start_processing()
         self._ready = True
@@ -166,12 +113,19 @@ class BaseConnector(ABC):
                 await self.layer.stop()
         log.info("connector.stopped", platform=self.platform)
 
+    @property
+    def intake(self) -> Intake:
+        """The layer's narrow port for platform code: record events, read bindings, cursors
+        and thread lookups by name (never a table)."""
+        if self.layer is None:
+            raise RuntimeError("the connector has not started")
+        return self.layer
+
     async def submit(
         self, events: Sequence[tuple[InboundEvent, str]], *, cursor: tuple[str, str] | None = None
     ) -> list[int]:
         """Record events durably (and move ``cursor``) before the caller acknowledges them."""
-        assert self.layer is not None
-        return await self.layer.submit(events, cursor=cursor)
+        return await self.intake.submit(events, cursor=cursor)
 
     # -- intake lease (shared by the platforms' supervisors) -------------------------------------
 
@@ -180,7 +134,7 @@ class BaseConnector(ABC):
     ) -> asyncio.Task[None]:
         """Create :attr:`lease` (store lease ``lease_name``) and run :meth:`supervise` on it."""
         assert self.layer is not None
-        self.lease = Lease(store=self.layer.store, name=lease_name, owner=self.owner, ttl_s=ttl_s)
+        self.lease = self.layer.records.lease(name=lease_name, ttl_s=ttl_s)
         return asyncio.create_task(self.supervise(period=max(0.05, ttl_s / 3), work=work),
                                    name=f"{self.platform}-main")
 
@@ -273,16 +227,16 @@ class BaseConnector(ABC):
             DeliveryError: translated platform failure (``not_modified`` included).
         """
 
+    @abstractmethod
     def render(self, markdown: str) -> list[Chunk]:
-        """The model's Markdown as this platform's message chunks (formatted text + plain twin).
+        """The model's Markdown as this platform's message chunks, each in the platform's
+        own markup with its fallback, within :attr:`text_limit`; the layer stores and
+        delivers them as they are (renderers: ``bots/<platform>/``)."""
 
-        Default: Telegram HTML chunked at :attr:`text_limit`. A platform with another markup
-        (Slack mrkdwn, Discord Markdown) overrides this; the layer stores and delivers the
-        chunks as they are.
-        """
-        from bots.format import chunk_markdown
-
-        return chunk_markdown(markdown, limit=self.text_limit)
+    @abstractmethod
+    def render_progress(self, text: str) -> Chunk:
+        """Plain progress lines (``Working…``, a tool's name and mark) in the platform's
+        markup, escaped as that markup needs."""
 
     def bot_user_id(self) -> str | None:
         """The bot's own user id on the platform (self-ignore)."""

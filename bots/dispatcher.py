@@ -5,7 +5,7 @@ Order (each step either calls ``next`` or ends the event with a recorded decisio
 1. **dedupe** — claim the recorded event (``received`` -> ``processing``); a second claimer
    (replica, restart race) loses. Claiming first means every later decision is recorded
    exactly once. The layer's pump claims whole batches in one transaction
-   (:meth:`~bots.inbound.InboundLog.claim_batch`); an event it hands over is claimed already.
+   (:meth:`~bots.store.InboundLog.claim_batch`); an event it hands over is claimed already.
 2. **self-ignore** — the bot's own messages (and other bots unless the binding allows).
 3. **binding** — exact channel match, else ignored (debug log).
 4. **mention gate** — addressed = mention / reply to the bot / DM / command, or any message
@@ -30,18 +30,21 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from bots._aio import reap
 from bots.commands import parse_command
 from bots.events import InboundEvent
-from bots.inbound import StoredEvent
-from bots.sessions import ThreadState
+from bots.store import StoredEvent, ThreadState
 from geode.settings import BindingSettings
 
 if TYPE_CHECKING:
-    from bots.layer import ChannelLayer
+    from bots.bindings import BindingTable
+    from bots.senders import SenderPolicy
+    from bots.store import InboundLog, ThreadSessions
 
 __all__ = [
     "BaseEventProcessor",
     "Dispatch",
+    "DispatchContext",
     "Dispatcher",
     "Middleware",
     "ThreadOrderedProcessor",
@@ -67,7 +70,28 @@ class Dispatch:
 
 
 Next = Callable[[], Awaitable[None]]
-Middleware = Callable[["ChannelLayer", Dispatch, Next], Awaitable[None]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DispatchContext:
+    """What the middleware uses, and nothing else (Bolt hands its middleware the request,
+    not the App): the records it reads, the policies it applies, the two decisions it can
+    end an event with."""
+
+    owner: str
+    inbound: InboundLog
+    bindings: BindingTable
+    threads: ThreadSessions
+    senders: SenderPolicy
+    bot_user_id: Callable[[], str | None]
+    bot_username: Callable[[], str | None]
+    #: end the event unanswered, recording why
+    ignore: Callable[[Dispatch, str], Awaitable[None]]
+    #: end the event with the unknown sender's pairing code (at most one per hour)
+    pairing_notice: Callable[[Dispatch], Awaitable[None]]
+
+
+Middleware = Callable[[DispatchContext, Dispatch, Next], Awaitable[None]]
 
 
 # -- processors ---------------------------------------------------------------------------------
@@ -126,8 +150,6 @@ class ThreadOrderedProcessor(BaseEventProcessor):
         return list(self._workers)
 
     async def cancel(self, key: str) -> None:
-        from bots.connector import reap
-
         queue = self._queues.get(key)
         if queue is not None:
             queue.clear()
@@ -150,8 +172,6 @@ class ThreadOrderedProcessor(BaseEventProcessor):
                 self._queues.pop(key, None)
 
     async def aclose(self) -> None:
-        from bots.connector import reap
-
         for w in list(self._workers.values()):
             await reap(w)
         self._queues.clear()
@@ -160,65 +180,65 @@ class ThreadOrderedProcessor(BaseEventProcessor):
 # -- middleware -----------------------------------------------------------------------------------
 
 
-async def dedupe(layer: ChannelLayer, d: Dispatch, nxt: Next) -> None:
-    if d.stored.status == "received" and not await layer.inbound.claim(d.stored.id,
-                                                                        owner=layer.owner):
+async def dedupe(ctx: DispatchContext, d: Dispatch, nxt: Next) -> None:
+    if d.stored.status == "received" and not await ctx.inbound.claim(d.stored.id,
+                                                                        owner=ctx.owner):
         log.debug("dispatch.already_claimed", event_id=d.stored.id)
         return
     await nxt()
 
 
-async def self_ignore(layer: ChannelLayer, d: Dispatch, nxt: Next) -> None:
+async def self_ignore(ctx: DispatchContext, d: Dispatch, nxt: Next) -> None:
     ev = d.event
-    if ev.sender == layer.connector.bot_user_id():
-        await layer.ignore(d, "self")
+    if ev.sender == ctx.bot_user_id():
+        await ctx.ignore(d, "self")
         return
     await nxt()
 
 
-async def binding(layer: ChannelLayer, d: Dispatch, nxt: Next) -> None:
+async def binding(ctx: DispatchContext, d: Dispatch, nxt: Next) -> None:
     ev = d.event
-    d.binding = await layer.bindings.lookup(ev.platform, ev.workspace, ev.channel)
+    d.binding = await ctx.bindings.lookup(ev.platform, ev.workspace, ev.channel)
     if d.binding is None:
-        await layer.ignore(d, "unbound")
+        await ctx.ignore(d, "unbound")
         return
     if ev.sender_is_bot and not d.binding.allow_bots:
-        await layer.ignore(d, "bot_sender")
+        await ctx.ignore(d, "bot_sender")
         return
     await nxt()
 
 
-async def mention_gate(layer: ChannelLayer, d: Dispatch, nxt: Next) -> None:
+async def mention_gate(ctx: DispatchContext, d: Dispatch, nxt: Next) -> None:
     ev = d.event
     assert d.binding is not None
     if ev.is_edit:
-        await layer.ignore(d, "edit")
+        await ctx.ignore(d, "edit")
         return
-    d.command = parse_command(ev.text, layer.connector.bot_username())
+    d.command = parse_command(ev.text, ctx.bot_username())
     # A message that roots its own thread cannot be in an engaged one (no read hop for it);
     # route() engages the thread in the same transaction that accepts the turn.
-    d.thread = None if ev.starts_thread else await layer.threads.get(ev.thread_key)
+    d.thread = None if ev.starts_thread else await ctx.threads.get(ev.thread_key)
     engaged = d.thread is not None and d.thread.engaged
     addressed = (
         ev.mentions_bot or ev.reply_to_bot or ev.is_dm or d.command is not None or engaged
         or not d.binding.require_mention
     )
     if not addressed:
-        await layer.ignore(d, "not_addressed")
+        await ctx.ignore(d, "not_addressed")
         return
     await nxt()
 
 
-async def sender_policy(layer: ChannelLayer, d: Dispatch, nxt: Next) -> None:
+async def sender_policy(ctx: DispatchContext, d: Dispatch, nxt: Next) -> None:
     assert d.binding is not None
-    verdict = await layer.senders.verdict(d.event, d.binding)
+    verdict = await ctx.senders.verdict(d.event, d.binding)
     if verdict == "allowed":
         await nxt()
         return
     if verdict == "bot":
-        await layer.ignore(d, "bot_sender")
+        await ctx.ignore(d, "bot_sender")
         return
-    await layer.pairing_notice(d)
+    await ctx.pairing_notice(d)
 
 
 DEFAULT_CHAIN: tuple[Middleware, ...] = (dedupe, self_ignore, binding, mention_gate,
@@ -226,10 +246,14 @@ DEFAULT_CHAIN: tuple[Middleware, ...] = (dedupe, self_ignore, binding, mention_g
 
 
 class Dispatcher:
-    """Runs the middleware chain for each recorded event, then routes it."""
+    """Runs the middleware chain for each recorded event, then hands it to ``route``."""
 
-    def __init__(self, *, layer: ChannelLayer, chain: Sequence[Middleware] = DEFAULT_CHAIN):
-        self.layer = layer
+    def __init__(
+        self, *, ctx: DispatchContext, route: Callable[[Dispatch], Awaitable[None]],
+        chain: Sequence[Middleware] = DEFAULT_CHAIN,
+    ) -> None:
+        self.ctx = ctx
+        self.route = route
         self.chain = tuple(chain)
 
     async def dispatch(self, stored: StoredEvent) -> None:
@@ -245,6 +269,6 @@ class Dispatcher:
 
     async def _run(self, d: Dispatch, i: int) -> None:
         if i == len(self.chain):
-            await self.layer.route(d)
+            await self.route(d)
             return
-        await self.chain[i](self.layer, d, lambda: self._run(d, i + 1))
+        await self.chain[i](self.ctx, d, lambda: self._run(d, i + 1))

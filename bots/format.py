@@ -1,231 +1,38 @@
-"""Model Markdown -> platform text: Telegram HTML, fence-aware chunks, plain fallback.
+"""What every platform's renderer shares: the neutral :class:`Chunk`, the Markdown parser,
+block packing and UTF-16 lengths.
 
-Parsing is markdown-it-py's (CommonMark + tables + strikethrough); rendering walks its
-syntax tree and emits only the tags Telegram's HTML accepts (``b i s u code pre a
-blockquote``): headings become bold lines, lists bullets, tables a ``<pre>`` grid. Every
-chunk carries its plain-text twin, sent instead when the platform rejects the markup.
-
-Chunking packs whole blocks up to the limit; a code block longer than the limit is split
-between lines into several closed ``<pre>`` blocks (never a tag cut in half).
+A chunk is one message of a reply in the platform's own markup (``formatted``) with its
+``fallback`` (plain text, or the same text where the platform's markup is its fallback),
+sent instead when the platform rejects the markup. Each platform renders in its own
+folder: ``bots.telegram.format`` (Telegram HTML), ``bots.slack`` (mrkdwn),
+``bots.discord.format`` (Markdown kept as Markdown).
 """
 
 from __future__ import annotations
 
-import html
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
-from markdown_it.tree import SyntaxTreeNode
 
-__all__ = [
-    "DISCORD_LIMIT",
-    "TELEGRAM_LIMIT",
-    "Chunk",
-    "chunk_fenced_markdown",
-    "chunk_markdown",
-    "markdown_to_telegram_html",
-    "pack_blocks",
-    "utf16_len",
-]
+__all__ = ["Chunk", "markdown_parser", "pack_blocks", "utf16_len"]
 
-TELEGRAM_LIMIT = 4096
-DISCORD_LIMIT = 2000
-_md = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
+#: CommonMark + tables + strikethrough, raw HTML off (every renderer parses with it)
+markdown_parser = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
 
 
 def utf16_len(text: str) -> int:
-    """Length as Telegram counts it (UTF-16 code units)."""
+    """Length as Telegram and Discord count it (UTF-16 code units)."""
     return len(text.encode("utf-16-le")) // 2
 
 
 @dataclass(frozen=True)
 class Chunk:
-    html: str
-    plain: str
+    """One message of a reply: ``formatted`` in the platform's markup, ``fallback`` sent
+    instead when the platform rejects that markup."""
 
-
-@dataclass(frozen=True)
-class _Block:
-    html: str
-    plain: str
-    code: str | None = None  # raw code of a fence, for splitting
-    lang: str = ""
-
-
-def _esc(text: str) -> str:
-    return html.escape(text, quote=False)
-
-
-def _inline(node: SyntaxTreeNode) -> str:
-    out: list[str] = []
-    for child in node.children:
-        t = child.type
-        if t == "text":
-            out.append(_esc(child.content))
-        elif t in ("softbreak", "hardbreak"):
-            out.append("\n")
-        elif t == "code_inline":
-            out.append(f"<code>{_esc(child.content)}</code>")
-        elif t == "strong":
-            out.append(f"<b>{_inline(child)}</b>")
-        elif t == "em":
-            out.append(f"<i>{_inline(child)}</i>")
-        elif t == "s":
-            out.append(f"<s>{_inline(child)}</s>")
-        elif t == "link":
-            href = str(child.attrs.get("href", ""))
-            inner = _inline(child)
-            if href.startswith(("http://", "https://", "tg://", "mailto:")):
-                out.append(f'<a href="{html.escape(href, quote=True)}">{inner}</a>')
-            else:
-                out.append(inner)
-        elif t == "image":
-            out.append(_esc(child.content or str(child.attrs.get("src", ""))))
-        elif child.children:
-            out.append(_inline(child))
-        else:
-            out.append(_esc(child.content))
-    return "".join(out)
-
-
-def _inline_plain(node: SyntaxTreeNode) -> str:
-    out: list[str] = []
-    for child in node.children:
-        if child.type in ("softbreak", "hardbreak"):
-            out.append("\n")
-        elif child.children:
-            out.append(_inline_plain(child))
-        else:
-            out.append(child.content)
-    return "".join(out)
-
-
-def _table(node: SyntaxTreeNode) -> _Block:
-    rows: list[list[str]] = []
-    for section in node.children:
-        for tr in section.children:
-            rows.append([_inline_plain(cell.children[0]) if cell.children else ""
-                         for cell in tr.children])
-    widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(max(map(len, rows)))]
-    lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
-    text = "\n".join(lines)
-    return _Block(html=f"<pre>{_esc(text)}</pre>", plain=text, code=text)
-
-
-def _blocks(node: SyntaxTreeNode, depth: int = 0) -> list[_Block]:
-    out: list[_Block] = []
-    for child in node.children:
-        t = child.type
-        if t == "paragraph":
-            inl = child.children[0] if child.children else child
-            out.append(_Block(html=_inline(inl), plain=_inline_plain(inl)))
-        elif t == "heading":
-            inl = child.children[0]
-            out.append(_Block(html=f"<b>{_inline(inl)}</b>", plain=_inline_plain(inl)))
-        elif t in ("fence", "code_block"):
-            code = child.content.rstrip("\n")
-            lang = (child.info or "").split(" ")[0] if t == "fence" else ""
-            out.append(_code_block(code, lang))
-        elif t in ("bullet_list", "ordered_list"):
-            out.append(_list(child, depth))
-        elif t == "blockquote":
-            inner = _blocks(child, depth)
-            out.append(_Block(
-                html="<blockquote>" + "\n".join(b.html for b in inner) + "</blockquote>",
-                plain="\n".join("> " + line for b in inner for line in b.plain.splitlines()),
-            ))
-        elif t == "hr":
-            out.append(_Block(html="———", plain="———"))
-        elif t == "table":
-            out.append(_table(child))
-        else:
-            text = child.content or ""
-            if text.strip():
-                out.append(_Block(html=_esc(text.rstrip()), plain=text.rstrip()))
-    return out
-
-
-def _code_block(code: str, lang: str) -> _Block:
-    cls = f' class="language-{html.escape(lang, quote=True)}"' if lang else ""
-    return _Block(html=f"<pre><code{cls}>{_esc(code)}</code></pre>",
-                  plain=f"```{lang}\n{code}\n```", code=code, lang=lang)
-
-
-def _list(node: SyntaxTreeNode, depth: int) -> _Block:
-    ordered = node.type == "ordered_list"
-    start = int(node.attrs.get("start", 1) or 1) if ordered else 1
-    h_lines: list[str] = []
-    p_lines: list[str] = []
-    indent = "  " * depth
-    for i, item in enumerate(node.children):
-        mark = f"{start + i}." if ordered else "•"
-        inner = _blocks(item, depth + 1)
-        for j, b in enumerate(inner):
-            prefix = f"{indent}{mark} " if j == 0 else f"{indent}  "
-            # a nested list renders its own indentation; other blocks get the item's
-            nested = b.plain.startswith(indent + "  ")
-            h_lines.append(b.html if nested else prefix + b.html)
-            p_lines.append(b.plain if nested else prefix + b.plain)
-    return _Block(html="\n".join(h_lines), plain="\n".join(p_lines))
-
-
-def _render_blocks(markdown: str) -> list[_Block]:
-    return _blocks(SyntaxTreeNode(_md.parse(markdown)))
-
-
-def markdown_to_telegram_html(markdown: str) -> str:
-    """The whole text as Telegram HTML (no length limit applied)."""
-    return "\n\n".join(b.html for b in _render_blocks(markdown) if b.html)
-
-
-def _split_long(block: _Block, limit: int) -> list[_Block]:
-    if utf16_len(block.html) <= limit:
-        return [block]
-    if block.code is not None:
-        pieces: list[_Block] = []
-        lines: list[str] = []
-        # room for <pre><code class="language-…"></code></pre>, whatever the language
-        budget = max(limit - utf16_len(_code_block("", block.lang).html), 1)
-        for line in block.code.split("\n"):
-            while utf16_len(_esc(line)) > budget:  # one enormous line: cut it by characters
-                cut = budget // 6 or 1
-                if lines:
-                    pieces.append(_code_block("\n".join(lines), block.lang))
-                    lines = []
-                pieces.append(_code_block(line[:cut], block.lang))
-                line = line[cut:]
-            if lines and utf16_len(_esc("\n".join([*lines, line]))) > budget:
-                pieces.append(_code_block("\n".join(lines), block.lang))
-                lines = []
-            lines.append(line)
-        if lines:
-            pieces.append(_code_block("\n".join(lines), block.lang))
-        return pieces
-    # Oversized prose: formatting of this one block is dropped rather than cut mid-tag.
-    out: list[_Block] = []
-    text = block.plain
-    step = limit // 6 or 1  # escaping can grow a character to 6 ("&quot;")
-    while text:
-        cut = text.rfind("\n", 0, step)
-        cut = cut if cut > step // 2 else step
-        part, text = text[:cut], text[cut:].lstrip("\n")
-        out.append(_Block(html=_esc(part), plain=part))
-    return out
-
-
-def chunk_markdown(markdown: str, *, limit: int = TELEGRAM_LIMIT) -> list[Chunk]:
-    """Render and split into chunks of at most ``limit`` UTF-16 units of HTML each."""
-    blocks: list[_Block] = []
-    for b in _render_blocks(markdown):
-        blocks.extend(_split_long(b, limit))
-    if not blocks:
-        text = markdown.strip() or "(empty answer)"
-        return [Chunk(html=_esc(text[:limit // 6]), plain=text[:limit])]
-    chunks = pack_blocks([Chunk(html=b.html, plain=b.plain) for b in blocks], limit=limit,
-                         length=utf16_len)
-    return [c for c in chunks if c.html.strip() or c.plain.strip()]
+    formatted: str
+    fallback: str
 
 
 def pack_blocks(
@@ -234,117 +41,21 @@ def pack_blocks(
     """Pack rendered blocks (each already within ``limit``) into chunks, blank line between.
 
     A chunk's formatted text stays within ``limit`` units of ``length``; the plain twin is
-    joined the same way, block for block (used by Telegram HTML and Slack mrkdwn).
+    joined the same way, block for block (Telegram HTML, Slack mrkdwn).
     """
     chunks: list[Chunk] = []
     cur_f: list[str] = []
     cur_p: list[str] = []
     size = 0
     for b in blocks:
-        n = length(b.html) + (2 if cur_f else 0)
+        n = length(b.formatted) + (2 if cur_f else 0)
         if cur_f and size + n > limit:
-            chunks.append(Chunk(html="\n\n".join(cur_f), plain="\n\n".join(cur_p)))
+            chunks.append(Chunk(formatted="\n\n".join(cur_f), fallback="\n\n".join(cur_p)))
             cur_f, cur_p, size = [], [], 0
-            n = length(b.html)
-        cur_f.append(b.html)
-        cur_p.append(b.plain)
+            n = length(b.formatted)
+        cur_f.append(b.formatted)
+        cur_p.append(b.fallback)
         size += n
     if cur_f:
-        chunks.append(Chunk(html="\n\n".join(cur_f), plain="\n\n".join(cur_p)))
+        chunks.append(Chunk(formatted="\n\n".join(cur_f), fallback="\n\n".join(cur_p)))
     return chunks
-
-
-# -- Markdown kept as Markdown (Discord): by lines, code fences balanced per chunk -----------------
-
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
-
-
-def _fence_step(line: str, marker: str | None) -> tuple[str | None, str | None]:
-    """(marker open after ``line``, opening line to repeat) given the marker open before it."""
-    m = _FENCE.match(line)
-    if m is None:
-        return marker, None
-    run, info = m.group(1), m.group(2)
-    if marker is None:
-        if run[0] == "`" and "`" in info:
-            return None, None  # not a fence (CommonMark: no backtick in a backtick info string)
-        return run, line.strip()
-    # A closing fence: same character, at least as long, nothing after it.
-    if run[0] == marker[0] and len(run) >= len(marker) and not info.strip():
-        return None, None
-    return marker, None
-
-
-def _split_line(line: str, room: int, length: Callable[[str], int], prose: bool) -> list[str]:
-    if length(line) <= room:
-        return [line]
-    pieces: list[str] = []
-    while length(line) > room:
-        cut = room
-        while cut > 1 and length(line[:cut]) > room:
-            cut -= 1
-        if prose:  # prefer a space in the second half
-            space = line.rfind(" ", 0, cut)
-            cut = space + 1 if space > cut // 2 else cut
-        pieces.append(line[:cut])
-        line = line[cut:]
-    return [*pieces, line] if line else pieces
-
-
-def chunk_fenced_markdown(
-    markdown: str, *, limit: int = DISCORD_LIMIT, length: Callable[[str], int] = utf16_len
-) -> list[Chunk]:
-    """Split Markdown for a platform that renders Markdown itself (Discord).
-
-    Whole lines are packed up to ``limit``; a chunk that ends inside a code fence is closed
-    with the fence's marker and the next chunk reopens it with the same opening line (the
-    language tag kept), so every chunk renders on its own. A line longer than a chunk is
-    cut. Both fields of each :class:`Chunk` hold the same Markdown text.
-
-    Invariant: every chunk has an even number of fence lines (balanced) and at most
-    ``limit`` units of ``length``.
-    """
-    text = markdown.strip("\n")
-    if not text.strip():
-        text = "(empty answer)"
-    out: list[str] = []
-    cur: list[str] = []
-    size = 0
-    marker: str | None = None  # fence open at the end of ``cur``
-    opener = ""
-
-    def add(line: str) -> None:
-        nonlocal size
-        size += length(line) + (1 if cur else 0)
-        cur.append(line)
-
-    def flush() -> None:
-        nonlocal cur, size
-        if marker is not None:
-            cur.append(marker)
-        out.append("\n".join(cur))
-        cur, size = [], 0
-        if marker is not None:
-            add(opener)
-
-    for raw in text.split("\n"):
-        after, opened = _fence_step(raw, marker)
-        inside = marker is not None and after is not None
-        reserve = length(marker) + 1 if marker is not None else 0
-        room = limit - reserve - (length(opener) + 1 if marker is not None else 0)
-        if after is not None and marker is None:  # an opening fence line: keep it whole
-            room = limit
-        for piece in _split_line(raw, max(1, room), length, prose=not inside):
-            closing = (length(after) + 1) if after is not None else 0
-            need = length(piece) + (1 if cur else 0)
-            if cur and size + need + closing > limit:
-                flush()
-            add(piece)
-        if opened is not None:
-            opener = opened
-        marker = after
-    if cur and any(line.strip() for line in cur):
-        if marker is not None:
-            cur.append(marker)
-        out.append("\n".join(cur))
-    return [Chunk(html=c, plain=c) for c in out if c.strip()]

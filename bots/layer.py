@@ -10,7 +10,7 @@ bindings), the dispatcher and the per-thread processor, and the two loops:
   (at :meth:`start_processing`, then at each heartbeat): events claimed but not decided are
   dispatched again, accepted turns are resumed or delivered, ready outbox rows are sent;
 * the **heartbeat** renews this replica's thread leases, drops idle ones, and takes over the
-  threads of a replica that stopped renewing (:class:`~bots.leases.ThreadLeases`).
+  threads of a replica that stopped renewing (:class:`~bots.store.ThreadLeases`).
 
 Every replica processes (active-active); a thread's events are claimed only with its
 thread lease, so one replica at a time runs a thread, in order, and two replicas never
@@ -24,58 +24,33 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
-from pydantic import BaseModel, ConfigDict
-from sqlalchemy.exc import IntegrityError
 
-from bots.bindings import BindingTable, StoredBindings
-from bots.commands import ActiveTurn, run_command
-from bots.connector import reap
-from bots.dispatcher import BaseEventProcessor, Dispatch, Dispatcher, ThreadOrderedProcessor
+from bots._aio import reap
+from bots.bindings import BindingTable
+from bots.commands import ActiveTurn, CommandContext, run_command
+from bots.dispatcher import (
+    BaseEventProcessor,
+    Dispatch,
+    DispatchContext,
+    Dispatcher,
+    ThreadOrderedProcessor,
+)
 from bots.events import InboundEvent, thread_key
-from bots.inbound import EVENTS_CHANNEL, InboundLog, StoredEvent
-from bots.leases import Thread, ThreadLeases
-from bots.outbound import Deliverer, Outbox, OutboxRow
-from bots.senders import PairingStore, SenderPolicy
-from bots.sessions import MessageIndex, ThreadSessions
-from bots.turns import TurnRunner
+from bots.options import LayerOptions
+from bots.outbound import Deliverer
+from bots.port import PlatformClient, TurnHost
+from bots.senders import SenderPolicy
+from bots.store import EVENTS_CHANNEL, ChannelStore, Cursors, StoredEvent, Thread, Tx
+from bots.turns import TurnDeps, TurnRunner
 from geode.redact import redact_text
 from geode.settings import BindingSettings
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection
-
-    from bots.connector import BaseConnector, TurnHost
-    from geode.store import Store
 
 __all__ = ["ChannelLayer", "LayerOptions"]
 
 log = structlog.get_logger(__name__)
-
-
-class LayerOptions(BaseModel):
-    """Behaviour of the shared layer (``[channels.<platform>]`` keys of the same names)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    progress_edit_interval_s: float = 1.0
-    typing_interval_s: float = 4.0
-    #: typing starts only for turns running this long (the progress message shows already)
-    typing_delay_s: float = 1.0
-    ack_emoji: str | None = "👀"
-    #: events older than this when first seen (downtime backlog) are not answered
-    catch_up_max_age_s: float = 24 * 3600
-    #: threads run at once; beyond it no new thread is claimed (another replica may take it)
-    max_concurrent_threads: int = 64
-    pairing_max_new_per_hour: int = 20
-    #: how often recorded events are looked for without a wake-up (e.g. ones another
-    #: replica's intake recorded in a thread this replica holds)
-    pump_interval_s: float = 1.0
-    #: the bot's intake lease and each thread lease last this long unless renewed (every
-    #: third of it); a replica that died is taken over after it
-    lease_ttl_s: float = 30.0
 
 
 class ChannelLayer:
@@ -84,37 +59,52 @@ class ChannelLayer:
     def __init__(
         self,
         *,
-        connector: BaseConnector,
-        store: Store,
+        connector: PlatformClient,
+        records: ChannelStore,
         host: TurnHost,
         bindings: Sequence[BindingSettings],
         options: LayerOptions,
         processor: BaseEventProcessor | None = None,
+        fault: Callable[[str], None] | None = None,
     ) -> None:
         self.connector = connector
-        self.store = store
+        self.records = records
         self.host = host
         self.options = options
-        self.owner = connector.owner
-        self.inbound = InboundLog(store=store, origin=self.owner)
-        self.outbox = Outbox(store=store)
-        self.threads = ThreadSessions(store=store)
-        self.index = MessageIndex(store=store)
-        self.pairing = PairingStore(store=store,
-                                    max_new_per_hour=options.pairing_max_new_per_hour)
+        self.owner = records.owner
+        self.inbound = records.inbound
+        self.outbox = records.outbox
+        self.threads = records.threads
+        self.index = records.index
+        self.pairing = records.pairing
         self.senders = SenderPolicy(pairing=self.pairing)
-        self.bindings = BindingTable(configured=bindings, stored=StoredBindings(store=store))
+        self.bindings = BindingTable(configured=bindings, stored=records.bindings)
         self.processor = processor or ThreadOrderedProcessor(
             max_concurrent=options.max_concurrent_threads)
-        self.dispatcher = Dispatcher(layer=self)
         #: test seam: called with a point name; a test raises there to simulate a crash
-        self.fault: Callable[[str], None] = getattr(connector, "fault", None) or _no_fault
-        self.deliverer = Deliverer(connector=connector, outbox=self.outbox, index=self.index,
-                                   fault=self.fault, observe=self._observe)
-        self.turns = TurnRunner(layer=self)
+        self.fault: Callable[[str], None] = fault or _no_fault
         self.active: dict[str, ActiveTurn] = {}
-        self.thread_leases = ThreadLeases(store=store, owner=self.owner,
-                                          ttl_s=options.lease_ttl_s)
+        self.thread_leases = records.thread_leases
+        # Collaborators get what they use, at construction (never the layer itself).
+        self.dispatcher = Dispatcher(
+            ctx=DispatchContext(
+                owner=self.owner, inbound=self.inbound, bindings=self.bindings,
+                threads=self.threads, senders=self.senders,
+                bot_user_id=connector.bot_user_id, bot_username=connector.bot_username,
+                ignore=self.ignore, pairing_notice=self.pairing_notice,
+            ),
+            route=self.route,
+        )
+        self.deliverer = Deliverer(connector=connector, outbox=self.outbox,
+                                   fault=self._fault_at, observe=self._observe)
+        self.turns = TurnRunner(deps=TurnDeps(
+            client=connector, host=host, inbound=self.inbound, outbox=self.outbox,
+            deliverer=self.deliverer, threads=self.threads, index=self.index,
+            thread_leases=self.thread_leases, options=options, active=self.active,
+            fault=self._fault_at,
+        ))
+        self.commands = CommandContext(threads=self.threads, host=host, active=self.active,
+                                       queued=self.processor.pending)
         self._wake = asyncio.Event()
         #: a claim left new threads unclaimed at capacity: a finished job wakes the pump
         self._deferred = False
@@ -127,6 +117,9 @@ class ChannelLayer:
         self._listen_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.processing = False
+
+    def _fault_at(self, point: str) -> None:
+        self.fault(point)  # read on each call: a test may set the seam after construction
 
     # -- intake -----------------------------------------------------------------------------
 
@@ -147,6 +140,39 @@ class ChannelLayer:
             self._wake.set()
         return ids
 
+    # -- the intake port's reads (bots.port.Intake) ---------------------------------------------
+
+    @property
+    def cursors(self) -> Cursors:
+        return self.inbound.cursors
+
+    async def binding_for(
+        self, platform: str, workspace: str, channel: str
+    ) -> BindingSettings | None:
+        return await self.bindings.lookup(platform, workspace, channel)
+
+    def bound_channels(self, platform: str) -> list[BindingSettings]:
+        return self.bindings.channels(platform)
+
+    async def refresh_bindings(self) -> None:
+        await self.bindings.refresh(force=True)
+
+    async def thread_of(
+        self, platform: str, workspace: str, channel: str, message_id: str
+    ) -> str | None:
+        return await self.index.thread_of(platform, workspace, channel, message_id)
+
+    async def latest_thread(self, platform: str, workspace: str, channel: str) -> str | None:
+        return await self.threads.latest_in_channel(platform, workspace, channel)
+
+    async def engaged_roots(
+        self, platform: str, workspace: str, channel: str, *, limit: int
+    ) -> list[str]:
+        return await self.threads.engaged_roots(platform, workspace, channel, limit=limit)
+
+    async def known_keys(self, dedupe_keys: Sequence[str]) -> set[str]:
+        return await self.inbound.known_keys(dedupe_keys)
+
     # -- processing ---------------------------------------------------------------------------
 
     async def start_processing(self) -> None:
@@ -158,7 +184,7 @@ class ChannelLayer:
         await self.take_over()
         self._pump_task = asyncio.create_task(self._pump(), name="channel-pump")
         self._heartbeat_task = asyncio.create_task(self._heartbeat(), name="channel-leases")
-        if self.store.is_postgres:
+        if self.records.is_postgres:
             self._listen_task = asyncio.create_task(self._listen(), name="channel-listen")
 
     async def stop_processing(self) -> None:
@@ -246,7 +272,7 @@ class ChannelLayer:
         failures = 0
         while True:
             try:
-                async for payload in self.store.notifications(EVENTS_CHANNEL):
+                async for payload in self.records.notifications(EVENTS_CHANNEL):
                     failures = 0
                     recorded_for, _, origin = payload.partition(" ")
                     if recorded_for == bot and origin != self.owner:  # ours woke us already
@@ -316,7 +342,7 @@ class ChannelLayer:
 
     def _observe(self, event: str, **data: Any) -> None:
         """Tell the daemon's observers (its metrics); they decide nothing."""
-        runtime = getattr(self.host, "runtime", None)
+        runtime = self.host.runtime
         if runtime is not None:
             runtime.observers.emit(event, platform=self.connector.platform, **data)
 
@@ -370,7 +396,9 @@ class ChannelLayer:
         log.debug("channel.ignored", decision=decision, event_id=d.stored.id)
         await self.inbound.set_status(d.stored.id, "ignored", decision=decision)
 
-    async def notice(self, d: Dispatch, text: str, *, decision: str, conn: Any = None) -> bool:
+    async def notice(
+        self, d: Dispatch, text: str, *, decision: str, conn: Tx | None = None
+    ) -> bool:
         """Queue a short answer in the event's thread (finishing the event) and send it."""
         ev = d.event
         queued = await self.outbox.add_notice(
@@ -394,7 +422,7 @@ class ChannelLayer:
         # would then get nothing for an hour).
         # One sender writing in two threads at once (here or on another replica) still gets
         # one code: PairingStore.issue serialises a sender's issuance in the store.
-        async with self.store.write() as conn:
+        async with self.records.transaction() as conn:
             text = await self.senders.pairing_text(d.event, conn=conn)
             if text is not None:
                 queued = await self.notice(d, text, decision="pairing", conn=conn)
@@ -412,20 +440,8 @@ class ChannelLayer:
         if d.command is not None:
             self._spawn(self._command(d, d.command, d.binding))
             return
-        known = d.thread
-
-        def accept(conn: Connection) -> OutboxRow:
-            # Engage the thread and accept the turn in ONE transaction (one writer-lock hold).
-            thread = known or self.threads.engage_in(conn, ev)
-            return self.outbox.open_turn_in(
-                conn, event_id=d.stored.id, session_id=thread.session_id,
-                turn_key=f"ev{d.stored.id}", platform=ev.platform, workspace=ev.workspace,
-                target=ev.target(),
-            )
-
-        try:
-            row = await self.store.run_write(accept)
-        except IntegrityError:
+        row = await self.records.accept_turn(ev, event_id=d.stored.id, thread=d.thread)
+        if row is None:
             return  # accepted before; recovery owns it
         self.fault("turn_accepted")
         active = self.active.get(ev.thread_key)
@@ -437,7 +453,7 @@ class ChannelLayer:
 
     async def _command(self, d: Dispatch, name: str, binding: BindingSettings) -> None:
         try:
-            text = await run_command(self, name, d.event, binding)
+            text = await run_command(self.commands, name, d.event, binding)
         except Exception as exc:
             log.exception("command.failed", command=name)
             text = f"⚠️ /{name} failed ({type(exc).__name__})."

@@ -16,19 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
-from bots.connector import BaseConnector, DeliveryError
 from bots.events import ReplyTarget
-from bots.format import Chunk
-from bots.outbound import Outbox, OutboxRow
-from bots.sessions import MessageIndex
+from bots.port import DeliveryError, PlatformClient
+from bots.store import Outbox, OutboxRow
 from geode.loop import LoopEvent, model_wait_text
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection
+from geode.loop.events import ModelResponded, ModelWaiting, ToolProposed, ToolResulted
 
 __all__ = ["ProgressReporter"]
 
@@ -42,10 +38,9 @@ class ProgressReporter:
     """One turn's progress indicators."""
 
     def __init__(
-        self, *, connector: BaseConnector, outbox: Outbox, row: OutboxRow, target: ReplyTarget,
+        self, *, connector: PlatformClient, outbox: Outbox, row: OutboxRow, target: ReplyTarget,
         inbound_message_id: str, edit_interval_s: float = 1.0, typing_interval_s: float = 4.0,
         typing_delay_s: float = 0.0, ack_emoji: str | None = "👀", fault: Any = None,
-        index: MessageIndex | None = None,
     ) -> None:
         self.connector = connector
         self.outbox = outbox
@@ -57,7 +52,6 @@ class ProgressReporter:
         self.typing_delay_s = typing_delay_s
         self.ack_emoji = ack_emoji
         self._fault = fault or (lambda point: None)
-        self._index = index
         self.message_id: str | None = row.progress_message_id
         self.lines: list[str] = []
         #: "waiting for the model (42 s, attempt 2/4)" while a model call is silent
@@ -83,41 +77,31 @@ class ProgressReporter:
         # A crash between this send and its record leaves a stray "Working…" message (it
         # carries no answer; the restarted turn sends a new one): no id, nothing to reconcile.
         try:
-            mid = await self.connector.send(self.target, Chunk(html=WORKING, plain=WORKING))
+            mid = await self.connector.send(self.target,
+                                            self.connector.render_progress(WORKING))
         except DeliveryError as exc:
             log.info("progress.send_failed", error=str(exc))
             return
         self._fault("progress_sent_before_record")
         self.message_id = mid
-        index, row, target = self._index, self.row, self.target
-        update = self.outbox.update_stmt(row.id, {"progress_message_id": mid,
-                                                  "progress_state": "sent"})
-
-        def record(conn: Connection) -> None:
-            conn.execute(*update)
-            if index is not None:  # a reply to the progress/answer message stays in thread
-                index.remember_in(conn, platform=row.platform, workspace=row.workspace,
-                                  channel=target.channel, message_ids=[mid],
-                                  thread_root=target.thread_root, from_bot=True)
-
-        await self.outbox.run_write(record)
+        await self.outbox.record_progress_message(self.row, mid)
 
     async def on_event(self, event: LoopEvent) -> None:
-        note = model_wait_text(event.kind, event.data) if event.kind == "model_waiting" else None
-        if note is not None or (self.waiting is not None and event.kind == "model_response"):
-            self.waiting = note  # shown until the model answers
-        elif event.kind == "tool_call":
-            self.lines.append(f"🔧 {event.data.get('name', '?')}")
-        elif event.kind == "tool_result":
-            status = str(event.data.get("status", ""))
-            mark = {"ok": "✓", "denied": "⛔ denied", "error": "✗"}.get(status, status)
-            name = str(event.data.get("name", "?"))
-            for i in range(len(self.lines) - 1, -1, -1):
-                if self.lines[i] == f"🔧 {name}":
-                    self.lines[i] = f"🔧 {name} {mark}"
-                    break
-        else:
-            return
+        match event:
+            case ModelWaiting():
+                self.waiting = model_wait_text(event.kind, event.data)  # until the model answers
+            case ModelResponded() if self.waiting is not None:
+                self.waiting = None
+            case ToolProposed(name=name):
+                self.lines.append(f"🔧 {name}")
+            case ToolResulted(name=name, status=status):
+                mark = {"ok": "✓", "denied": "⛔ denied", "error": "✗"}.get(status, status)
+                for i in range(len(self.lines) - 1, -1, -1):
+                    if self.lines[i] == f"🔧 {name}":
+                        self.lines[i] = f"🔧 {name} {mark}"
+                        break
+            case _:
+                return
         self._dirty.set()
 
     def _text(self) -> str:
@@ -139,7 +123,7 @@ class ProgressReporter:
             text = self._text()
             self._last_edit = time.monotonic()
             await self._quiet(self.connector.edit(self.target, self.message_id,
-                                                  Chunk(html=_esc(text), plain=text)))
+                                                  self.connector.render_progress(text)))
 
     async def _typing_loop(self) -> None:
         if self.typing_delay_s > 0:
@@ -166,8 +150,3 @@ class ProgressReporter:
         except Exception:
             log.debug("progress.indicator_failed", exc_info=True)
 
-
-def _esc(text: str) -> str:
-    import html
-
-    return html.escape(text, quote=False)

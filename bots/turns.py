@@ -24,19 +24,21 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import structlog
 
+from bots.bindings import spend_scope
 from bots.commands import ActiveTurn
 from bots.events import InboundEvent
-from bots.inbound import StoredEvent
-from bots.outbound import OutboxRow
 from bots.progress import ProgressReporter
+from bots.store import OutboxRow, StoredEvent
 from geode.daemon.factory import Session, SessionContext
-from geode.errors import ConfigError, GeodeError
+from geode.daemon.port import OpeningNote, SessionOverrides, WriteFence
+from geode.errors import ConfigError, GeodeError, LaneBusy, ShuttingDown
 from geode.loop import LoopEvent, TurnResult
+from geode.loop.events import ToolProposed, TurnStarted
 from geode.redact import redact_text
 from geode.settings import BindingSettings
 from geode.store.sessions import short_title
@@ -44,11 +46,18 @@ from geode.store.sessions import short_title
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sqlalchemy.engine import Connection
+    from bots.options import LayerOptions
+    from bots.outbound import Deliverer
+    from bots.port import PlatformClient, TurnHost
+    from bots.store import InboundLog, MessageIndex, Outbox, ThreadLeases, ThreadSessions
 
-    from bots.layer import ChannelLayer
-
-__all__ = ["TurnRunner", "compose_prompt", "friendly_failure"]
+__all__ = [
+    "TurnDeps",
+    "TurnRunner",
+    "compose_prompt",
+    "friendly_failure",
+    "session_overrides",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -87,82 +96,96 @@ def friendly_failure(result: TurnResult) -> str:
     return f"⚠️ I could not finish ({reason}{hint})." + (f"\n\n{body}" if body else "")
 
 
+@dataclass(frozen=True, kw_only=True)
+class TurnDeps:
+    """What running a channel turn uses (given at construction, never looked up)."""
+
+    client: PlatformClient
+    host: TurnHost
+    inbound: InboundLog
+    outbox: Outbox
+    deliverer: Deliverer
+    threads: ThreadSessions
+    index: MessageIndex
+    thread_leases: ThreadLeases
+    options: LayerOptions
+    #: the turns running now, by thread key (``/stop`` and ``/status`` read it)
+    active: dict[str, ActiveTurn]
+    #: test seam: called at named points; a test raises there to simulate a crash
+    fault: Callable[[str], None]
+
+
 class TurnRunner:
     """Runs accepted turns of one layer."""
 
-    def __init__(self, *, layer: ChannelLayer) -> None:
-        self.layer = layer
+    def __init__(self, *, deps: TurnDeps) -> None:
+        self.deps = deps
 
     async def run(
         self, stored: StoredEvent, row: OutboxRow, binding: BindingSettings, *,
         prompt: str | None = None, resume: bool = False,
     ) -> None:
-        layer = self.layer
+        deps = self.deps
         event = stored.event
-        opts = layer.options
+        opts = deps.options
         progress = ProgressReporter(
-            connector=layer.connector, outbox=layer.outbox, row=row, target=row.target,
+            connector=deps.client, outbox=deps.outbox, row=row, target=row.target,
             inbound_message_id=event.message_id, edit_interval_s=opts.progress_edit_interval_s,
             typing_interval_s=opts.typing_interval_s, typing_delay_s=opts.typing_delay_s,
             ack_emoji=opts.ack_emoji,
-            fault=layer.fault, index=layer.index,
+            fault=deps.fault,
         )
         active = ActiveTurn(session_id=row.session_key, event_id=stored.id,
                             started=time.monotonic())
-        layer.active[event.thread_key] = active
+        deps.active[event.thread_key] = active
         try:
             await progress.start()
-            layer.fault("progress_started")
+            deps.fault("progress_started")
             if prompt is None and not resume:
                 prompt = await self._prompt(stored)
             text = await self._run_turn(stored, row, binding, prompt or "", progress, active,
                                         resume=resume)
         finally:
-            if layer.active.get(event.thread_key) is active:
-                del layer.active[event.thread_key]
+            if deps.active.get(event.thread_key) is active:
+                del deps.active[event.thread_key]
             await progress.close()
         await self.finish(row, text)
 
     async def finish(self, row: OutboxRow, text: str) -> None:
         """Record the final answer (redacted, chunked), then deliver it."""
-        layer = self.layer
-        chunks = layer.connector.render(redact_text(text))
-        ready = await layer.outbox.mark_ready(row.id, chunks, fence=self._fence(row))
+        deps = self.deps
+        chunks = deps.client.render(redact_text(text))
+        ready = await deps.outbox.mark_ready(row.id, chunks, fence=self._fence(row))
         if ready is None:
             log.warning("turn.finished_elsewhere", row=row.id)
             return
         row = ready
-        layer.fault("final_recorded")
-        await layer.deliverer.deliver(row)
-        layer.fault("delivered")
+        deps.fault("final_recorded")
+        await deps.deliverer.deliver(row)
+        deps.fault("delivered")
 
-    def _fence(self, row: OutboxRow) -> Callable[[Connection], None]:
+    def _fence(self, row: OutboxRow) -> WriteFence:
         """The check that this replica still holds the turn's thread, run inside each of the
         turn's writes (its checkpoints, its final answer): a replica that froze past its
         lease and woke up mid-turn writes nothing to a thread another replica took over."""
-        leases, target = self.layer.thread_leases, row.target
-
-        def held(conn: Connection) -> None:
-            leases.check_held(conn, row.platform, row.workspace,
-                              (target.channel, target.thread_root))
-
-        return held
+        return self.deps.thread_leases.fence(row.platform, row.workspace,
+                                              (row.target.channel, row.target.thread_root))
 
     async def _prompt(self, stored: StoredEvent) -> str:
-        layer = self.layer
+        deps = self.deps
         event = stored.event
         history: list[InboundEvent] = []
         if event.starts_thread:
             return compose_prompt(event, history)
-        state = await layer.threads.get(event.thread_key)
-        fresh = state is None or not await layer.store.sessions.exists(state.session_id)
+        state = await deps.threads.get(event.thread_key)
+        fresh = state is None or not (await deps.host.session_status(state.session_id)).exists
         if fresh:  # first contact with an existing thread: bootstrap its context
-            history = await layer.inbound.thread_history(event, before_id=stored.id)
+            history = await deps.inbound.thread_history(event, before_id=stored.id)
             try:
-                history = [*await layer.connector.fetch_thread_history(event), *history]
+                history = [*await deps.client.fetch_thread_history(event), *history]
             except Exception:
                 log.warning("thread_history.fetch_failed", exc_info=True)
-        elif event.context and event.reply_to is not None and await layer.index.thread_of(
+        elif event.context and event.reply_to is not None and await deps.index.thread_of(
                 event.platform, event.workspace, event.channel, event.reply_to) is not None:
             # The quoted message was seen (or sent) by the bot: the session has it already.
             event = replace(event, context=())
@@ -172,45 +195,48 @@ class TurnRunner:
         self, stored: StoredEvent, row: OutboxRow, binding: BindingSettings, prompt: str,
         progress: ProgressReporter, active: ActiveTurn, *, resume: bool = False,
     ) -> str:
-        layer = self.layer
+        deps = self.deps
         event = stored.event
 
         async def sink(ev: LoopEvent) -> None:
-            if ev.kind == "turn_started":
-                active.loop_turn_id = str(ev.data.get("turn_id", ""))
-                layer.fault("turn_started")
-                if active.stop_requested and active.session is not None:
-                    active.session.cancel()  # /stop came while the session was opening
-            elif ev.kind == "tool_call":
-                layer.fault("tool_call")
+            match ev:
+                case TurnStarted(turn_id=turn_id):
+                    active.loop_turn_id = turn_id
+                    deps.fault("turn_started")
+                    if active.stop_requested and active.session is not None:
+                        active.session.cancel()  # /stop came while the session was opening
+                case ToolProposed():
+                    deps.fault("tool_call")
+                case _:
+                    pass
             await progress.on_event(ev)
 
         async def bind(session: Session) -> None:
             active.session = session
             active.model = session.model
-            session.fence_saves(self._fence(row))
-            if not resume:  # a resumed turn's message row went in with its first checkpoint
-                # Who said what, on each message of a collaborative thread: written with the
-                # turn's first checkpoint (the one holding the message), in its transaction.
-                session.stage_timeline(
-                    kind="channel.message", turn_id=row.loop_turn_id,
-                    payload={"platform": event.platform, "channel": event.channel,
-                             "thread": event.thread_root, "message_id": event.message_id,
-                             "sender": event.sender, "sender_name": event.sender_name,
-                             "event_id": stored.id},
-                )
             if active.stop_requested:
                 raise _StoppedBeforeStart
 
         ctx = SessionContext(
-            mode="DAEMON", workspace=layer.host.workspace, session_id=row.session_key,
-            binding=binding, user=event.sender, on_event=sink,
+            mode="DAEMON", workspace=deps.host.workspace, session_id=row.session_key,
+            overrides=session_overrides(binding), user=event.sender, on_event=sink,
             # the thread's first message names it in `geode sessions list`
             title=short_title(redact_text(event.text)) if event.text.strip()
             else f"{event.platform} thread {event.thread_key}", thread=event.thread_key,
+            source=event.platform, fence=self._fence(row),
+            # Who said what, on each message of a collaborative thread: written with the
+            # turn's first checkpoint (the one holding the message), in its transaction; a
+            # resumed turn's went in with its first checkpoint already.
+            opening_note=None if resume else OpeningNote(
+                kind="channel.message", turn_id=row.loop_turn_id,
+                payload={"platform": event.platform, "channel": event.channel,
+                         "thread": event.thread_root, "message_id": event.message_id,
+                         "sender": event.sender, "sender_name": event.sender_name,
+                         "event_id": stored.id},
+            ),
         )
         try:
-            result = await layer.host.run_turn(ctx, prompt, kind="channel",
+            result = await deps.host.run_turn(ctx, prompt, kind="channel",
                                                 lane_key=row.session_key, on_session=bind,
                                                 turn_id=row.loop_turn_id or None,
                                                 resume=resume)
@@ -218,64 +244,62 @@ class TurnRunner:
             raise
         except _StoppedBeforeStart:
             return "⏹ Stopped."
+        except ShuttingDown:
+            raise  # not answered now: recovered on the next start
+        except LaneBusy as exc:
+            return f"⏳ I am busy right now; please try again in a moment. ({exc})"
         except ConfigError as exc:
             return f"⚠️ GEODE is not configured for this: {str(exc).splitlines()[0][:300]}"
         except GeodeError as exc:
             return f"⚠️ Something went wrong: {str(exc).splitlines()[0][:300]}"
         except Exception as exc:
-            name = type(exc).__name__
-            if name in ("LaneBusy", "ShuttingDown"):
-                if name == "ShuttingDown":
-                    raise  # not answered now: recovered on the next start
-                return f"⏳ I am busy right now; please try again in a moment. ({exc})"
             log.exception("turn.failed")
-            return f"⚠️ Something went wrong ({name}). The operator can find details in the logs."
-        layer.fault("turn_finished")
-        return (result.text or "(no answer)") if result.ok else friendly_failure(result)
+            return (f"⚠️ Something went wrong ({type(exc).__name__}). The operator can find "
+                    "details in the logs.")
+        deps.fault("turn_finished")
+        if result.ok:
+            return result.text or "(no answer)"
+        return friendly_failure(result)
 
     # -- recovery -------------------------------------------------------------------------------
 
     async def recover(self, stored: StoredEvent, row: OutboxRow,
                       binding: BindingSettings | None) -> None:
         """Finish a turn a previous run accepted but did not finish (see module docstring)."""
-        layer = self.layer
+        deps = self.deps
         if row.status == "ready":
-            await layer.deliverer.deliver(row)
+            await deps.deliverer.deliver(row)
             return
         if row.status != "pending":
-            await layer.outbox.finish(row, status=row.status)
+            await deps.outbox.finish(row, status=row.status)
             return
         if row.loop_turn_id:
-            restored = await layer.store.checkpointer(row.session_key).load()
-            state: dict[str, Any] = restored.state if restored is not None else {}
-            if restored is not None and state.get("turn_id") == row.loop_turn_id:
-                if state.get("last_termination"):
-                    text = _last_assistant_text(restored.messages) or (
-                        f"[turn ended: {state['last_termination']}]")
-                    log.info("recover.answer_from_checkpoint", row=row.id)
-                    await self.finish(row, text)
-                    return
+            outcome = await deps.host.turn_outcome(row.session_key, row.loop_turn_id)
+            if outcome.state == "finished":
+                text = outcome.text or f"[turn ended: {outcome.termination}]"
+                log.info("recover.answer_from_checkpoint", row=row.id)
+                await self.finish(row, text)
+                return
+            if outcome.state == "started":
                 if binding is None:
-                    await layer.outbox.finish(row, status="failed", error="binding removed")
+                    await deps.outbox.finish(row, status="failed", error="binding removed")
                     return
-                log.info("recover.resume_turn", row=row.id, turn=row.loop_turn_id,
-                         recoveries=state.get("recoveries", 0))
+                log.info("recover.resume_turn", row=row.id, turn=row.loop_turn_id)
                 await self.run(stored, row, binding, resume=True)
                 return
         if binding is None:
-            await layer.outbox.finish(row, status="failed", error="binding removed")
+            await deps.outbox.finish(row, status="failed", error="binding removed")
             return
         rerun = f"t-{secrets.token_hex(6)}"
-        await layer.outbox.update(row.id, loop_turn_id=rerun)
+        await deps.outbox.update(row.id, loop_turn_id=rerun)
         await self.run(stored, replace(row, loop_turn_id=rerun), binding)
 
 
-def _last_assistant_text(messages: list[Any]) -> str:
-    for m in reversed(messages):
-        if getattr(m, "role", "") == "assistant":
-            text = str(getattr(m, "text", "") or "")
-            if text:
-                return text
-        elif getattr(m, "role", "") == "user":
-            break
-    return ""
+def session_overrides(binding: BindingSettings) -> SessionOverrides:
+    """A binding's session settings as the harness's neutral overrides."""
+    return SessionOverrides(
+        model=binding.model or None, prompt_addition=binding.system_prompt,
+        tools=binding.tools, computer_use=binding.computer_use is True,
+        time_budget_s=binding.time_budget_s, spend_caps=binding,
+        spend_scope=spend_scope(binding),
+    )

@@ -11,8 +11,13 @@
     │   │                          exits 75, EX_TEMPFAIL, so a supervisor restarts it)
     │   └── CheckpointSaveError    a save before execute failed: nothing ran
     └── RunError               a run failed for a reason that is not the user's configuration
-        └── ModelError         a provider call failed, classified (``kind``), with HTTP status
-                               and ``retry_after`` where the vendor gave them
+        ├── ModelError         a provider call failed, classified (``kind``), with HTTP status
+        │                      and ``retry_after`` where the vendor gave them
+        └── TurnNotStartedError    the daemon did not start the turn; nothing of it ran
+            ├── LaneBusy           the lanes stayed full for the wait bound (``lane``,
+            │                      ``kind``, ``waited_s``): try again later
+            └── ShuttingDown       the daemon is draining: the turn is taken up again
+                                   after the restart (channels) or refused (IPC)
 
 Vendor SDK exceptions are translated in exactly one place per vendor
 (``geode.providers._errors``); retry logic only ever sees :class:`ModelError`.
@@ -27,11 +32,14 @@ __all__ = [
     "CheckpointSaveError",
     "ConfigError",
     "GeodeError",
+    "LaneBusy",
     "ModelError",
     "ModelErrorKind",
     "RunError",
+    "ShuttingDown",
     "StoreError",
     "StoreUnavailableError",
+    "TurnNotStartedError",
     "UnknownModelError",
 ]
 
@@ -105,3 +113,26 @@ class ModelError(RunError):
 
     def __repr__(self) -> str:
         return f"ModelError(kind={self.kind!r}, status={self.status_code}, {self.args[0]!r})"
+
+
+class TurnNotStartedError(RunError):
+    """The daemon refused to start a turn: nothing of it ran, nothing was recorded."""
+
+
+class LaneBusy(TurnNotStartedError):
+    """The lanes stayed full for the whole wait bound; the request did not run."""
+
+    def __init__(self, *, lane: str, kind: str, waited_s: float) -> None:
+        self.lane = lane
+        self.kind = kind
+        self.waited_s = waited_s
+        super().__init__(
+            f"busy: the {lane} lane stayed full for {waited_s:.1f}s; try again later"
+        )
+
+
+class ShuttingDown(TurnNotStartedError):
+    """The daemon is draining and takes no new turns."""
+
+    def __str__(self) -> str:
+        return "the daemon is shutting down; try again later"

@@ -53,15 +53,39 @@ class ToolUseBlock(_Frozen):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
+ToolStatus = Literal["ok", "error", "denied", "uncertain"]
+
+
 class ToolResultBlock(_Frozen):
+    """A tool call's result as the model sees it, with its status as data.
+
+    ``status``: ``denied`` (a check refused it before any effect: ``check`` names it),
+    ``uncertain`` (the effect may or may not have happened), ``error``, ``ok``. Results
+    saved before the status existed have none: :attr:`outcome` derives it from ``is_error``.
+    Providers send only ``content`` and ``is_error``.
+    """
+
     type: Literal["tool_result"] = "tool_result"
     tool_use_id: str
     content: list[TextBlock | ImageBlock] = Field(default_factory=list)
     is_error: bool = False
+    status: ToolStatus | None = None
+    check: str | None = None
 
     @classmethod
-    def text(cls, tool_use_id: str, text: str, *, is_error: bool = False) -> ToolResultBlock:
-        return cls(tool_use_id=tool_use_id, content=[TextBlock(text=text)], is_error=is_error)
+    def text(
+        cls, tool_use_id: str, text: str, *, is_error: bool = False,
+        status: ToolStatus | None = None, check: str | None = None,
+    ) -> ToolResultBlock:
+        return cls(tool_use_id=tool_use_id, content=[TextBlock(text=text)], is_error=is_error,
+                   status=status, check=check)
+
+    @property
+    def outcome(self) -> ToolStatus:
+        """The status, derived from ``is_error`` for results saved without one."""
+        if self.status is not None:
+            return self.status
+        return "error" if self.is_error else "ok"
 
     @property
     def text_content(self) -> str:

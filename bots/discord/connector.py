@@ -16,7 +16,7 @@ makes the overlap and the live/catch-up race harmless. So a message is never los
 cursor moves only with a durable record) and never processed twice (unique key).
 
 Every replica records and processes (each thread on the replica holding its thread lease,
-see ``bots.leases``); the start-up catch-up runs on the holder of the store lease
+see ``bots.store.leases``); the start-up catch-up runs on the holder of the store lease
 ``discord:<bot id>``.
 
 Replies: a mention in a channel starts a thread on that message (the thread has the
@@ -41,15 +41,16 @@ import discord.gateway
 import discord.http
 import structlog
 import yarl
-from sqlalchemy import select
 
-from bots._tables import cursors_table
+from bots._aio import reap
 from bots.commands import COMMANDS
-from bots.connector import BaseConnector, DeliveryError, TurnHost, reap
+from bots.connector import BaseConnector
 from bots.discord._convert import convert_message, snowflake, snowflake_seconds
+from bots.discord.format import DISCORD_LIMIT, chunk_fenced_markdown, render_progress
 from bots.events import InboundEvent, ReplyTarget
-from bots.format import DISCORD_LIMIT, Chunk, chunk_fenced_markdown
-from bots.layer import LayerOptions
+from bots.format import Chunk
+from bots.options import LayerOptions
+from bots.port import DeliveryError, TurnHost
 from geode.errors import ConfigError
 from geode.settings import BindingSettings
 
@@ -200,6 +201,9 @@ class DiscordConnector(BaseConnector):
 
     def render(self, markdown: str) -> list[Chunk]:
         return chunk_fenced_markdown(markdown, limit=self.text_limit)
+
+    def render_progress(self, text: str) -> Chunk:
+        return render_progress(text)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -377,7 +381,7 @@ class DiscordConnector(BaseConnector):
 
     async def _bound(self, channel: str) -> bool:
         assert self.layer is not None
-        return await self.layer.bindings.lookup("discord", self.bot_id, channel) is not None
+        return await self.intake.binding_for("discord", self.bot_id, channel) is not None
 
     async def ingest(self, payloads: list[dict[str, Any]]) -> None:
         """Convert and record payloads; each channel's events with its cursor, atomically."""
@@ -420,7 +424,7 @@ class DiscordConnector(BaseConnector):
         if ev.sender == self.bot_id:
             return None  # our own messages come back on the gateway
         if draft.needs_root and ev.reply_to is not None:
-            root = await self.layer.index.thread_of("discord", self.bot_id, ev.channel,
+            root = await self.intake.thread_of("discord", self.bot_id, ev.channel,
                                                     ev.reply_to)
             if root is not None:  # a reply chain the bot answered in place
                 ev = ev.with_thread(root)
@@ -431,7 +435,7 @@ class DiscordConnector(BaseConnector):
     async def _known_cursor(self, channel_id: str) -> int:
         if channel_id not in self._cursors:
             assert self.layer is not None
-            saved = await self.layer.inbound.cursors.get(self.cursor_name(channel_id))
+            saved = await self.intake.cursors.get(self.cursor_name(channel_id))
             self._cursors[channel_id] = int(saved) if saved and saved.isdigit() else 0
         return self._cursors[channel_id]
 
@@ -455,17 +459,12 @@ class DiscordConnector(BaseConnector):
     async def _watermark(self) -> int:
         """The newest cursor of any channel: the lower bound for channels without one."""
         assert self.layer is not None
-        c = cursors_table
-        async with self.layer.store.read() as conn:
-            rows = (await conn.execute(select(c.c.value).where(
-                c.c.name.like(f"discord:{self.bot_id}:ch:%")))).all()
-        values = [int(r.value) for r in rows if str(r.value).isdigit()]
-        return max(values, default=0)
+        return await self.intake.cursors.watermark(f"discord:{self.bot_id}:ch:")
 
     async def _catch_up(self) -> None:
         assert self.client is not None and self.layer is not None
-        await self.layer.bindings.refresh(force=True)
-        bound = {b.channel for b in self.layer.bindings.channels("discord")}
+        await self.intake.refresh_bindings()
+        bound = {b.channel for b in self.intake.bound_channels("discord")}
         watermark = await self._watermark()
         guilds: set[int] = set()
         for cid in sorted(bound):
@@ -600,9 +599,10 @@ class DiscordConnector(BaseConnector):
 
     async def send(self, target: ReplyTarget, chunk: Chunk, *, plain: bool = False) -> str:
         assert self.client is not None
+        text = chunk.fallback if plain else chunk.formatted
         interaction = target.extra.get("interaction")
         if isinstance(interaction, dict) and float(interaction.get("expires", 0)) > time.time():
-            sent = await self._followup(str(interaction.get("token", "")), chunk.plain)
+            sent = await self._followup(str(interaction.get("token", "")), text)
             if sent is not None:
                 return sent
         try:
@@ -612,10 +612,10 @@ class DiscordConnector(BaseConnector):
                                                   fail_if_not_exists=False)
                          if ref is not None else None)
             if reference is not None:
-                msg = await self._rest(channel.send(chunk.plain, reference=reference,
+                msg = await self._rest(channel.send(text, reference=reference,
                                                     allowed_mentions=_NO_MENTIONS))
             else:
-                msg = await self._rest(channel.send(chunk.plain, allowed_mentions=_NO_MENTIONS))
+                msg = await self._rest(channel.send(text, allowed_mentions=_NO_MENTIONS))
         except (discord.DiscordException, aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise _map_error(exc, sending=True) from exc
         self._where_sent[str(msg.id)] = cid
@@ -636,6 +636,7 @@ class DiscordConnector(BaseConnector):
         self, target: ReplyTarget, message_id: str, chunk: Chunk, *, plain: bool = False
     ) -> None:
         assert self.client is not None
+        text = chunk.fallback if plain else chunk.formatted
         known = self._where_sent.get(message_id)
         if known is not None:
             candidates = [known]
@@ -647,7 +648,7 @@ class DiscordConnector(BaseConnector):
             msg = self.client.get_partial_messageable(int(cid)).get_partial_message(
                 int(message_id))
             try:
-                await self._rest(msg.edit(content=chunk.plain, allowed_mentions=_NO_MENTIONS))
+                await self._rest(msg.edit(content=text, allowed_mentions=_NO_MENTIONS))
                 self._where_sent[message_id] = cid
                 return
             except (discord.DiscordException, aiohttp.ClientError, TimeoutError,

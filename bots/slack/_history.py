@@ -11,28 +11,66 @@ delivered too), and the cursor moves with each recorded batch.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 from slack_sdk.errors import SlackApiError
-from sqlalchemy import select
 
-from bots._tables import events_table, threads_table
 from bots.events import InboundEvent
 from bots.slack._convert import valid_ts
 
 if TYPE_CHECKING:
-    from bots.slack.connector import SlackConnector
+    from slack_sdk.web.async_client import AsyncWebClient
 
-__all__ = ["SlackHistory"]
+    from bots.port import Intake
+    from geode.settings import BindingSettings
+
+__all__ = ["HistoryHost", "SlackHistory"]
 
 log = structlog.get_logger(__name__)
+
+
+class _HistoryOptions(Protocol):
+    @property
+    def catch_up_max_age_s(self) -> float: ...
+
+    @property
+    def catch_up_max_threads(self) -> int: ...
+
+    @property
+    def history_page_size(self) -> int: ...
+
+
+class HistoryHost(Protocol):
+    """What the history reads use of their connector (``SlackConnector`` is one)."""
+
+    client: AsyncWebClient | None
+    team_id: str
+    bot_uid: str
+    catch_up_from: dict[str, str]
+
+    @property
+    def intake(self) -> Intake: ...
+
+    @property
+    def opts(self) -> _HistoryOptions: ...
+
+    def bound_channels(self) -> list[BindingSettings]: ...
+
+    def convert(self, event: Any, channel: str | None = None) -> InboundEvent | None: ...
+
+    def cursor_name(self, channel: str) -> str: ...
+
+    async def submit(
+        self, events: Sequence[tuple[InboundEvent, str]], *, cursor: tuple[str, str] | None = None
+    ) -> list[int]: ...
 
 
 class SlackHistory:
     """History reads of one connector."""
 
-    def __init__(self, *, connector: SlackConnector) -> None:
+    def __init__(self, *, connector: HistoryHost) -> None:
         self.c = connector
 
     async def catch_up(self) -> None:
@@ -44,16 +82,15 @@ class SlackHistory:
                 log.warning("slack.catch_up_failed", channel=b.channel, exc_info=True)
 
     async def _catch_up_channel(self, channel: str) -> None:
-        assert self.c.layer is not None and self.c.client is not None
+        assert self.c.client is not None
         name = self.c.cursor_name(channel)
         since = self.c.catch_up_from.pop(channel, None)
         if since is None:
-            since = await self.c.layer.inbound.cursors.get(name)
+            since = await self.c.intake.cursors.get(name)
         now = time.time()
         if since is None or not valid_ts(since):
             # First contact with this channel: its past is not ours to answer.
-            async with self.c.layer.store.write() as conn:
-                await self.c.layer.inbound.cursors.put(conn, name, f"{now:.6f}")
+            await self.c.intake.cursors.set(name, f"{now:.6f}")
             return
         horizon = now - self.c.opts.catch_up_max_age_s
         oldest = max(float(since), horizon)
@@ -128,15 +165,9 @@ class SlackHistory:
         return out
 
     async def _engaged_roots(self, channel: str) -> list[str]:
-        assert self.c.layer is not None
-        t = threads_table
-        async with self.c.layer.store.read() as conn:
-            rows = (await conn.execute(
-                select(t.c.thread_root).where(
-                    t.c.platform == "slack", t.c.workspace == self.c.team_id,
-                    t.c.channel == channel, t.c.engaged.is_(True),
-                ).order_by(t.c.created_at.desc()).limit(self.c.opts.catch_up_max_threads))).all()
-        return [str(r.thread_root) for r in rows if valid_ts(str(r.thread_root))]
+        roots = await self.c.intake.engaged_roots(
+            "slack", self.c.team_id, channel, limit=self.c.opts.catch_up_max_threads)
+        return [r for r in roots if valid_ts(r)]
 
     async def fetch_thread_history(self, event: InboundEvent) -> list[InboundEvent]:
         """Earlier messages of a thread the bot joins mid-way (``conversations.replies``).
@@ -144,7 +175,7 @@ class SlackHistory:
         Only what the store has not recorded: recorded messages of the thread reach the
         prompt through the layer already, and must not appear twice.
         """
-        if self.c.client is None or self.c.layer is None or not valid_ts(event.thread_root):
+        if self.c.client is None or not valid_ts(event.thread_root):
             return []
         msgs = await self._pages("conversations_replies", channel=event.channel,
                                  ts=event.thread_root, latest=event.message_id,
@@ -157,10 +188,6 @@ class SlackHistory:
         found = found[-50:]
         if not found:
             return []
-        e = events_table
-        async with self.c.layer.store.read() as conn:
-            known = {str(r.dedupe_key) for r in (await conn.execute(
-                select(e.c.dedupe_key).where(e.c.dedupe_key.in_([f.dedupe_key for f in found]))
-            )).all()}
+        known = await self.c.intake.known_keys([f.dedupe_key for f in found])
         return [f for f in found if f.dedupe_key not in known]
 

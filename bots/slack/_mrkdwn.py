@@ -23,7 +23,7 @@ from markdown_it.tree import SyntaxTreeNode
 
 from bots.format import Chunk, pack_blocks
 
-__all__ = ["SLACK_LIMIT", "chunk_mrkdwn", "escape", "markdown_to_mrkdwn"]
+__all__ = ["SLACK_LIMIT", "chunk_mrkdwn", "escape", "markdown_to_mrkdwn", "render_progress"]
 
 #: Slack truncates ``text`` beyond 40,000 characters and advises 4,000; stay under that.
 SLACK_LIMIT = 3900
@@ -219,15 +219,22 @@ def _split(block: _Block, limit: int) -> list[_Block]:
 def chunk_mrkdwn(markdown: str, *, limit: int = SLACK_LIMIT) -> list[Chunk]:
     """Render and pack whole blocks into chunks of at most ``limit`` characters.
 
-    ``Chunk.html`` holds the mrkdwn (the layer's "formatted" field), ``Chunk.plain`` the
-    same text without formatting markers (still escaped).
+    ``Chunk.formatted`` holds the mrkdwn, ``Chunk.fallback`` the same text without
+    formatting markers (still escaped).
     """
     blocks: list[_Block] = []
     for b in _render(markdown):
         blocks.extend(_split(b, limit))
     if not blocks:
         text = escape(markdown.strip() or "(empty answer)")[:limit]
-        return [Chunk(html=text, plain=text)]
-    chunks = pack_blocks([Chunk(html=b.text, plain=b.plain) for b in blocks], limit=limit)
-    return [c for c in chunks if c.html.strip()] or [Chunk(html="(empty answer)",
-                                                           plain="(empty answer)")]
+        return [Chunk(formatted=text, fallback=text)]
+    chunks = pack_blocks([Chunk(formatted=b.text, fallback=b.plain) for b in blocks],
+                         limit=limit)
+    return [c for c in chunks if c.formatted.strip()] or [
+        Chunk(formatted="(empty answer)", fallback="(empty answer)")]
+
+
+def render_progress(text: str) -> Chunk:
+    """A progress message's plain lines as mrkdwn (``& < >`` escaped), and its fallback."""
+    escaped = escape(text)
+    return Chunk(formatted=escaped, fallback=escaped)

@@ -15,7 +15,7 @@ Redeliveries (``X-Slack-Retry-Num``, ``retry_attempt``, a replayed envelope) and
 store keeps one row and the layer answers once.
 
 Every replica takes, records and processes events (each thread on the replica holding its
-thread lease, see ``bots.leases``); catch-up runs only on the holder of the store lease
+thread lease, see ``bots.store.leases``); catch-up runs only on the holder of the store lease
 ``slack:<team>:<bot>``. Catch-up after downtime
 reads ``conversations.history`` and, for engaged threads and threads with new replies,
 ``conversations.replies`` from the channel's persisted cursor.
@@ -45,13 +45,13 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
-from sqlalchemy import select
 
-from bots._tables import outbox_table, threads_table
-from bots.connector import BaseConnector, DeliveryError, TurnHost, reap
+from bots._aio import reap
+from bots.connector import BaseConnector
 from bots.events import InboundEvent, ReplyTarget
 from bots.format import Chunk
-from bots.layer import LayerOptions
+from bots.options import LayerOptions
+from bots.port import DeliveryError, TurnHost
 from bots.progress import WORKING
 from bots.slack._convert import (
     COMMAND_NAMES,
@@ -63,7 +63,7 @@ from bots.slack._convert import (
     valid_ts,
 )
 from bots.slack._history import SlackHistory
-from bots.slack._mrkdwn import SLACK_LIMIT, chunk_mrkdwn
+from bots.slack._mrkdwn import SLACK_LIMIT, chunk_mrkdwn, render_progress
 from geode.errors import ConfigError
 from geode.settings import BindingSettings
 
@@ -248,6 +248,9 @@ class SlackConnector(BaseConnector):
     def render(self, markdown: str) -> list[Chunk]:
         return chunk_mrkdwn(markdown, limit=self.opts.chunk_limit)
 
+    def render_progress(self, text: str) -> Chunk:
+        return render_progress(text)
+
     def cursor_name(self, channel: str) -> str:
         return f"slack:{self.team_id}:{channel}:ts"
 
@@ -274,9 +277,9 @@ class SlackConnector(BaseConnector):
         self.workspace = self.team_id
         assert self.layer is not None
         # Where catch-up starts, read before the intake can move any cursor.
-        await self.layer.bindings.refresh(force=True)
+        await self.intake.refresh_bindings()
         for b in self.bound_channels():
-            saved = await self.layer.inbound.cursors.get(self.cursor_name(b.channel))
+            saved = await self.intake.cursors.get(self.cursor_name(b.channel))
             if saved is not None:
                 self.catch_up_from[b.channel] = saved
         self.app = AsyncApp(
@@ -358,7 +361,7 @@ class SlackConnector(BaseConnector):
     def bound_channels(self) -> list[BindingSettings]:
         """The Slack bindings of this workspace (configured and stored)."""
         assert self.layer is not None
-        return [b for b in self.layer.bindings.channels("slack")
+        return [b for b in self.intake.bound_channels("slack")
                 if not b.workspace or b.workspace == self.team_id]
 
     def convert(self, event: Any, channel: str | None = None) -> InboundEvent | None:
@@ -380,7 +383,7 @@ class SlackConnector(BaseConnector):
                 await self.submit([(marker, "ignored")])
             return
         cursor = None
-        if not ev.is_edit and await self.layer.bindings.lookup("slack", ev.workspace,
+        if not ev.is_edit and await self.intake.binding_for("slack", ev.workspace,
                                                                ev.channel) is not None:
             # A live message moves its channel's catch-up cursor forward (never back).
             ts = float(ev.message_id)
@@ -411,20 +414,7 @@ class SlackConnector(BaseConnector):
     async def _thread_for(self, cmd: SlashCommand) -> str | None:
         """The thread with the newest running turn in the channel, else the newest thread."""
         assert self.layer is not None
-        o, t = outbox_table, threads_table
-        async with self.layer.store.read() as conn:
-            row = (await conn.execute(
-                select(o.c.thread_root).where(
-                    o.c.platform == "slack", o.c.workspace == self.team_id,
-                    o.c.channel == cmd.channel, o.c.kind == "turn", o.c.status == "pending",
-                ).order_by(o.c.id.desc()).limit(1))).first()
-            if row is None:
-                row = (await conn.execute(
-                    select(t.c.thread_root).where(
-                        t.c.platform == "slack", t.c.workspace == self.team_id,
-                        t.c.channel == cmd.channel,
-                    ).order_by(t.c.created_at.desc()).limit(1))).first()
-        return None if row is None else str(row.thread_root)
+        return await self.intake.latest_thread("slack", self.team_id, cmd.channel)
 
     # -- catch-up (bots.slack._history) -----------------------------------------------------
 
@@ -440,7 +430,7 @@ class SlackConnector(BaseConnector):
 
     async def send(self, target: ReplyTarget, chunk: Chunk, *, plain: bool = False) -> str:
         assert self.client is not None
-        text = chunk.plain if plain else chunk.html
+        text = chunk.fallback if plain else chunk.formatted
         try:
             resp = await self.client.chat_postMessage(
                 channel=target.channel, text=text, mrkdwn=not plain,
@@ -456,7 +446,7 @@ class SlackConnector(BaseConnector):
         self, target: ReplyTarget, message_id: str, chunk: Chunk, *, plain: bool = False
     ) -> None:
         assert self.client is not None
-        text = chunk.plain if plain else chunk.html
+        text = chunk.fallback if plain else chunk.formatted
         try:
             await self.client.chat_update(channel=target.channel, ts=message_id, text=text)
         except (SlackApiError, SlackClientError, ClientError, TimeoutError) as exc:

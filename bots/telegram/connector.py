@@ -39,13 +39,16 @@ from telegram.error import (
 )
 from telegram.ext import ExtBot
 
-from bots.connector import BaseConnector, DeliveryError, TurnHost, reap
+from bots._aio import reap
+from bots.connector import BaseConnector
 from bots.events import InboundEvent, ReplyTarget
 from bots.format import Chunk
-from bots.layer import LayerOptions
+from bots.options import LayerOptions
+from bots.port import DeliveryError, TurnHost
 from bots.telegram._convert import convert_update, update_key
 from bots.telegram._ratelimit import PerChatRateLimiter, retry_after_seconds
 from bots.telegram._request import HttpBackend, build_request
+from bots.telegram.format import TELEGRAM_LIMIT, chunk_markdown, render_progress
 from geode.errors import ConfigError
 from geode.settings import BindingSettings
 
@@ -115,6 +118,7 @@ class TelegramConnector(BaseConnector):
     """
 
     platform = "telegram"
+    text_limit = TELEGRAM_LIMIT
 
     def __init__(
         self,
@@ -154,6 +158,12 @@ class TelegramConnector(BaseConnector):
 
     def bot_username(self) -> str | None:
         return self.username or None
+
+    def render(self, markdown: str) -> list[Chunk]:
+        return chunk_markdown(markdown, limit=self.text_limit)
+
+    def render_progress(self, text: str) -> Chunk:
+        return render_progress(text)
 
     @property
     def cursor_name(self) -> str:
@@ -209,7 +219,7 @@ class TelegramConnector(BaseConnector):
 
     async def _poll_loop(self) -> None:
         assert self.bot is not None and self.layer is not None
-        saved = await self.layer.inbound.cursors.get(self.cursor_name)
+        saved = await self.intake.cursors.get(self.cursor_name)
         offset = int(saved) if saved is not None else None
         failures = 0
         while True:
@@ -261,7 +271,7 @@ class TelegramConnector(BaseConnector):
                 continue
             ev = draft.event
             if draft.needs_root and ev.reply_to is not None:
-                root = roots.get((ev.channel, ev.reply_to)) or await self.layer.index.thread_of(
+                root = roots.get((ev.channel, ev.reply_to)) or await self.intake.thread_of(
                     ev.platform, ev.workspace, ev.channel, ev.reply_to)
                 ev = ev.with_thread(root or ev.reply_to)
             roots[(ev.channel, ev.message_id)] = ev.thread_root
@@ -383,8 +393,8 @@ _NO_PREVIEW = {"is_disabled": True}
 def _text(chunk: Chunk, plain: bool) -> dict[str, Any]:
     """The text fields of sendMessage / editMessageText: HTML, or plain after a markup error."""
     if plain:
-        return {"text": chunk.plain, "link_preview_options": _NO_PREVIEW}
-    return {"text": chunk.html, "parse_mode": "HTML", "link_preview_options": _NO_PREVIEW}
+        return {"text": chunk.fallback, "link_preview_options": _NO_PREVIEW}
+    return {"text": chunk.formatted, "parse_mode": "HTML", "link_preview_options": _NO_PREVIEW}
 
 
 def _map_error(exc: TelegramError, *, sending: bool) -> DeliveryError:

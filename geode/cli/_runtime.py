@@ -11,6 +11,7 @@ from geode.cli import _state
 from geode.daemon.factory import Runtime, SessionContext
 from geode.logging import configure_logging
 from geode.loop import LoopEvent, TurnResult, model_wait_text
+from geode.loop.events import ModelRetrying, ModelWaiting, TextDelta, ToolProposed, ToolResulted
 from geode.policy import Mode
 from geode.redact import redact_text
 from geode.settings import Settings, load_settings
@@ -64,23 +65,25 @@ class _StreamPrinter:
         self._pending = ""
 
     async def __call__(self, ev: LoopEvent) -> None:
-        if model_wait_text(ev.kind, ev.data) is not None:
-            self.flush()
-            sys.stderr.write("\n")  # after streamed text, the note starts its own line
-            await _print_wait(ev)
-        elif ev.kind == "text_delta":
-            self._pending += ev.data.get("text", "")
-            head, sep, tail = self._pending.rpartition("\n")
-            if sep:
-                self._pending = tail
-                sys.stdout.write(redact_text(head + sep))
-                sys.stdout.flush()
-        elif ev.kind == "tool_call":
-            self.flush()
-            sys.stderr.write(f"\n→ {ev.data.get('name')}\n")
-        elif ev.kind == "tool_result" and ev.data.get("status") != "ok":
-            text = redact_text(str(ev.data.get("text", "")))
-            sys.stderr.write(f"  ✗ {ev.data.get('status')}: {text[:200]}\n")
+        match ev:
+            case ModelWaiting() | ModelRetrying():
+                self.flush()
+                sys.stderr.write("\n")  # after streamed text, the note starts its own line
+                await _print_wait(ev)
+            case TextDelta(text=text):
+                self._pending += text
+                head, sep, tail = self._pending.rpartition("\n")
+                if sep:
+                    self._pending = tail
+                    sys.stdout.write(redact_text(head + sep))
+                    sys.stdout.flush()
+            case ToolProposed(name=name):
+                self.flush()
+                sys.stderr.write(f"\n→ {name}\n")
+            case ToolResulted(status=status, text=text) if status != "ok":
+                sys.stderr.write(f"  ✗ {status}: {redact_text(text)[:200]}\n")
+            case _:
+                pass
 
     def flush(self) -> None:
         if self._pending:

@@ -56,7 +56,7 @@ def bindings_list(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List bindings: config.toml ones and those added with `geode bindings add`."""
-    from bots.bindings import StoredBindings
+    from bots.store import StoredBindings
 
     settings = _settings()
 
@@ -118,7 +118,8 @@ def bindings_add(
     ] = "queue",
 ) -> None:
     """Bind a channel (stored; a running `geode serve` picks it up within seconds)."""
-    from bots.bindings import StoredBindings, parse_binding
+    from bots.bindings import parse_binding
+    from bots.store import StoredBindings
     from geode.errors import ConfigError
 
     if platform not in _PLATFORMS:
@@ -159,7 +160,7 @@ def bindings_remove(
     workspace: Annotated[str, typer.Option("--workspace", help="As given to `add`.")] = "",
 ) -> None:
     """Remove a stored binding (config.toml bindings are removed from the file)."""
-    from bots.bindings import StoredBindings
+    from bots.store import StoredBindings
 
     settings = _settings()
 
@@ -189,8 +190,8 @@ def bindings_sync_commands(
 
     if platform != "discord":
         raise ConfigError(f"sync-commands supports --platform discord, not {platform!r}.")
-    from bots.bindings import StoredBindings
     from bots.discord import sync_commands
+    from bots.store import StoredBindings
     from geode.settings import Secrets
 
     settings, secrets = load()
@@ -226,7 +227,7 @@ def pairing_list(
     import time
     from dataclasses import asdict
 
-    from bots.senders import PairingStore
+    from bots.store import PairingStore
 
     settings = _settings()
 
@@ -253,7 +254,7 @@ def pairing_list(
 @pairing_app.command("approve")
 def pairing_approve(code: Annotated[str, typer.Argument(help="The code the sender got.")]) -> None:
     """Allow the sender who received CODE (on that platform, in every bound channel)."""
-    from bots.senders import PairingStore
+    from bots.store import PairingStore
 
     settings = _settings()
 

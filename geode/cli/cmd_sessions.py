@@ -123,7 +123,8 @@ def sessions_timeline(
     session_id: Annotated[str, typer.Argument(help="The session id.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
 ) -> None:
-    """The session's append-only timeline (turns, tool calls, denials, schedule runs)."""
+    """The session's append-only timeline: turns, model calls, tool calls (proposed, denied
+    by which check, started, finished), verify decisions, channel messages, schedule runs."""
     settings, _ = load_typed()
 
     async def main() -> list[Any]:
@@ -142,3 +143,30 @@ def sessions_timeline(
             when = f"{r.created_at:%H:%M:%S}" if r.created_at else "-"
             typer.echo(f"{when}  {r.kind:24} {r.turn_id:16} "
                        f"{json.dumps(r.payload, ensure_ascii=False, default=str)[:120]}")
+
+
+@sessions_app.command("transcript")
+def sessions_transcript(
+    session_id: Annotated[str, typer.Argument(help="The session id.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """The session's conversation (user, assistant, tool calls with their outcomes), redacted."""
+    from geode.store.transcript import build_transcript, render_transcript
+
+    settings, _ = load_typed()  # registers the credentials the redaction masks
+
+    async def main() -> list[Any]:
+        async with await open_store(settings) as store:
+            await _require_session(store, session_id)
+            restored = await store.checkpointer(session_id).load()
+            messages = restored.messages if restored is not None else []
+            return list(build_transcript(messages))
+
+    entries = asyncio.run(main())
+    if json_out:
+        typer.echo(json.dumps([e.to_json() for e in entries], ensure_ascii=False, default=str))
+        return
+    if not entries:
+        typer.echo("no messages yet")
+    for line in render_transcript(entries):
+        typer.echo(line)

@@ -25,6 +25,15 @@ if TYPE_CHECKING:
     )
     from geode.daemon.lanes import LaneBusy, LaneKind, LaneQueue
     from geode.daemon.metrics import DaemonMetrics
+    from geode.daemon.port import (
+        HarnessPort,
+        OnSession,
+        OpeningNote,
+        SessionOverrides,
+        SessionStatus,
+        TurnOutcome,
+        WriteFence,
+    )
     from geode.daemon.scheduler import Job, JobStore, Scheduler
     from geode.daemon.serve import Connector, Daemon, ProviderFactory, scripted_factory
 
@@ -35,6 +44,9 @@ _EXPORTS: dict[str, str] = {
     "IPCServer": "ipc", "ProtocolError": "ipc", "RunRequest": "ipc", "ShuttingDown": "ipc",
     "LaneBusy": "lanes", "LaneKind": "lanes", "LaneQueue": "lanes",
     "DaemonMetrics": "metrics",
+    "HarnessPort": "port", "OnSession": "port", "OpeningNote": "port",
+    "SessionOverrides": "port", "SessionStatus": "port", "TurnOutcome": "port",
+    "WriteFence": "port",
     "Job": "scheduler", "JobStore": "scheduler", "Scheduler": "scheduler",
     "Connector": "serve", "Daemon": "serve", "ProviderFactory": "serve",
     "scripted_factory": "serve",
@@ -46,6 +58,7 @@ __all__ = [
     "Daemon",
     "DaemonMetrics",
     "DaemonNotRunning",
+    "HarnessPort",
     "HealthServer",
     "HomeLock",
     "IPCClient",
@@ -55,6 +68,8 @@ __all__ = [
     "LaneBusy",
     "LaneKind",
     "LaneQueue",
+    "OnSession",
+    "OpeningNote",
     "ProtocolError",
     "ProviderFactory",
     "RunRequest",
@@ -62,7 +77,11 @@ __all__ = [
     "Scheduler",
     "Session",
     "SessionContext",
+    "SessionOverrides",
+    "SessionStatus",
     "ShuttingDown",
+    "TurnOutcome",
+    "WriteFence",
     "scripted_factory",
 ]
 

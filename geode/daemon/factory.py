@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from geode.daemon.spend import SpendControl, SpendIdentity
+from geode.daemon.port import (
+    OpeningNote,
+    SessionOverrides,
+    SessionStatus,
+    TurnOutcome,
+    WriteFence,
+)
+from geode.daemon.spend import SpendControl, SpendIdentity, usage_status_lines
 from geode.errors import ConfigError, RunError
 from geode.executor import (
     Approver,
@@ -45,6 +52,8 @@ from geode.loop import (
 from geode.loop.events import EventSink
 from geode.loop.resume import dangling_calls, repair_dangling
 from geode.loop.system_prompt import SystemPromptSources, build_system_prompt
+from geode.loop.timeline import TurnTimeline
+from geode.messages import Message
 from geode.policy import MODE_POLICIES, Mode, SessionScope, session_scope
 from geode.providers._clients import ClientCache
 from geode.providers.base import BaseProvider
@@ -57,7 +66,7 @@ from geode.providers.catalog import (
 )
 from geode.providers.factory import build_provider
 from geode.providers.retry import RetryPolicy
-from geode.settings import BindingSettings, Secrets, Settings
+from geode.settings import Secrets, Settings, SpendCaps
 from geode.tools.base import ToolDef
 from geode.tools.builtin import builtin_tools
 from geode.tools.names import check_tool_names
@@ -65,10 +74,10 @@ from geode.tools.plan import BoundToolPlan
 from geode.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection
-
+    from geode.mcp.manager import MCPServerManager
     from geode.providers.codex_auth import CodexLogin
     from geode.providers.judge import Judge
+    from geode.store import Store
     from geode.store.timeline import SessionTimeline
 
 __all__ = ["Runtime", "Session", "SessionContext"]
@@ -86,7 +95,12 @@ class SessionContext:
     model: str | None = None
     #: access path ("api" / "codex"); None = [model.paths] / [model] path / api
     path: str | None = None
-    binding: BindingSettings | None = None
+    #: neutral adjustments (a channel maps its binding onto these)
+    overrides: SessionOverrides = field(default_factory=SessionOverrides)
+    #: run inside each checkpoint transaction of the session; raising aborts the save
+    fence: WriteFence | None = None
+    #: a timeline row written with the turn's first checkpoint, in its transaction
+    opening_note: OpeningNote | None = None
     user: str | None = None
     allow_tools: Sequence[str] = ()
     deny_tools: Sequence[str] = ()
@@ -105,14 +119,12 @@ class SessionContext:
     #: the conversation per-thread spend caps count (a channel thread); default: the session
     thread: str | None = None
     #: who opened it, for `geode sessions list` (cli, telegram, schedule, mcp, ...);
-    #: empty: derived from the mode and binding
+    #: empty: derived from the mode
     source: str = ""
 
     def session_source(self) -> str:
         if self.source:
             return self.source
-        if self.binding is not None:
-            return self.binding.platform
         return {"SCHEDULER": "schedule", "DAEMON": "channel"}.get(self.mode, "cli")
 
     def session_metadata(self) -> dict[str, Any]:
@@ -172,21 +184,6 @@ class Session:
     def cancel(self) -> bool:
         return self.loop.cancel()
 
-    def stage_timeline(self, *, kind: str, payload: dict[str, Any], turn_id: str = "") -> None:
-        """A timeline row written with the session's next checkpoint (same transaction);
-        dropped if the session has no store."""
-        stage = getattr(self.loop.deps.checkpointer, "stage_timeline", None)
-        if stage is not None:
-            stage(kind=kind, payload=payload, turn_id=turn_id)
-
-    def fence_saves(self, check: Callable[[Connection], None]) -> None:
-        """Run ``check`` first inside each of the session's checkpoint transactions; if it
-        raises, the save is not written (a channel turn whose thread another replica took
-        over must not add to the session's chain). No-op without a store."""
-        checkpointer = self.loop.deps.checkpointer
-        if checkpointer is not None and hasattr(checkpointer, "fence"):
-            checkpointer.fence = check
-
 
 class Runtime:
     """Process-wide shared parts; open once per process (``async with Runtime.open(...)``)."""
@@ -196,10 +193,10 @@ class Runtime:
         *,
         settings: Settings,
         secrets: Secrets,
-        store: Any | None = None,
+        store: Store | None = None,
         hooks: HookRegistry | None = None,
         observers: HookSystem | None = None,
-        mcp: Any | None = None,
+        mcp: MCPServerManager | None = None,
         tools: Sequence[ToolDef] | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
@@ -369,7 +366,7 @@ class Runtime:
     # -- sessions --------------------------------------------------------------------------
 
     def _scope(self, ctx: SessionContext) -> SessionScope:
-        b = ctx.binding
+        o = ctx.overrides
         known = {t.name for t in (*self.registry, *ctx.extra_tools)}
         known.update(*(p.denied_tools for p in MODE_POLICIES.values()))  # delegate_task
         servers = self.mcp.servers if self.mcp is not None else ()
@@ -380,8 +377,8 @@ class Runtime:
         check_tool_names(ctx.deny_tools, known=known, mcp_servers=servers, what="--deny-tool")
         return session_scope(
             ctx.mode,
-            channel_tools=b.tools if b else None,
-            computer_use=b.computer_use if b else False,
+            channel_tools=o.tools,
+            computer_use=o.computer_use,
             allow_tools=ctx.allow_tools,
             deny_tools=ctx.deny_tools,
         )
@@ -389,18 +386,18 @@ class Runtime:
     def _limits(self, ctx: SessionContext, ref: ModelRef) -> LoopLimits:
         loop = self.settings.loop
         budget = ctx.time_budget_s
-        if budget is None and ctx.binding is not None:
-            budget = ctx.binding.time_budget_s
+        if budget is None:
+            budget = ctx.overrides.time_budget_s
         if budget is None:
             budget = loop.time_budget_s
         if budget is None:
             budget = MODE_POLICIES[ctx.mode].time_budget_s
         price = self.settings.model.prices.get(ref.id) or self.settings.model.prices.get(ref.model)
         if price is None and ref.provider != "scripted":
-            b = ctx.binding
+            own = ctx.overrides.spend_caps
             usd = [("[loop] cost_budget_usd", loop.cost_budget_usd)] + [
                 (f"{where} {name}", getattr(caps, name))
-                for where, caps in (("[budgets]", self.settings.budgets), ("the binding's", b))
+                for where, caps in (("[budgets]", self.settings.budgets), ("the binding's", own))
                 if caps is not None for name in ("max_usd_per_day", "max_usd_per_turn")]
             for what, value in usd:
                 if value is not None:  # a USD cap cannot count an unpriced model: never guess
@@ -442,7 +439,7 @@ class Runtime:
 
     async def open_session(self, ctx: SessionContext) -> Session:
         """Build (or resume) a session with its paired executor and loop."""
-        model_id = ctx.model or (ctx.binding.model if ctx.binding and ctx.binding.model else None)
+        model_id = ctx.model or ctx.overrides.model or None
         if ctx.provider is not None:
             model_name = model_id or "scripted"
             ref = ModelRef(
@@ -482,12 +479,18 @@ class Runtime:
         plan_source = _PlanSource(self.registry, extra, scope, mcp=self.mcp)
 
         rules = [*ctx.rules]
-        if ctx.binding is not None and ctx.binding.system_prompt:
-            rules.append(ctx.binding.system_prompt)
+        if ctx.overrides.prompt_addition:
+            rules.append(ctx.overrides.prompt_addition)
         sources = SystemPromptSources(
             home=self.settings.home, workspace=ctx.workspace, rules=rules, mode=ctx.mode
         )
-        checkpointer = self.store.checkpointer(session_id) if self.store is not None else None
+        checkpointer = None
+        if self.store is not None:
+            note = ctx.opening_note
+            checkpointer = self.store.checkpointer(
+                session_id, fence=ctx.fence,
+                opening=[(note.kind, note.payload, note.turn_id)] if note is not None else (),
+            )
         deps = RunDeps(
             session_id=session_id,
             mode=ctx.mode,
@@ -505,6 +508,8 @@ class Runtime:
             spend=self._spend(ctx, session_id),
             on_event=ctx.on_event,
             stream=ctx.stream,
+            timeline=TurnTimeline(writer=timeline, session_id=session_id, source=ctx.mode,
+                                  sender=ctx.user),
         )
         uncertain: list[str] = []
         if dangling_calls(messages):
@@ -547,16 +552,17 @@ class Runtime:
         """The session's spend caps and usage ledger (none without a store)."""
         if self.store is None:
             return None
-        b = ctx.binding
+        o = ctx.overrides
         identity = SpendIdentity(
             session_id=session_id,
-            binding=f"{b.platform}:{b.channel}" if b is not None else "",
-            platform=b.platform if b is not None else "",
+            binding=o.spend_scope,
+            platform=ctx.source if o.spend_scope else "",
             user=ctx.user or "",
             thread=ctx.thread or session_id,
         )
         return SpendControl(ledger=self.store.usage, identity=identity,
-                            budgets=self.settings.budgets, binding_caps=b, clock=self.clock,
+                            budgets=self.settings.budgets, binding_caps=o.spend_caps,
+                            clock=self.clock,
                             timeline=self.store.timeline, observer=self.observers)
 
     def _entitle(self, session_id: str) -> Callable[[str], Awaitable[None]] | None:
@@ -569,6 +575,50 @@ class Runtime:
 
         return entitle
 
+    # -- what a host asks about sessions (the harness port) ----------------------------------
+
+    async def turn_outcome(self, session_id: str, turn_id: str) -> TurnOutcome:
+        """What the checkpoint chain says about turn ``turn_id`` of ``session_id``.
+
+        Raises:
+            StoreError: the chain could not be read.
+        """
+        if self.store is None or not turn_id:
+            return TurnOutcome(state="not_started")
+        restored = await self.store.checkpointer(session_id).load()
+        if restored is None or restored.state.get("turn_id") != turn_id:
+            return TurnOutcome(state="not_started")
+        termination = restored.state.get("last_termination")
+        if not termination:
+            return TurnOutcome(state="started")
+        return TurnOutcome(state="finished", termination=str(termination),
+                           text=_last_assistant_text(restored.messages))
+
+    async def usage_status(self, *, scope: str, caps: SpendCaps) -> list[str]:
+        """Today's usage under ``scope`` (a binding) against its per-day caps."""
+        if self.store is None:
+            return []
+        return await usage_status_lines(ledger=self.store.usage, budgets=self.settings.budgets,
+                                        binding=scope, caps=caps, now=self.clock())
+
+    async def session_status(self, session_id: str) -> SessionStatus:
+        """The session's record and the termination of its latest finished turn."""
+        if self.store is None:
+            return SessionStatus(session_id=session_id, exists=False)
+        record = await self.store.sessions.get(session_id)
+        if record is None:
+            return SessionStatus(session_id=session_id, exists=False)
+        last: str | None = None
+        rows = await self.store.checkpoints.list(session_id, limit=100)
+        for row in sorted(rows, key=lambda r: r.seq, reverse=True):
+            term = row.state.get("last_termination")
+            if term:
+                last = str(term)
+                break
+        return SessionStatus(session_id=session_id, exists=True, model=record.model or "",
+                             parent_session_id=record.parent_session_id,
+                             status=record.status, last_termination=last)
+
     async def _load_or_create(
         self, ctx: SessionContext, model: str
     ) -> tuple[str, list[Any], dict[str, str], dict[str, Any]]:
@@ -578,7 +628,7 @@ class Runtime:
             return ctx.session_id or new_id("s"), [], {}, {}
         sessions = self.store.sessions
         if ctx.session_id:
-            if ctx.mode in ("HEADLESS", "REPL", "IPC") and not ctx.binding:
+            if ctx.mode in ("HEADLESS", "REPL", "IPC"):
                 if not await sessions.exists(ctx.session_id):
                     # A user asked to continue a session that does not exist: say so (exit 2).
                     raise ConfigError(f"Session {ctx.session_id!r} does not exist. "
@@ -616,7 +666,7 @@ class _PlanSource:
         extra: Sequence[ToolDef],
         scope: SessionScope,
         *,
-        mcp: Any | None = None,
+        mcp: MCPServerManager | None = None,
     ) -> None:
         self.registry = registry
         self.extra = list(extra)
@@ -635,3 +685,14 @@ class _PlanSource:
 
 
 MakeProvider = Callable[[ModelRef], BaseProvider]
+
+
+def _last_assistant_text(messages: Sequence[Message]) -> str:
+    """The last assistant text of the latest turn (after its user message), or ``""``."""
+    for m in reversed(messages):
+        if m.role == "assistant":
+            if m.text:
+                return m.text
+        elif m.role == "user":
+            break
+    return ""

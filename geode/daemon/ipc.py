@@ -51,8 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
-from geode.daemon.lanes import LaneBusy
-from geode.errors import ConfigError, GeodeError, StoreError
+from geode.errors import ConfigError, GeodeError, LaneBusy, ShuttingDown, StoreError
 
 if TYPE_CHECKING:  # kept out of the import path of `geode ask` (cold start)
     from geode.executor.decisions import ApprovalRequest
@@ -88,13 +87,6 @@ _ANSWERS: frozenset[str] = frozenset({"allow", "deny", "always"})
 
 class ProtocolError(Exception):
     """A frame that breaks the protocol; the connection is closed after an error frame."""
-
-
-class ShuttingDown(Exception):
-    """The daemon is draining and takes no new turns."""
-
-    def __str__(self) -> str:
-        return "the daemon is shutting down; try again later"
 
 
 class DaemonNotRunning(ConfigError):

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from geode.errors import ConfigError
+from geode.errors import ConfigError, LaneBusy
 
 if TYPE_CHECKING:
     from geode.settings import LaneSettings
@@ -39,18 +39,6 @@ LaneKind = Literal["cli", "channel", "scheduler"]
 
 #: called after every acquisition attempt: (kind, seconds waited, "ok" | "busy")
 WaitObserver = Callable[[str, float, str], None]
-
-
-class LaneBusy(Exception):
-    """The lanes stayed full for the whole wait bound; the request did not run."""
-
-    def __init__(self, *, lane: str, kind: str, waited_s: float) -> None:
-        self.lane = lane
-        self.kind = kind
-        self.waited_s = waited_s
-        super().__init__(
-            f"busy: the {lane} lane stayed full for {waited_s:.1f}s; try again later"
-        )
 
 
 @dataclass(frozen=True)

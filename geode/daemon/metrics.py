@@ -1,15 +1,12 @@
 """Prometheus metrics of a running daemon, fed by the Runtime's observation hooks.
 
-The loop sends every lifecycle event to the Runtime's :class:`~geode.hooks.HookSystem`
-(``turn_started``, ``assistant_text``, ``tool_call``, ``tool_result``, ``turn_finished``,
-each with ``session_id``), the executor sends ``tool.denied`` (with the ``check``) and the
-spend control ``usage.recorded`` / ``spend.cap_reached``;
-:meth:`DaemonMetrics.observe` turns them into counters. It
-decides nothing and is synchronous (the HookSystem runs sync observers inline).
+The loop sends its typed events to the Runtime's :class:`~geode.hooks.HookSystem`;
+:meth:`DaemonMetrics.on_loop_event` ``match``es on them (a denied tool result carries the
+check that denied it); :meth:`DaemonMetrics.observe` takes the named events: the spend
+control's ``usage.recorded`` / ``spend.cap_reached`` and the channel layer's lease events.
+Both decide nothing and are synchronous (the HookSystem runs them inline).
 
-Model latency is measured between the moment the loop hands work to the model (turn
-started, a repair round, or the last result of a tool batch delivered) and the
-``model_response`` event; it includes building the request and retries.
+Model latency is the loop's own measure of each answered model call (retries included).
 
 Per model, ``model_call_finished`` (the loop's observer-only event) feeds calls and errors;
 tokens and cost come from the spend control's ``usage.recorded``. Per platform, the channel
@@ -23,11 +20,12 @@ several daemons (tests) never collide.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from geode.loop.events import LoopEvent, ModelResponded, ToolResulted, TurnFinished, TurnStarted
 
 __all__ = ["CONTENT_TYPE", "DaemonMetrics"]
 
@@ -100,8 +98,6 @@ class DaemonMetrics:
         self.rate_limited = Counter("geode_channel_rate_limited",
                                     "Rate-limit answers (HTTP 429, RetryAfter) to the layer's "
                                     "sends, per platform.", ["platform"], registry=r)
-        # session_id -> monotonic time the model was handed work
-        self._model_started: dict[str, float] = {}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -112,36 +108,31 @@ class DaemonMetrics:
         if outcome == "busy":
             self.lane_busy.labels(kind=kind).inc()
 
+    def on_loop_event(self, session_id: str, event: LoopEvent) -> None:
+        """The typed loop observer (``HookSystem.subscribe_loop``; sync, quick)."""
+        match event:
+            case TurnStarted():
+                self.turns_running.inc()
+            case ModelResponded(latency_s=latency):
+                self.model_latency.observe(latency)
+            case ToolResulted(status=status, check=check):
+                self.tool_calls.labels(status=status).inc()
+                if status == "denied":
+                    self.denials.labels(check=check or "unknown").inc()
+            case TurnFinished(termination=termination):
+                self.turns_running.dec()
+                self.turns.labels(termination=termination).inc()
+            case _:
+                pass
+
     def observe(self, event: str, data: Mapping[str, Any]) -> None:
-        """The HookSystem observer (sync, quick)."""
-        sid = str(data.get("session_id", ""))
-        if event == "turn_started":
-            self.turns_running.inc()
-            self._model_started[sid] = time.monotonic()
-        elif event == "verify_failed":  # a repair round: the model is asked again
-            self._model_started[sid] = time.monotonic()
-        elif event in ("model_response", "assistant_text", "tool_call"):
-            started = self._model_started.pop(sid, None)
-            if started is not None:
-                self.model_latency.observe(time.monotonic() - started)
-        elif event == "tool_result":
-            status = str(data.get("status", "unknown"))
-            self.tool_calls.labels(status=status).inc()
-            # the next model call starts when the batch's results are in; the last result
-            # of the batch sets the final value
-            self._model_started[sid] = time.monotonic()
-        elif event == "tool.denied":  # the executor's event names the check that denied
-            self.denials.labels(check=str(data.get("check", "unknown"))).inc()
-        elif event in ("usage.recorded", "spend.cap_reached"):
+        """The named-event observer (sync, quick): spend and channel lease events."""
+        if event in ("usage.recorded", "spend.cap_reached"):
             self._spend(event, data)
         elif event == "model_call_finished":
             self._model_call(data)
         elif event.startswith("channel."):
             self._channel(event, data)
-        elif event == "turn_finished":
-            self.turns_running.dec()
-            self._model_started.pop(sid, None)
-            self.turns.labels(termination=str(data.get("termination", "unknown"))).inc()
 
     def _spend(self, event: str, data: Mapping[str, Any]) -> None:
         """The spend control's events (``geode.daemon.spend``)."""

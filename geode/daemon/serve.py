@@ -29,7 +29,7 @@ import os
 import secrets
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -37,22 +37,25 @@ import structlog
 
 from geode.daemon.factory import Runtime, Session, SessionContext
 from geode.daemon.health import HealthServer
-from geode.daemon.ipc import Connection, HomeLock, IPCServer, RunRequest, ShuttingDown
+from geode.daemon.ipc import Connection, HomeLock, IPCServer, RunRequest
 from geode.daemon.lanes import LaneKind, LaneQueue
 from geode.daemon.metrics import DaemonMetrics
+from geode.daemon.port import OnSession, SessionStatus, TurnOutcome
 from geode.daemon.scheduler import Job, JobStore, Scheduler
-from geode.errors import ConfigError
+from geode.errors import ConfigError, ShuttingDown
 from geode.loop import TurnResult
 from geode.providers.base import BaseProvider
-from geode.settings import Secrets, Settings
+from geode.settings import Secrets, Settings, SpendCaps
 
 __all__ = ["Connector", "Daemon", "ProviderFactory"]
 
 log = structlog.get_logger(__name__)
 
+#: the named events the metrics count (loop events reach them typed, ``subscribe_loop``)
+_NAMED_METRICS = r"channel\..*|usage\.recorded|spend\.cap_reached|model_call_finished"
+
 #: builds a fresh model adapter per session (``--demo``, GEODE_SCRIPTED_MODEL)
 ProviderFactory = Callable[[], BaseProvider]
-OnSession = Callable[[Session], Awaitable[None]]
 
 
 @runtime_checkable
@@ -138,7 +141,8 @@ class Daemon:
                 kw["mcp"] = MCPServerManager.from_settings(self.settings, self.secrets)
             self.runtime = await Runtime.create(settings=self.settings, secrets=self.secrets,
                                                 **kw)
-            self.runtime.observers.subscribe(self.metrics.observe)
+            self.runtime.observers.subscribe(self.metrics.observe, events=_NAMED_METRICS)
+            self.runtime.observers.subscribe_loop(self.metrics.on_loop_event)
             self.model_status = self._check_model(self.runtime)
             if not self.model_status[0]:
                 log.warning("daemon.model_not_ready", reason=self.model_status[1])
@@ -325,6 +329,23 @@ class Daemon:
                 return await session.run(prompt, turn_id=turn_id)
             finally:
                 self._active.pop(task, None)
+
+    async def turn_outcome(self, session_id: str, turn_id: str) -> TurnOutcome:
+        """What the checkpoint chain says about one turn (see :class:`TurnOutcome`)."""
+        return await self._open_runtime().turn_outcome(session_id, turn_id)
+
+    async def session_status(self, session_id: str) -> SessionStatus:
+        """A session's record and its latest finished turn's termination."""
+        return await self._open_runtime().session_status(session_id)
+
+    async def usage_status(self, *, scope: str, caps: SpendCaps) -> list[str]:
+        """Today's usage under ``scope`` against its per-day caps (``/status``)."""
+        return await self._open_runtime().usage_status(scope=scope, caps=caps)
+
+    def _open_runtime(self) -> Runtime:
+        if self.runtime is None:
+            raise ShuttingDown()
+        return self.runtime
 
     async def _handle_ipc(self, req: RunRequest, conn: Connection) -> dict[str, Any]:
         workspace = Path(req.cwd) if req.cwd else self.workspace

@@ -14,7 +14,7 @@ from geode.executor._dispatch import Block, DispatchOutcome
 from geode.executor.decisions import ToolCall
 from geode.hooks.registry import HookEvent, HookRegistry, PostToolOutcome
 from geode.loop.protocols import TurnInfo
-from geode.messages import TextBlock, ToolResultBlock
+from geode.messages import TextBlock, ToolResultBlock, ToolStatus
 
 __all__ = ["build_result", "run_post_tool_hooks", "truncate"]
 
@@ -77,8 +77,14 @@ def build_result(
             f"The tool did run (status: {outcome.status}); do not run it again just to see "
             "its output."
         )
-        return ToolResultBlock.text(call.id, notice, is_error=outcome.is_error)
+        return ToolResultBlock.text(call.id, notice, is_error=outcome.is_error,
+                                    status=_STATUS[outcome.status])
     content = truncate(outcome.content, max_chars)
     if post is not None:
         content.extend(TextBlock(text=f"[hook context] {c}") for c in post.context)
-    return ToolResultBlock(tool_use_id=call.id, content=content, is_error=outcome.is_error)
+    return ToolResultBlock(tool_use_id=call.id, content=content, is_error=outcome.is_error,
+                           status=_STATUS[outcome.status])
+
+
+#: a dispatch's outcome as the result's status
+_STATUS: dict[str, ToolStatus] = {"done": "ok", "failed": "error", "uncertain": "uncertain"}

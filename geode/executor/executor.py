@@ -297,7 +297,8 @@ class ToolExecutor:
         log.info("tool call denied", tool=call.name, check=deny.check, reason=deny.reason)
         await self._record(turn, "tool.denied", call, check=deny.check, reason=deny.reason)
         self._observe("tool.denied", turn, call, check=deny.check, reason=deny.reason)
-        return ToolResultBlock.text(call.id, deny.text, is_error=True)
+        return ToolResultBlock.text(call.id, deny.text, is_error=True, status="denied",
+                                    check=deny.check)
 
     async def _record(self, turn: TurnInfo, kind: str, call: ToolCall, **payload: Any) -> None:
         """Append to the SessionTimeline; it observes, so its failure never stops a call."""
@@ -335,5 +336,5 @@ def _task_result(
         cleared.call.id,
         f"'{cleared.call.name}' hit an internal error in the tool boundary while running; "
         "its effect is uncertain. Check before trying again.",
-        is_error=True,
+        is_error=True, status="uncertain",
     )

@@ -7,6 +7,7 @@ runs without a store.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -144,6 +145,15 @@ class MemoryTimeline:
                 correlation_id=correlation_id, payload=dict(payload or {}),
             )
         )
+
+    async def append_many(
+        self, *, session_id: str, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        for r in rows:
+            await self.append(session_id=session_id, turn_id=str(r.get("turn_id", "")),
+                              kind=str(r["kind"]),
+                              correlation_id=str(r.get("correlation_id", "")),
+                              payload=dict(r.get("payload") or {}))
 
     def kinds(self, call_id: str | None = None) -> list[str]:
         """Entry kinds in order, optionally only those about one call."""

@@ -16,7 +16,7 @@ from geode.hooks.registry import (
     load_entry_point_hooks,
 )
 from geode.hooks.shell import HookCommandError, ShellHook, load_shell_hooks
-from geode.hooks.system import HookSystem, ObserverFn
+from geode.hooks.system import HookSystem, LoopObserverFn, ObserverFn
 
 __all__ = [
     "HOOK_POINTS",
@@ -28,6 +28,7 @@ __all__ = [
     "HookRegistry",
     "HookResult",
     "HookSystem",
+    "LoopObserverFn",
     "ObserverFn",
     "PostToolOutcome",
     "PreToolOutcome",

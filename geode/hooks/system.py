@@ -1,9 +1,12 @@
 """Observation hooks: lifecycle events for metrics, logs and dashboards. They decide nothing.
 
 An observer gets ``(event, data)`` with a deep, read-only copy of the data, so it cannot
-change what the harness does or sees. Its exceptions are logged and dropped. ``emit`` is
-synchronous (the loop calls it without awaiting); async observers are scheduled as tasks
-and :meth:`HookSystem.drain` waits for them (shutdown, tests).
+change what the harness does or sees. A typed observer (:meth:`HookSystem.subscribe_loop`)
+gets ``(session_id, event)`` for the loop's events, frozen dataclasses it ``match``es on;
+name-based observers see those too, as ``(event.kind, {"session_id", **event.data})``.
+Its exceptions are logged and dropped. ``emit`` is synchronous (the loop calls it without
+awaiting); async observers are scheduled as tasks and :meth:`HookSystem.drain` waits for
+them (shutdown, tests).
 """
 
 from __future__ import annotations
@@ -14,15 +17,20 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import structlog
 
-__all__ = ["HookSystem", "ObserverFn"]
+if TYPE_CHECKING:
+    from geode.loop.events import LoopEvent
+
+__all__ = ["HookSystem", "LoopObserverFn", "ObserverFn"]
 
 log = structlog.get_logger(__name__)
 
 ObserverFn: TypeAlias = Callable[[str, Mapping[str, Any]], Awaitable[None] | None]
+#: a typed observer of one session's loop events: ``(session_id, event)``
+LoopObserverFn: TypeAlias = Callable[[str, "LoopEvent"], None]
 
 
 class HookSystem:
@@ -30,6 +38,7 @@ class HookSystem:
 
     def __init__(self) -> None:
         self._observers: list[tuple[ObserverFn, re.Pattern[str] | None]] = []
+        self._loop_observers: list[LoopObserverFn] = []
         self._pending: set[asyncio.Task[None]] = set()
 
     def subscribe(self, fn: ObserverFn, *, events: str | None = None) -> ObserverFn:
@@ -40,8 +49,24 @@ class HookSystem:
         self._observers.append((fn, re.compile(events) if events else None))
         return fn
 
+    def subscribe_loop(self, fn: LoopObserverFn) -> LoopObserverFn:
+        """Add a typed observer of the loop's events (sync, quick; its failures are logged)."""
+        self._loop_observers.append(fn)
+        return fn
+
     def unsubscribe(self, fn: ObserverFn) -> None:
         self._observers = [(f, m) for f, m in self._observers if f is not fn]
+
+    def loop_event(self, session_id: str, event: LoopEvent, /) -> None:
+        """Deliver a loop event to the typed observers, then by name to the others."""
+        for fn in list(self._loop_observers):
+            try:
+                fn(session_id, event)
+            except Exception:  # observation must never break a run
+                log.warning("observer failed", observer=_name(fn), hook_event=event.kind,
+                            exc_info=True)
+        if self._observers:
+            self.emit(event.kind, session_id=session_id, **event.data)
 
     def emit(self, event: str, /, **data: Any) -> None:
         """Deliver ``event`` to every matching observer; never raises."""

@@ -1,7 +1,25 @@
 """The agent loop: one user turn in six phases (input, call, model, tools, observe, finish)."""
 
 from geode.loop.agent_loop import AgenticLoop, TurnResult
-from geode.loop.events import EventSink, LoopEvent, model_wait_text
+from geode.loop.events import (
+    AssistantText,
+    CheckpointSaved,
+    Compacted,
+    EventSink,
+    LoopEvent,
+    ModelFailed,
+    ModelResponded,
+    ModelRetrying,
+    ModelWaiting,
+    TextDelta,
+    ToolProposed,
+    ToolResulted,
+    TurnFinished,
+    TurnStarted,
+    VerifyFailed,
+    VerifyPassed,
+    model_wait_text,
+)
 from geode.loop.protocols import (
     BatchSaveFailed,
     Checkpointer,
@@ -22,11 +40,18 @@ from geode.loop.termination import SUCCESS_REASONS, TerminationReason
 __all__ = [
     "SUCCESS_REASONS",
     "AgenticLoop",
+    "AssistantText",
     "BatchSaveFailed",
+    "CheckpointSaved",
     "Checkpointer",
+    "Compacted",
     "EventSink",
     "LoopEvent",
     "LoopLimits",
+    "ModelFailed",
+    "ModelResponded",
+    "ModelRetrying",
+    "ModelWaiting",
     "Observer",
     "PromptDecision",
     "PromptGate",
@@ -36,10 +61,17 @@ __all__ = [
     "SpendRefusal",
     "StepSnapshot",
     "TerminationReason",
+    "TextDelta",
+    "ToolProposed",
+    "ToolResulted",
     "ToolRunner",
+    "TurnFinished",
     "TurnInfo",
     "TurnResult",
+    "TurnStarted",
     "Verifier",
+    "VerifyFailed",
     "VerifyOutcome",
+    "VerifyPassed",
     "model_wait_text",
 ]

@@ -5,13 +5,11 @@ from typing import Any
 
 import structlog
 
+from geode.loop.events import LoopEvent
 from geode.loop.protocols import TurnInfo
 from geode.loop.state import RunDeps, RunState
-from geode.messages import ToolResultBlock
 
 log = structlog.get_logger(__name__)
-
-DENIAL_PREFIX = "denied by "
 
 
 def new_id(prefix: str) -> str:
@@ -28,12 +26,6 @@ def turn_info(deps: RunDeps, state: RunState, correlation_id: str = "") -> TurnI
     )
 
 
-def result_status(result: ToolResultBlock) -> str:
-    if not result.is_error:
-        return "ok"
-    return "denied" if result.text_content.startswith(DENIAL_PREFIX) else "error"
-
-
 def observe(deps: RunDeps, kind: str, **data: Any) -> None:
     """Tell the observers only (metrics, traces, ledger), not the driver's event stream:
     for facts no terminal or channel shows, e.g. a model call's start and its usage."""
@@ -44,17 +36,21 @@ def observe(deps: RunDeps, kind: str, **data: Any) -> None:
             pass
 
 
-async def emit(deps: RunDeps, kind: Any, **data: Any) -> None:
-    """Send a loop event to the driver and the observers; neither can break the turn."""
-    from geode.loop.events import LoopEvent
-
+async def emit(deps: RunDeps, event: LoopEvent) -> None:
+    """Record a loop event on the turn's timeline, send it to the observers and the
+    driver; none of them can break the turn."""
+    if deps.timeline is not None:
+        try:
+            deps.timeline.record(event)
+        except Exception:
+            log.warning("timeline row not built", kind=event.kind, exc_info=True)
     if deps.observer is not None:
         try:
-            deps.observer.emit(kind, session_id=deps.session_id, **data)
+            deps.observer.loop_event(deps.session_id, event)
         except Exception:
             pass
     if deps.on_event is not None:
         try:
-            await deps.on_event(LoopEvent(kind, data))
+            await deps.on_event(event)
         except Exception:
-            log.debug("event sink failed", kind=kind, exc_info=True)
+            log.debug("event sink failed", kind=event.kind, exc_info=True)

@@ -10,6 +10,7 @@ from typing import Any
 import structlog
 
 from geode.loop._util import emit, new_id
+from geode.loop.events import TurnFinished
 from geode.loop.phase_call import prepare_call
 from geode.loop.phase_finish import verify
 from geode.loop.phase_input import prepare_input, resume_input
@@ -167,14 +168,13 @@ class AgenticLoop:
             text_is_note=text_is_note,
         )
         self.last_result = result
-        await emit(
-            self.deps,
-            "turn_finished",
-            turn_id=state.turn_id,
-            termination=finish.reason.value,
-            detail=finish.detail,
-            rounds=result.rounds,
-        )
+        await emit(self.deps, TurnFinished(
+            turn_id=state.turn_id, termination=finish.reason.value, detail=finish.detail,
+            rounds=result.rounds, input_tokens=state.usage.input_tokens,
+            output_tokens=state.usage.output_tokens, cost_usd=round(state.cost_usd, 6),
+        ))
+        if self.deps.timeline is not None:
+            await self.deps.timeline.flush()
         log.info("turn finished", termination=finish.reason.value, rounds=result.rounds)
         return result
 

@@ -8,6 +8,7 @@ import structlog
 
 from geode.loop._util import emit, new_id
 from geode.loop.compaction import compact, estimate_tokens
+from geode.loop.events import Compacted
 from geode.loop.snapshot import StepSnapshot
 from geode.loop.state import RunDeps, RunState
 from geode.loop.steps import CallModel, Finish
@@ -47,7 +48,7 @@ async def prepare_call(deps: RunDeps, state: RunState) -> CallModel | Finish:
         if compacted is not None:
             state.messages = compacted.messages
             log.info("context compacted", dropped=compacted.dropped)
-            await emit(deps, "compacted", dropped=compacted.dropped)
+            await emit(deps, Compacted(dropped=compacted.dropped))
         if estimate_tokens(state.messages, system) > limits.context_window:
             return Finish(
                 TerminationReason.CONTEXT_EXHAUSTED,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from geode.loop._util import emit, turn_info
+from geode.loop.events import CheckpointSaved, TurnStarted
 from geode.loop.state import RunDeps, RunState
 from geode.loop.steps import Finish, Observe, PrepareCall, Verify
 from geode.loop.termination import TerminationReason
@@ -13,7 +14,7 @@ __all__ = ["prepare_input", "resume_input"]
 
 
 async def prepare_input(deps: RunDeps, state: RunState, prompt: str) -> PrepareCall | Finish:
-    await emit(deps, "turn_started", turn_id=state.turn_id)
+    await emit(deps, TurnStarted(turn_id=state.turn_id))
     if deps.prompt_gate is not None:
         decision = await deps.prompt_gate(prompt, turn_info(deps, state))
         if decision.blocked:
@@ -26,7 +27,7 @@ async def prepare_input(deps: RunDeps, state: RunState, prompt: str) -> PrepareC
         await deps.checkpointer.save(
             messages=state.messages, state=state.guard_state(), status="active"
         )
-        await emit(deps, "checkpoint", point="turn_start")
+        await emit(deps, CheckpointSaved(point="turn_start"))
     return PrepareCall()
 
 
@@ -39,8 +40,8 @@ async def resume_input(
     count is saved before anything else runs, so a turn that kills the process every time
     still reaches the limit, and is then ended instead of being resumed again.
     """
-    await emit(deps, "turn_started", turn_id=state.turn_id, resumed=True,
-               recoveries=state.recoveries)
+    await emit(deps, TurnStarted(turn_id=state.turn_id, resumed=True,
+                                 recoveries=state.recoveries))
     limit = deps.limits.recovery_limit
     if state.recoveries > limit:
         return Finish(
@@ -52,7 +53,7 @@ async def resume_input(
         await deps.checkpointer.save(
             messages=state.messages, state=state.guard_state(), status="active"
         )
-        await emit(deps, "checkpoint", point="turn_resumed")
+        await emit(deps, CheckpointSaved(point="turn_resumed"))
     last = state.messages[-1] if state.messages else None
     if last is not None and last.role == "user" and last.tool_results and not last.text:
         # A batch's results are the last thing saved (by the batch or by the factory's

@@ -22,6 +22,15 @@ from dataclasses import dataclass, field
 from geode.errors import ModelError
 from geode.loop._util import emit, observe, turn_info
 from geode.loop.compaction import compact
+from geode.loop.events import (
+    AssistantText,
+    Compacted,
+    ModelFailed,
+    ModelResponded,
+    ModelRetrying,
+    ModelWaiting,
+    TextDelta,
+)
 from geode.loop.phase_call import remaining_time
 from geode.loop.state import RunDeps, RunState
 from geode.loop.steps import CallModel, Finish, PrepareCall, RunTools, Verify
@@ -55,8 +64,8 @@ async def _notify_while_waiting(deps: RunDeps, watch: _CallWatch, every: float) 
             await asyncio.sleep(delay)
             continue
         last_notice = time.monotonic()
-        await emit(deps, "model_waiting", elapsed_s=round(watch.elapsed()),
-                   attempt=watch.attempt, max_attempts=deps.retry.max_attempts)
+        await emit(deps, ModelWaiting(elapsed_s=round(watch.elapsed()), attempt=watch.attempt,
+                                      max_attempts=deps.retry.max_attempts))
 
 
 @asynccontextmanager
@@ -82,7 +91,7 @@ async def _once(deps: RunDeps, step: CallModel, watch: _CallWatch) -> ModelRespo
     async for ev in snap.provider.stream(snap.request):
         watch.heard_at = time.monotonic()
         if ev.kind == "text_delta" and ev.text:
-            await emit(deps, "text_delta", text=ev.text)
+            await emit(deps, TextDelta(text=ev.text))
         elif ev.kind == "done":
             final = ev.response
     if final is None:
@@ -128,13 +137,15 @@ async def call_provider(
         err = watch.retry_error
         watch.attempt += 1
         watch.heard_at = time.monotonic()
-        await emit(deps, "model_retry", error=err.kind if err else "", delay_s=round(delay, 1),
-                   attempt=watch.attempt, max_attempts=deps.retry.max_attempts)
+        await emit(deps, ModelRetrying(error=err.kind if err else "", delay_s=round(delay, 1),
+                                       attempt=watch.attempt,
+                                       max_attempts=deps.retry.max_attempts))
         await asyncio.sleep(delay)
 
     left = remaining_time(deps, state)
     deadline = deps.limits.model_call_deadline_s
     by_deadline = deadline is not None and (left is None or deadline < left)
+    started = time.monotonic()
     try:
         async with _waiting_notices(deps, watch), asyncio.timeout(
             deadline if by_deadline else left
@@ -146,22 +157,31 @@ async def call_provider(
     except TimeoutError:
         finished("error", error="timeout")
         if by_deadline:
+            await emit(deps, ModelFailed(turn_id=state.turn_id, model=deps.model,
+                                         error_kind="call_deadline",
+                                         latency_s=time.monotonic() - started))
             return Finish(
                 TerminationReason.MODEL_ERROR,
                 detail=f"no answer from the model within {deadline:g} s "
                 f"(attempt {watch.attempt}/{deps.retry.max_attempts}; "
                 "[model] call_deadline_s sets this limit)",
             )
+        await emit(deps, ModelFailed(turn_id=state.turn_id, model=deps.model,
+                                     error_kind="time_budget",
+                                     latency_s=time.monotonic() - started))
         return Finish(
             TerminationReason.TIME_BUDGET, detail="time budget ran out during a model call"
         )
     except ModelError as err:
         finished("error", error=err.kind)
+        await emit(deps, ModelFailed(turn_id=state.turn_id, model=deps.model, error_kind=err.kind,
+                                     detail=str(err)[:500],
+                                     latency_s=time.monotonic() - started))
         if err.kind == "context_overflow":
             compacted = compact(state.messages, keep_recent=max(2, deps.limits.keep_recent // 2))
             if compacted is not None:
                 state.messages = compacted.messages
-                await emit(deps, "compacted", dropped=compacted.dropped)
+                await emit(deps, Compacted(dropped=compacted.dropped))
                 return PrepareCall()
             return Finish(TerminationReason.CONTEXT_EXHAUSTED, detail=str(err))
         return Finish(TerminationReason.MODEL_ERROR, detail=f"{err.kind}: {err}")
@@ -175,10 +195,14 @@ async def call_provider(
         await deps.spend.record(turn=turn_info(deps, state), model=step.snapshot.model,
                                 usage=response.usage, cost_usd=cost)
     state.messages.append(response.message)
-    await emit(deps, "model_response", stop_reason=response.stop_reason)
+    await emit(deps, ModelResponded(
+        turn_id=state.turn_id, model=deps.model, stop_reason=response.stop_reason,
+        input_tokens=response.usage.input_tokens, output_tokens=response.usage.output_tokens,
+        latency_s=time.monotonic() - started,
+    ))
     if response.message.text:
         state.last_text = response.message.text
-        await emit(deps, "assistant_text", text=response.message.text)
+        await emit(deps, AssistantText(text=response.message.text))
     if response.message.tool_uses:
         return RunTools(step.snapshot, response)
     return Verify(response.message.text)

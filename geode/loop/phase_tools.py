@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import structlog
 
-from geode.loop._util import emit, result_status, turn_info
+from geode.loop._util import emit, turn_info
+from geode.loop.events import CheckpointSaved, ToolProposed, ToolResulted
 from geode.loop.protocols import BatchSaveFailed
 from geode.loop.state import RunDeps, RunState
 from geode.loop.steps import Finish, Observe, RunTools
@@ -32,28 +33,24 @@ async def process_tools(deps: RunDeps, state: RunState, step: RunTools) -> Obser
                 TerminationReason.CHECKPOINT_FAILED,
                 detail=f"could not save the proposed tool batch, so no tool ran: {exc}",
             )
-        await emit(deps, "checkpoint", point="batch_proposed")
+        await emit(deps, CheckpointSaved(point="batch_proposed"))
     for call in calls:
-        await emit(deps, "tool_call", id=call.id, name=call.name, input=call.input)
+        await emit(deps, ToolProposed(id=call.id, name=call.name, input=call.input))
+    if deps.timeline is not None:
+        await deps.timeline.flush()  # the turn's rows so far, before the executor's tool rows
     # Dispatch only against the plan bound to this step, never a newer one.
     results = await deps.runner.run_batch(calls, turn=turn, plan=step.snapshot.plan)
     if len(results) != len(calls):  # the executor's contract; guard so pairs never break
         raise RuntimeError("executor returned a different number of results than calls")
     for call, res in zip(calls, results, strict=True):
-        status = result_status(res)
+        status = res.outcome
         state.tool_calls.append({"name": call.name, "status": status})
-        await emit(
-            deps,
-            "tool_result",
-            id=call.id,
-            name=call.name,
-            status=status,
-            text=res.text_content[:500],
-        )
+        await emit(deps, ToolResulted(id=call.id, name=call.name, status=status,
+                                      text=res.text_content[:500], check=res.check))
     state.messages.append(Message(role="user", content=list(results)))
     if deps.checkpointer is not None:
         await deps.checkpointer.save(
             messages=state.messages, state=state.guard_state(), status="active"
         )
-        await emit(deps, "checkpoint", point="batch_done")
+        await emit(deps, CheckpointSaved(point="batch_done"))
     return Observe(tuple(results))

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from geode.loop.events import LoopEvent
 from geode.messages import Message, ToolResultBlock, ToolUseBlock, Usage
 from geode.tools.plan import BoundToolPlan
 
@@ -137,6 +138,12 @@ class SpendGate(Protocol):
 
 @runtime_checkable
 class Observer(Protocol):
-    """Receives lifecycle events; it decides nothing and its failures are swallowed."""
+    """Receives lifecycle events; it decides nothing and its failures are swallowed.
+
+    ``emit`` takes a named event (the executor's ``tool.*``, the channel layer's);
+    ``loop_event`` a typed loop event of one session.
+    """
 
     def emit(self, event: str, /, **data: Any) -> None: ...
+
+    def loop_event(self, session_id: str, event: LoopEvent, /) -> None: ...

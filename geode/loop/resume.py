@@ -71,7 +71,8 @@ async def repair_dangling(
             results[call.id] = ToolResultBlock.text(call.id, DONE_TEXT, is_error=True)
         else:
             uncertain.append(call.id)
-            results[call.id] = ToolResultBlock.text(call.id, UNCERTAIN_TEXT, is_error=True)
+            results[call.id] = ToolResultBlock.text(call.id, UNCERTAIN_TEXT, is_error=True,
+                                                    status="uncertain")
     if rerun:
         for call, res in zip(
             rerun, await runner.run_batch(rerun, turn=turn, plan=plan), strict=True

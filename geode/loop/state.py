@@ -16,6 +16,7 @@ from geode.loop.protocols import (
     ToolRunner,
     Verifier,
 )
+from geode.loop.timeline import TurnTimeline
 from geode.messages import Message, Usage
 from geode.providers.base import BaseProvider
 from geode.providers.retry import RetryPolicy
@@ -68,6 +69,8 @@ class RunDeps:
     spend: SpendGate | None = None
     on_event: EventSink | None = None
     stream: bool = False
+    #: the turn's timeline rows (turn, model calls, proposals, verify); None: not recorded
+    timeline: TurnTimeline | None = None
 
 
 @dataclass(kw_only=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -132,24 +132,32 @@ class SessionCheckpointer:
     (``store.sessions.create`` / ``ensure``).
     """
 
-    def __init__(self, *, store: Store, session_id: str) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        session_id: str,
+        fence: Callable[[Connection], None] | None = None,
+        opening: Sequence[tuple[str, Mapping[str, Any], str]] = (),
+    ) -> None:
+        """Args:
+            fence: run first inside every save's transaction; raising aborts the save (a
+                channel turn checks that this replica still holds the thread, see
+                ``bots.store.leases``).
+            opening: timeline rows ``(kind, payload, turn_id)`` written in the same
+                transaction as the next save (who sent the message a turn starts with):
+                they belong with that checkpoint and cost no transaction of their own.
+                Kept until a save commits.
+        """
         self._store = store
         self.session_id = session_id
         self._written: _Written | None = None
-        self._staged: list[dict[str, Any]] = []
-        #: run first inside every save's transaction; raising aborts the save (a channel
-        #: turn checks that this replica still holds the thread, see ``bots.leases``)
-        self.fence: Callable[[Connection], None] | None = None
-
-    def stage_timeline(self, *, kind: str, payload: dict[str, Any], turn_id: str = "") -> None:
-        """A timeline row to write in the same transaction as the next save.
-
-        For observations that belong with the next checkpoint (who sent the message a turn
-        starts with) and cost no transaction of their own. Kept until a save commits.
-        """
-        self._staged.append(timeline_row(session_id=self.session_id, turn_id=turn_id,
-                                         kind=kind, payload=payload,
-                                         secrets=self._store.secrets))
+        self._fence = fence
+        self._staged: list[dict[str, Any]] = [
+            timeline_row(session_id=session_id, turn_id=turn_id, kind=kind,
+                         payload=dict(payload), secrets=store.secrets)
+            for kind, payload, turn_id in opening
+        ]
 
     async def save(
         self,
@@ -284,7 +292,7 @@ class SessionCheckpointer:
         snapshot = tuple(messages)
         written = self._written
         staged = self._staged[:]
-        fence = self.fence
+        fence = self._fence
 
         def link(conn: Connection) -> _Written:
             if fence is not None:

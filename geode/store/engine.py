@@ -39,7 +39,7 @@ import functools
 import os
 import threading
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -234,9 +234,17 @@ class Store:
         self.timeline = SessionTimeline(store=self)
         self.usage = UsageLedger(store=self)
 
-    def checkpointer(self, session_id: str) -> SessionCheckpointer:
-        """The checkpoint chain of one session (the loop's ``Checkpointer``)."""
-        return SessionCheckpointer(store=self, session_id=session_id)
+    def checkpointer(
+        self,
+        session_id: str,
+        *,
+        fence: Callable[[Connection], None] | None = None,
+        opening: Sequence[tuple[str, Mapping[str, Any], str]] = (),
+    ) -> SessionCheckpointer:
+        """The checkpoint chain of one session (the loop's ``Checkpointer``); ``fence`` and
+        ``opening`` as in :class:`SessionCheckpointer`."""
+        return SessionCheckpointer(store=self, session_id=session_id, fence=fence,
+                                   opening=opening)
 
     async def run_write(self, fn: Callable[[Connection], _T]) -> _T:
         """Run ``fn(conn)`` as one write transaction in a worker thread; return its result.

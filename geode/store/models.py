@@ -218,14 +218,18 @@ timeline_table = cast(Table, TimelineEventModel.__table__)
 usage_table = cast(Table, UsageModel.__table__)
 
 
-# Other packages keep their tables in their own modules on this same ``Base`` (and ship the
-# migration that creates them). They must be listed here so that Alembic (env.py) and the
-# migrations == models test see the whole schema, not just the part imported so far.
-TABLE_MODULES: tuple[str, ...] = ("geode.daemon._tables", "bots._tables")
-
-
-def all_metadata() -> MetaData:
-    """``Base.metadata`` with every table module of GEODE imported."""
-    for name in TABLE_MODULES:
-        importlib.import_module(name)
-    return Base.metadata
+# The daemon's tables live in ``geode.daemon._tables`` on this same ``Base`` (and ship the
+# migration that creates them). Packages outside the harness (the channel layer) keep their
+# tables on metadata of their own, which the composition root hands to ``all_metadata``:
+# the harness never imports them.
+def all_metadata(*extra: MetaData) -> MetaData:
+    """The whole schema: the harness's tables plus ``extra`` (e.g. the channel layer's
+    ``bots.store.CHANNEL_METADATA``), for Alembic's autogenerate and the migrations test."""
+    importlib.import_module("geode.daemon._tables")
+    if not extra:
+        return Base.metadata
+    combined = MetaData(naming_convention=NAMING_CONVENTION)
+    for metadata in (Base.metadata, *extra):
+        for table in metadata.tables.values():
+            table.to_metadata(combined)
+    return combined

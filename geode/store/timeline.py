@@ -8,6 +8,7 @@ counted but never raised: observation must not break a run.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -112,6 +113,24 @@ class SessionTimeline:
                 kind=kind,
                 error=type(exc).__name__,
             )
+
+    async def append_many(
+        self, *, session_id: str, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Append several rows (``turn_id``, ``kind``, ``payload``, optional
+        ``correlation_id``) of one session in one transaction. Never raises on a store
+        failure."""
+        try:
+            prepared = [timeline_row(session_id=session_id, turn_id=str(r.get("turn_id", "")),
+                                     kind=str(r["kind"]),
+                                     correlation_id=str(r.get("correlation_id", "")),
+                                     payload=dict(r.get("payload") or {}),
+                                     secrets=self._store.secrets) for r in rows]
+            await self._store.run_write(functools.partial(insert_rows, rows=prepared))
+        except (SQLAlchemyError, OSError, TypeError, ValueError) as exc:
+            self.failures += 1
+            log.warning("timeline.append_failed", session_id=session_id, rows=len(rows),
+                        error=type(exc).__name__)
 
     async def list(self, session_id: str, *, limit: int = 1000) -> list[TimelineRow]:
         """The session's first ``limit`` rows in append order."""

@@ -18,8 +18,8 @@ __all__ = ["LoopbackFake"]
 
 
 class LoopbackFake(ABC):
-    """Base of :class:`~geode.testing.fake_slack.FakeSlack` and
-    :class:`~geode.testing.fake_telegram.FakeTelegramServer`.
+    """Base of :class:`~bots.testing.slack.FakeSlack` and
+    :class:`~bots.testing.telegram.FakeTelegramServer`.
 
     A subclass builds its ``web.Application`` in ``start`` and hands it to :meth:`_serve`;
     its ``stop`` ends its own work, then calls :meth:`_close`. Every state change calls

@@ -17,11 +17,11 @@ import pytest
 from _harness import DaemonHost, echo, user_messages
 
 from bots.telegram import TelegramConnector, TelegramOptions
+from bots.testing.telegram import FakeTelegramServer
 from geode.daemon import Daemon
 from geode.providers.base import ModelRequest
 from geode.providers.scripted import ScriptedProvider
 from geode.settings import BindingSettings
-from geode.testing.fake_telegram import FakeTelegramServer
 
 __all__ = ["echo", "user_messages"]  # re-exported: the test modules import them from here
 

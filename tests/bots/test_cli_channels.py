@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bots.bindings import BindingTable, StoredBindings
-from bots.senders import PairingStore
+from bots.bindings import BindingTable
+from bots.store import PairingStore, StoredBindings
 from geode.cli.app import _register, app
 from geode.errors import ConfigError
 from geode.logging import configure_logging

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from bots.testing.telegram import FakeTelegramServer
 from geode.providers.scripted import ScriptedProvider
-from geode.testing.fake_telegram import FakeTelegramServer
 from tests.bots.conftest import CHAT, Stack, echo, finals, store_url_for, user_messages
 
 
@@ -137,7 +137,7 @@ async def test_a_thread_taken_over_while_stalled_stops_running_here(
 ) -> None:
     from sqlalchemy import update
 
-    from bots._tables import thread_leases_table as t
+    from bots.store._tables import thread_leases_table as t
 
     stack = make_stack(provider=ScriptedProvider([echo], repeat_last=True, latency=2.0))
     c = await stack.start()
@@ -186,7 +186,7 @@ async def test_a_turn_another_run_finished_first_is_not_delivered_again(
 ) -> None:
     from sqlalchemy import update
 
-    from bots._tables import outbox_table as o
+    from bots.store._tables import outbox_table as o
 
     stack = make_stack(provider=ScriptedProvider([echo], repeat_last=True, latency=1.0))
     await stack.start()
@@ -208,8 +208,8 @@ async def test_a_frozen_run_writes_nothing_to_a_thread_taken_over_meanwhile(
     # keeps its final checkpoint out of the session's chain and its answer undelivered.
     from sqlalchemy import select, update
 
-    from bots._tables import outbox_table as o
-    from bots._tables import thread_leases_table as t
+    from bots.store._tables import outbox_table as o
+    from bots.store._tables import thread_leases_table as t
 
     stack = make_stack(provider=ScriptedProvider([echo], repeat_last=True, latency=1.0),
                        options={"lease_ttl_s": 60.0})

@@ -65,7 +65,7 @@ async def test_serve_with_telegram_imports_no_other_platform_sdk(tmp_path: Path)
     import signal
     import socket
 
-    from geode.testing.fake_telegram import FakeTelegramServer
+    from bots.testing.telegram import FakeTelegramServer
 
     home = tmp_path / "home"
     _loaded(tmp_path, "run", "--demo", "hi", home=home)  # the store exists and is current

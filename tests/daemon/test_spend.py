@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from bots.turns import session_overrides
 from geode.cli.app import _register, app
 from geode.daemon.factory import Runtime, SessionContext
 from geode.daemon.metrics import DaemonMetrics
+from geode.daemon.port import SessionOverrides
 from geode.errors import ConfigError
 from geode.logging import configure_logging
 from geode.loop import TerminationReason, TurnResult
@@ -78,7 +80,10 @@ class Rig:
         self.providers.append(provider)
         s = await rt.open_session(SessionContext(
             mode="DAEMON" if binding else "SCHEDULER", workspace=self.home, session_id=session,
-            binding=binding, user=user, thread=thread, provider=provider))
+            # what a channel turn passes (bots.turns): the binding as neutral overrides
+            overrides=session_overrides(binding) if binding else SessionOverrides(),
+            source=binding.platform if binding else "", user=user, thread=thread,
+            provider=provider))
         return await s.run("hello")
 
     async def aclose(self) -> None:

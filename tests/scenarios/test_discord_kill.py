@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from geode.testing.fake_discord import FakeDiscord
+from bots.testing.discord import FakeDiscord
 from tests.scenarios._serve_proc import kill_9, serve_env, start_serve, stop
 
 TOKEN = "fake-bot-token-kill"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from geode.testing.fake_telegram import FakeTelegramServer
+from bots.testing.telegram import FakeTelegramServer
 from tests.scenarios._serve_proc import kill_9, start_serve, stop
 from tests.scenarios.test_telegram_kill import CHAT, TOKEN
 from tests.scenarios.test_telegram_kill import _finals_for as finals_for
@@ -32,7 +32,7 @@ def _replica(tmp_path: Path, name: str, fake: FakeTelegramServer,
 
 async def _holders(store_url: str) -> dict[str, int]:
     """thread root -> pid of the replica holding it (owners are ``host:pid:random``)."""
-    from bots.leases import ThreadLeases
+    from bots.store.leases import ThreadLeases
     from geode.store import open_store
 
     async with await open_store(store_url, migrate=False) as store:

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from bots.testing.telegram import FakeTelegramServer
 from geode.testing.fake_anthropic import FakeAnthropicServer
-from geode.testing.fake_telegram import FakeTelegramServer
 from tests.scenarios._serve_proc import REPO, free_port, kill_9, start_serve, stop
 
 LAUNCHER = Path(__file__).with_name("_paused_geode.py")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from bots.testing.telegram import FakeTelegramServer
 from geode.testing.fake_openai import FakeOpenAIServer
-from geode.testing.fake_telegram import FakeTelegramServer
 from tests.scenarios._serve_proc import REPO, free_port, start_serve, stop
 
 TOKEN = "123456:CLIENT-TEST-TOKEN"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from geode.testing.fake_slack import FakeSlack
+from bots.testing.slack import FakeSlack
 from tests.scenarios._serve_proc import kill_9, serve_env, start_serve, stop
 
 CHANNEL = "C0KILL"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from geode.testing.fake_telegram import FakeTelegramServer
+from bots.testing.telegram import FakeTelegramServer
 from tests.scenarios._serve_proc import kill_9, serve_env, start_serve, stop
 
 TOKEN = "123456:KILL-TEST-TOKEN"

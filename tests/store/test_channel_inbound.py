@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from bots.events import InboundEvent
-from bots.inbound import InboundLog
+from bots.store.inbound import InboundLog
 from geode.store import Store, open_store
 
 

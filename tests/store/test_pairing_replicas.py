@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from bots.senders import PairingStore
+from bots.store import PairingStore
 from geode.store import open_store
 
 

@@ -10,10 +10,10 @@ import uuid
 import pytest
 from sqlalchemy import update
 
-from bots._tables import events_table
 from bots.events import InboundEvent
-from bots.inbound import InboundLog
-from bots.leases import ThreadLeaseLost, ThreadLeases
+from bots.store._tables import events_table
+from bots.store.inbound import InboundLog
+from bots.store.leases import ThreadLeaseLost, ThreadLeases
 from geode.store import Store, open_store
 
 

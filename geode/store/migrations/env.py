@@ -20,7 +20,10 @@ from sqlalchemy.engine import Connection
 from geode.store.models import all_metadata
 
 config = context.config
-target_metadata = all_metadata()
+# The schema to compare against (autogenerate): the harness's tables, plus the metadata of
+# other table owners (the channel layer) when the caller hands it in; programmatic
+# upgrades do not need it.
+target_metadata = all_metadata(*config.attributes.get("extra_metadata", ()))
 
 
 def _configure(connection: Connection) -> None:

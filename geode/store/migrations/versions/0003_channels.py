@@ -4,7 +4,7 @@ Revision ID: 0003
 Revises: 0002
 Create Date: 2026-12-02
 
-Written out in full, like 0001: a migration is a frozen snapshot (models: ``bots._tables``).
+Written out in full, like 0001: a migration is a frozen snapshot (models: ``bots.store._tables``).
 """
 
 from __future__ import annotations

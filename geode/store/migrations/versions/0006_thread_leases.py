@@ -1,5 +1,5 @@
 """Channels: per-thread leases, so that several ``geode serve`` replicas process one bot's
-threads at the same time, each thread on one replica at a time (``bots.leases``).
+threads at the same time, each thread on one replica at a time (``bots.store.leases``).
 
 Revision ID: 0006
 Revises: 0005

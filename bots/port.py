@@ -1,0 +1,139 @@
+"""The channel port: what a connector offers the layer, what the layer offers a connector,
+and what the layer needs from the daemon.
+
+* :class:`PlatformClient` — a connector's platform I/O as the layer's collaborators use it
+  (send / edit / react / typing / render / history). Only platform code implements it
+  (:class:`~bots.connector.BaseConnector`); SDK errors arrive as :class:`DeliveryError`.
+* :class:`Intake` — the narrow port a connector hands neutral inbound events to; the layer
+  records them durably before the connector acknowledges them.
+* :class:`TurnHost` — the harness port of ``geode serve`` plus the runtime whose store the
+  channel records share.
+
+Nothing here imports the layer or a connector: both depend on this module, never on each
+other's internals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from bots.events import InboundEvent, ReplyTarget
+from bots.format import Chunk
+from geode.daemon.port import HarnessPort
+
+if TYPE_CHECKING:
+    from bots.store import Cursors
+    from geode.daemon.factory import Runtime
+    from geode.settings import BindingSettings
+
+__all__ = [
+    "DeliveryError",
+    "DeliveryErrorKind",
+    "Intake",
+    "PlatformClient",
+    "TurnHost",
+]
+
+DeliveryErrorKind = Literal["markup", "not_modified", "not_found", "retry", "unknown", "fatal"]
+
+
+class DeliveryError(Exception):
+    """A send/edit the platform refused or whose outcome is unknown.
+
+    Kinds: ``markup`` (rejected formatting: resend as plain text), ``not_modified`` (an edit
+    that changed nothing: the content is already there), ``not_found`` (the message to edit
+    is gone), ``retry`` (rate limited beyond the limiter's patience; ``retry_after``),
+    ``unknown`` (network failure after the request left: it may have taken effect),
+    ``fatal`` (forbidden, chat gone: do not retry).
+    """
+
+    def __init__(
+        self, kind: DeliveryErrorKind, message: str = "", *, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message or kind)
+        self.kind = kind
+        self.retry_after = retry_after
+
+
+class PlatformClient(Protocol):
+    """One platform's messaging, as the layer's deliverer, progress and turns use it."""
+
+    @property
+    def platform(self) -> str: ...
+
+    @property
+    def workspace(self) -> str: ...
+
+    async def send(self, target: ReplyTarget, chunk: Chunk, *, plain: bool = False) -> str: ...
+
+    async def edit(
+        self, target: ReplyTarget, message_id: str, chunk: Chunk, *, plain: bool = False
+    ) -> None: ...
+
+    async def react(self, target: ReplyTarget, message_id: str, emoji: str | None) -> None: ...
+
+    async def typing(self, target: ReplyTarget) -> None: ...
+
+    def render(self, markdown: str) -> list[Chunk]: ...
+
+    def render_progress(self, text: str) -> Chunk: ...
+
+    async def fetch_thread_history(self, event: InboundEvent) -> list[InboundEvent]: ...
+
+    def bot_user_id(self) -> str | None: ...
+
+    def bot_username(self) -> str | None: ...
+
+
+class Intake(Protocol):
+    """The layer as platform code sees it: where a connector hands its neutral events, and
+    the few records it reads by name (its bindings, its cursors, which thread a message
+    belongs to). Never a table."""
+
+    async def submit(
+        self, events: Sequence[tuple[InboundEvent, str]], *, cursor: tuple[str, str] | None = None
+    ) -> list[int]:
+        """Record ``events`` (and move ``cursor``) in one transaction before returning, i.e.
+        before the platform is acknowledged."""
+        ...
+
+    @property
+    def cursors(self) -> Cursors:
+        """Named durable read positions (catch-up watermarks, poll offsets)."""
+        ...
+
+    async def binding_for(
+        self, platform: str, workspace: str, channel: str
+    ) -> BindingSettings | None: ...
+
+    def bound_channels(self, platform: str) -> list[BindingSettings]: ...
+
+    async def refresh_bindings(self) -> None:
+        """Re-read the stored bindings now (before a catch-up)."""
+        ...
+
+    async def thread_of(
+        self, platform: str, workspace: str, channel: str, message_id: str
+    ) -> str | None:
+        """The root of the thread a seen or sent message belongs to."""
+        ...
+
+    async def latest_thread(self, platform: str, workspace: str, channel: str) -> str | None:
+        """The channel's thread with the newest running turn, else its newest thread."""
+        ...
+
+    async def engaged_roots(
+        self, platform: str, workspace: str, channel: str, *, limit: int
+    ) -> list[str]: ...
+
+    async def known_keys(self, dedupe_keys: Sequence[str]) -> set[str]:
+        """Which of these events are recorded already."""
+        ...
+
+
+class TurnHost(HarnessPort, Protocol):
+    """What the layer needs from ``geode serve`` (``geode.daemon.Daemon`` is one): the
+    harness port, and the runtime whose store the layer's records share."""
+
+    runtime: Runtime | None

@@ -1,0 +1,135 @@
+"""The harness port: what a host of remote entry points (the channel layer) gets from the
+harness, as typed values.
+
+A caller runs a turn with :class:`~geode.daemon.factory.SessionContext` (everything the
+turn needs given at construction: neutral :class:`SessionOverrides`, a
+:data:`WriteFence` and an :class:`OpeningNote`), then asks what happened through
+:meth:`HarnessPort.turn_outcome` and :meth:`HarnessPort.session_status`; it never reads the
+loop's checkpoint dict or patches the session it was handed. Refusals are
+:class:`~geode.errors.LaneBusy` / :class:`~geode.errors.ShuttingDown` (``GeodeError``
+tree); approvals go through the executor's ``Approver`` protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+    from geode.daemon.factory import Session, SessionContext
+    from geode.daemon.lanes import LaneKind
+    from geode.loop import TurnResult
+    from geode.settings import SpendCaps
+
+__all__ = [
+    "HarnessPort",
+    "OnSession",
+    "OpeningNote",
+    "SessionOverrides",
+    "SessionStatus",
+    "TurnOutcome",
+    "WriteFence",
+]
+
+#: Run first inside each of a session's checkpoint transactions; raising aborts the write
+#: (a channel turn checks that this replica still holds the thread).
+WriteFence = Callable[["Connection"], None]
+
+#: Awaited once the turn's session is open (to learn its id, or to be able to cancel it).
+OnSession = Callable[["Session"], Awaitable[None]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionOverrides:
+    """Neutral per-caller adjustments of a session (a channel binding maps onto these).
+
+    Attributes:
+        model: model id instead of the configured default (``SessionContext.model`` wins).
+        prompt_addition: appended to the system prompt's rules.
+        tools: an allow-list narrowing the mode's tools (None: the mode's own set).
+        computer_use: the DAEMON computer-use switch (off unless the operator set it).
+        time_budget_s: the turn's time budget instead of the configured one.
+        spend_caps: caps of this caller's own (a channel binding's), checked with
+            ``[budgets]`` before every model call.
+        spend_scope: the key its usage and caps count under (a binding's
+            ``platform:channel``); empty: none.
+    """
+
+    model: str | None = None
+    prompt_addition: str = ""
+    tools: Sequence[str] | None = None
+    computer_use: bool = False
+    time_budget_s: float | None = None
+    spend_caps: SpendCaps | None = None
+    spend_scope: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpeningNote:
+    """A timeline row written in the same transaction as the turn's first checkpoint (the
+    one holding the user's message): who said it, on which platform message."""
+
+    kind: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    turn_id: str = ""
+
+
+TurnState = Literal["not_started", "started", "finished"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnOutcome:
+    """What the checkpoint chain says about one turn of a session.
+
+    ``not_started``: no checkpoint of the turn (it never ran, or crashed before its first
+    save). ``started``: the user's message is in the chain, the turn did not finish.
+    ``finished``: it ended with ``termination``; ``text`` is its last assistant text.
+    """
+
+    state: TurnState
+    termination: str = ""
+    text: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionStatus:
+    """A session as a host shows it (``/status``)."""
+
+    session_id: str
+    exists: bool
+    model: str = ""
+    parent_session_id: str | None = None
+    status: str = ""
+    #: the termination of the latest finished turn, if any
+    last_termination: str | None = None
+
+
+class HarnessPort(Protocol):
+    """What the channel layer needs from ``geode serve`` (:class:`geode.daemon.Daemon`)."""
+
+    @property
+    def workspace(self) -> Path: ...
+
+    async def run_turn(
+        self,
+        ctx: SessionContext,
+        prompt: str,
+        *,
+        kind: LaneKind,
+        lane_key: str | None = None,
+        on_session: OnSession | None = None,
+        turn_id: str | None = None,
+        resume: bool = False,
+    ) -> TurnResult: ...
+
+    async def turn_outcome(self, session_id: str, turn_id: str) -> TurnOutcome: ...
+
+    async def session_status(self, session_id: str) -> SessionStatus: ...
+
+    async def usage_status(self, *, scope: str, caps: SpendCaps) -> list[str]:
+        """Today's usage under ``scope`` against its per-day caps (``/status`` lines)."""
+        ...

@@ -1,0 +1,141 @@
+"""The folders tell the architecture, and the suite keeps them honest:
+
+* no import cycle among the modules of ``bots/`` (every import counts: module level,
+  inside functions, under ``TYPE_CHECKING``; a cycle held together by a late import is
+  still a cycle);
+* SQLAlchemy is imported in ``bots/`` only by ``bots/store/`` (connectors and the layer
+  ask the store by name for a unit of work);
+* production code (``geode/``, ``bots/``) never imports test helpers: ``tests``,
+  ``geode.testing`` (outside itself) or a ``testing`` module of ``bots``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _modules(package: str) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(path: Path, module: str) -> Iterator[tuple[str, int]]:
+    """Every module name ``path`` imports (absolute, relative resolved), with its line."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield base, node.lineno
+            for alias in node.names:  # ``from pkg import module`` imports the module too
+                yield f"{base}.{alias.name}", node.lineno
+
+
+def _resolve(name: str, known: dict[str, Path]) -> str | None:
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _graph(package: str) -> dict[str, set[str]]:
+    known = _modules(package)
+    graph: dict[str, set[str]] = {m: set() for m in known}
+    for module, path in known.items():
+        for name, _line in _imports(path, module):
+            target = _resolve(name, known)
+            # a module importing its own package's __init__ (or itself) is not an edge
+            if target is not None and target != module and not module.startswith(f"{target}."):
+                graph[module].add(target)
+    return graph
+
+
+def test_bots_has_no_import_cycle() -> None:
+    assert _cycles(_graph("bots")) == []
+
+
+def test_the_cycle_check_has_teeth() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_only_bots_store_imports_sqlalchemy() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for module, path in _modules("bots").items()
+        if not (module == "bots.store" or module.startswith("bots.store."))
+        for name, line in _imports(path, module)
+        if name == "sqlalchemy" or name.startswith("sqlalchemy.")
+    ]
+    assert offenders == []
+
+
+def _is_test_helper(name: str) -> bool:
+    parts = name.split(".")
+    return (
+        parts[0] == "tests"
+        or name == "geode.testing" or name.startswith("geode.testing.")
+        or (parts[0] == "bots" and "testing" in parts)
+    )
+
+
+@pytest.mark.parametrize("package", ["geode", "bots"])
+def test_production_code_never_imports_test_helpers(package: str) -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for module, path in _modules(package).items()
+        if not _is_test_helper(module)  # the helpers may import each other
+        for name, line in _imports(path, module)
+        if _is_test_helper(name)
+    ]
+    assert offenders == []
