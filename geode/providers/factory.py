@@ -132,6 +132,7 @@ def build_provider(
             provider_name=info.name, api_key=key, base_url=url, timeout=timeout,
             client=clients.openai(api_key=key, base_url=url, timeout=timeout)
             if clients is not None else None,
+            encrypted_reasoning=ref.in_catalog,
         )
     from geode.providers.openai_compat import OpenAICompatProvider
 

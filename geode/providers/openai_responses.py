@@ -71,6 +71,8 @@ class OpenAIResponsesProvider(BaseProvider):
         client: a shared SDK client (:class:`~geode.providers._clients.ClientCache`); the
             cache owns it, so :meth:`aclose` leaves it open. Without one the adapter builds
             and owns its own.
+        encrypted_reasoning: ask for encrypted reasoning items (catalog models all reason;
+            the API refuses the request for a model that does not, e.g. an ``openai:`` id).
     """
 
     def __init__(
@@ -82,11 +84,13 @@ class OpenAIResponsesProvider(BaseProvider):
         timeout: float = 120.0,
         codex: CodexLogin | None = None,
         client: openai.AsyncOpenAI | None = None,
+        encrypted_reasoning: bool = True,
     ) -> None:
         if api_key is None and codex is None:
             raise ValueError("OpenAIResponsesProvider needs an api_key or a Codex login")
         self.name = provider_name
         self._codex = codex
+        self._encrypted_reasoning = encrypted_reasoning or codex is not None
         self._owns_client = client is None
         # max_retries=0: retries are the loop's explicit policy (geode.providers.retry).
         self._client = client or openai.AsyncOpenAI(
@@ -176,8 +180,9 @@ class OpenAIResponsesProvider(BaseProvider):
             "model": request.model,
             "input": _input_items(request.messages, _origin(self.name, request.model)),
             "store": False,
-            "include": ["reasoning.encrypted_content"],
         }
+        if self._encrypted_reasoning:
+            params["include"] = ["reasoning.encrypted_content"]
         if request.system or self._codex is not None:
             params["instructions"] = request.system
         if self._codex is None:

@@ -117,7 +117,21 @@ async def test_openai_catalog_model_uses_the_responses_api() -> None:
         sent = srv.generate_requests[0]
     assert sent.path == "/v1/responses"
     assert sent.body["model"] == "gpt-6-sol"
+    assert sent.body["include"] == ["reasoning.encrypted_content"]
     assert sent.headers["authorization"] == "Bearer k-123"
+
+
+async def test_openai_bypass_id_on_the_responses_api_asks_for_no_encrypted_reasoning() -> None:
+    # a model outside the catalog may not reason; the API refuses `include` for those
+    async with FakeResponsesServer() as srv:
+        srv.enqueue_text("ok")
+        provider = build_provider(resolve_model("openai:gpt-x"), api_key="k", base_url=None)
+        assert isinstance(provider, OpenAIResponsesProvider)
+        provider._client = provider._client.with_options(base_url=srv.base_url)
+        await provider.complete(make_request(model="gpt-x"))
+        await provider.aclose()
+        sent = srv.generate_requests[0].body
+    assert "include" not in sent and sent["store"] is False
 
 
 @pytest.mark.parametrize("model_id", ["jev-1.13.0", "typesafe/jev-1.13"])
