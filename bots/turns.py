@@ -299,7 +299,8 @@ def session_overrides(binding: BindingSettings) -> SessionOverrides:
     """A binding's session settings as the harness's neutral overrides."""
     return SessionOverrides(
         model=binding.model or None, prompt_addition=binding.system_prompt,
-        tools=binding.tools, computer_use=binding.computer_use is True,
+        tools=binding.tools, approve=tuple(binding.approve),
+        computer_use=binding.computer_use is True,
         time_budget_s=binding.time_budget_s, spend_caps=binding,
         spend_scope=spend_scope(binding),
     )

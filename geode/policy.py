@@ -18,7 +18,9 @@ Rules worth stating once:
   and SCHEDULER sessions are configured by the operator (bindings, schedules), never by the
   flags of whoever started ``geode serve``; passing allow-tools for them is a ConfigError.
 - The mode's deny list is a floor in DAEMON: a binding's allow-list cannot lift it (only the
-  computer-use switch can, for ``computer``).
+  computer-use switch can, for ``computer``). A binding's ``approve`` list lifts it for
+  ``run_bash`` only: such a tool is offered, never preapproved, and each call waits for one
+  of the binding's approvers (the executor's approval check).
 """
 
 from __future__ import annotations
@@ -83,6 +85,9 @@ class SessionScope:
     asks_human: bool
     computer_use: bool
     preapproved: frozenset[str] = frozenset()
+    #: tools that run only after a named approver says yes for each call (a channel
+    #: binding's ``approve``), even in a mode that otherwise asks nobody
+    needs_approval: frozenset[str] = frozenset()
 
     def permits(self, name: str) -> bool:
         """Whether ``name`` is inside this scope (not denied, and allow-listed if one is set)."""
@@ -103,6 +108,7 @@ def session_scope(
     mode: Mode,
     *,
     channel_tools: Sequence[str] | None = None,
+    channel_approve: Sequence[str] = (),
     computer_use: object = False,
     allow_tools: Sequence[str] = (),
     deny_tools: Sequence[str] = (),
@@ -112,6 +118,9 @@ def session_scope(
     Args:
         mode: the session mode.
         channel_tools: a binding's runtime allow-list; None keeps the mode's default set.
+        channel_approve: a binding's ``approve`` list (DAEMON only): offered, each call
+            asks an approver; lifts the deny floor for ``run_bash`` (``computer`` still
+            needs the switch).
         computer_use: the operator's DAEMON switch; only the literal ``True`` enables it.
         allow_tools: ``--allow-tool`` names (REPL, IPC, HEADLESS only): each is removed from
             the mode's deny list and preapproved.
@@ -132,13 +141,19 @@ def session_scope(
     # `is True`, not truthiness: the switch must be the boolean the operator wrote.
     computer_on = mode == "DAEMON" and computer_use is True
 
+    approve = frozenset(channel_approve)
+    if approve and mode != "DAEMON":
+        raise ConfigError(f"an `approve` list is a channel binding's; not for {mode} sessions")
     denied = policy.denied_tools - allowed
     if computer_on:
         denied -= {"computer"}
+    denied -= approve & {"run_bash"}
     denied |= frozenset(deny_tools)
 
     allow_list = None if channel_tools is None else frozenset(channel_tools)
     preapproved = allowed | (allow_list or frozenset())
+    if allow_list is not None:
+        allow_list |= approve
     if computer_on:
         preapproved |= {"computer"}
         if allow_list is not None:
@@ -150,5 +165,6 @@ def session_scope(
         allow_list=allow_list,
         asks_human=policy.asks_human,
         computer_use=computer_on,
-        preapproved=preapproved - denied,
+        preapproved=preapproved - denied - approve,
+        needs_approval=approve - denied,
     )

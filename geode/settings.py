@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -186,11 +193,39 @@ class BindingSettings(SpendCaps):
     system_prompt: str = ""
     time_budget_s: float | None = None
     busy_policy: Literal["queue", "interrupt"] = "queue"
+    #: tools that run only after one of ``approvers`` says yes for that call in the thread
+    approve: list[str] = Field(default_factory=list)
+    #: platform user ids who may decide; empty: nobody can, every such call is denied
+    approvers: list[str] = Field(default_factory=list)
+    approval_timeout_s: float = Field(default=300.0, gt=0)
 
     @field_validator("channel", mode="before")
     @classmethod
     def _channel_str(cls, v: Any) -> str:
         return str(v)
+
+    @field_validator("approvers", mode="before")
+    @classmethod
+    def _approver_ids(cls, v: Any) -> Any:
+        # ids are strings on every platform; a TOML integer (Telegram user 42) means the same
+        return [str(x) for x in v] if isinstance(v, list) else v
+
+    @model_validator(mode="after")
+    def _approval_keys(self) -> BindingSettings:
+        if self.tools is not None and "run_bash" in self.tools:
+            raise ValueError(
+                "run_bash cannot be in a binding's `tools` (it would run for everyone in the "
+                "channel, unasked); list it in `approve` so an approver says yes to each call")
+        both = sorted(set(self.approve) & set(self.tools or ()))
+        if both:
+            raise ValueError(
+                f"{', '.join(both)} in both `tools` (runs unasked) and `approve` (runs after an "
+                "approver says yes): keep each tool in one of them")
+        if "delegate_task" in self.approve:
+            raise ValueError("delegate_task cannot run in a channel, not even with approval")
+        if "computer" in self.approve and self.computer_use is not True:
+            raise ValueError("computer in `approve` still needs `computer_use = true`")
+        return self
 
 
 class SandboxSettings(_Section):

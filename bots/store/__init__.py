@@ -3,7 +3,8 @@
 Inbound events and cursors (:class:`InboundLog`, :class:`Cursors`), leases
 (:class:`Lease`, :class:`ThreadLeases`), threads and the message index
 (:class:`ThreadSessions`, :class:`MessageIndex`), the outbox (:class:`Outbox`), pairing
-codes (:class:`PairingStore`) and stored bindings (:class:`StoredBindings`), each with
+codes (:class:`PairingStore`), stored bindings (:class:`StoredBindings`) and approval
+requests (:class:`ApprovalRequests`), each with
 named operations; :class:`ChannelStore` builds them on the harness's store and holds the
 units of work that span several tables (accepting a turn). The tables are on
 :data:`CHANNEL_METADATA`, handed to the harness by the composition root.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from bots.store._channel import ChannelStore, Tx
 from bots.store._tables import CHANNEL_METADATA
+from bots.store.approvals import ApprovalRecord, ApprovalRequests, ApprovalStatus, Decision
 from bots.store.bindings import StoredBindings
 from bots.store.inbound import EVENTS_CHANNEL, Cursors, InboundLog, StoredEvent
 from bots.store.leases import Lease, Thread, ThreadLeaseLost, ThreadLeases
@@ -28,8 +30,12 @@ __all__ = [
     "CODE_TTL_S",
     "EVENTS_CHANNEL",
     "PLACEHOLDER",
+    "ApprovalRecord",
+    "ApprovalRequests",
+    "ApprovalStatus",
     "ChannelStore",
     "Cursors",
+    "Decision",
     "InboundLog",
     "Lease",
     "MessageIndex",

@@ -31,6 +31,7 @@ from geode.store.models import Base as HarnessBase
 
 __all__ = [
     "CHANNEL_METADATA",
+    "ChannelApprovalModel",
     "ChannelBindingModel",
     "ChannelCursorModel",
     "ChannelEventModel",
@@ -40,6 +41,7 @@ __all__ = [
     "ChannelPairingModel",
     "ChannelThreadLeaseModel",
     "ChannelThreadModel",
+    "approvals_table",
     "bindings_table",
     "cursors_table",
     "events_table",
@@ -240,6 +242,53 @@ class ChannelThreadLeaseModel(Base):
     __table_args__ = (Index(None, "owner"),)
 
 
+class ChannelApprovalModel(Base):
+    """An approval request for one proposed tool call (a binding's ``approve`` tools), written
+    before the request message is posted so that a restart finds the wait and resumes it.
+
+    One row per (session, call): the same proposed call asked again after a restart gets the
+    same row back. A decision is one conditional ``UPDATE ... WHERE status = 'pending'``, so a
+    double click or a redelivered interaction decides once.
+    """
+
+    __tablename__ = "channel_approvals"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    #: what people type: ``/approve K7Q2``
+    short_id: Mapped[str] = mapped_column(String(16), unique=True)
+    session_id: Mapped[str] = mapped_column(String(200))
+    turn_id: Mapped[str] = mapped_column(String(100))
+    call_id: Mapped[str] = mapped_column(String(200))
+    thread_key: Mapped[str] = mapped_column(String(300))
+    platform: Mapped[str] = mapped_column(String(32))
+    workspace: Mapped[str] = mapped_column(String(100), default="")
+    channel: Mapped[str] = mapped_column(String(100), default="")
+    thread_root: Mapped[str] = mapped_column(String(100), default="")
+    tool: Mapped[str] = mapped_column(String(200))
+    args: Mapped[dict[str, Any]] = mapped_column(JSON)
+    #: the request as posted (plain words, diff or command)
+    summary: Mapped[str] = mapped_column(Text, default="")
+    requested_by: Mapped[str] = mapped_column(String(100), default="")
+    requested_by_name: Mapped[str] = mapped_column(String(200), default="")
+    approvers: Mapped[list[Any]] = mapped_column(JSON)
+    #: pending -> approved | denied | expired | cancelled
+    status: Mapped[str] = mapped_column(String(16))
+    #: the posted request message (None until it is sent)
+    message_id: Mapped[str | None] = mapped_column(String(100))
+    decided_by: Mapped[str] = mapped_column(String(100), default="")
+    decided_by_name: Mapped[str] = mapped_column(String(200), default="")
+    requested_at: Mapped[int] = mapped_column(BigInteger)  # unix milliseconds
+    expires_at: Mapped[int] = mapped_column(BigInteger)  # unix milliseconds
+    decided_at: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (
+        UniqueConstraint("session_id", "call_id"),
+        Index(None, "status", "expires_at"),
+        Index(None, "platform", "workspace", "channel", "message_id"),
+    )
+
+
 events_table = cast(Table, ChannelEventModel.__table__)
 outbox_table = cast(Table, ChannelOutboxModel.__table__)
 threads_table = cast(Table, ChannelThreadModel.__table__)
@@ -249,3 +298,4 @@ bindings_table = cast(Table, ChannelBindingModel.__table__)
 cursors_table = cast(Table, ChannelCursorModel.__table__)
 leases_table = cast(Table, ChannelLeaseModel.__table__)
 thread_leases_table = cast(Table, ChannelThreadLeaseModel.__table__)
+approvals_table = cast(Table, ChannelApprovalModel.__table__)

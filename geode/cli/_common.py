@@ -37,5 +37,8 @@ def check_binding(binding: BindingSettings, settings: Settings) -> None:
     where = f"binding {binding.platform} {binding.channel}"
     if binding.model:
         resolve_model(binding.model)
+    servers = list(servers_section(settings.mcp))
     check_tool_names(binding.tools or (), known=known_tool_names(),
-                     mcp_servers=list(servers_section(settings.mcp)), what=f"{where}: tools")
+                     mcp_servers=servers, what=f"{where}: tools")
+    check_tool_names(binding.approve, known=known_tool_names(),
+                     mcp_servers=servers, what=f"{where}: approve")

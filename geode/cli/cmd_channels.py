@@ -79,7 +79,19 @@ def bindings_list(
         mention = "yes" if b.require_mention else "no"
         typer.echo(f"{b.platform:9} {where:24} [{src}] mention={mention}"
                    f" users={users} tools={tools} busy={b.busy_policy}"
-                   + (f" model={b.model}" if b.model else ""))
+                   + (f" model={b.model}" if b.model else "")
+                   + (f" approve={','.join(b.approve)}"
+                      f" approvers={','.join(b.approvers) or 'none'}" if b.approve else ""))
+
+
+def approval_summary(b: BindingSettings) -> str:
+    """What needs an approver's yes in this channel and who can give it (one line)."""
+    if not b.approve:
+        return "needs approval: nothing"
+    who = (", ".join(b.approvers) if b.approvers
+           else "nobody (no approvers: every such call is denied)")
+    return (f"needs approval: {', '.join(b.approve)}; approvers: {who}; "
+            f"requests expire after {b.approval_timeout_s:g}s")
 
 
 # Telegram group ids are negative ("-100123"): without this click reads them as options.
@@ -102,6 +114,19 @@ def bindings_add(
                                     "DAEMON default set)."),
     ] = None,
     no_tools: Annotated[bool, typer.Option("--no-tools", help="Allow no tools at all.")] = False,
+    approve: Annotated[
+        list[str] | None,
+        typer.Option("--approve", help="Tool that runs only after an approver says yes in the "
+                                       "thread (repeatable; run_bash only this way)."),
+    ] = None,
+    approver: Annotated[
+        list[str] | None,
+        typer.Option("--approver", help="Platform user id who may approve (repeatable)."),
+    ] = None,
+    approval_timeout: Annotated[
+        float, typer.Option("--approval-timeout", min=1.0,
+                            help="Seconds an approval request waits before it is denied.")
+    ] = 300.0,
     require_mention: Annotated[
         bool, typer.Option("--require-mention/--no-require-mention",
                            help="Answer only when mentioned (follow-ups in a thread excepted).")
@@ -128,7 +153,8 @@ def bindings_add(
         "platform": platform, "channel": channel, "workspace": workspace,
         "allow_users": list(allow_user or ()), "require_mention": require_mention,
         "model": model, "system_prompt": system_prompt, "time_budget_s": time_budget,
-        "busy_policy": busy_policy,
+        "busy_policy": busy_policy, "approve": list(approve or ()),
+        "approvers": list(approver or ()), "approval_timeout_s": approval_timeout,
     }
     if no_tools:
         data["tools"] = []
@@ -151,6 +177,8 @@ def bindings_add(
     asyncio.run(main())
     who = ", ".join(binding.allow_users) or "nobody yet (senders pair with a code)"
     typer.echo(f"bound {platform} {channel}; allowed senders: {who}")
+    if binding.approve:
+        typer.echo(approval_summary(binding))
 
 
 @bindings_app.command("remove", context_settings=_NEG_IDS)

@@ -58,6 +58,7 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
     failures = _check_model(settings, secrets)
     failures += await _check_store(settings)
     failures += _check_channels(settings, secrets)
+    await _list_bindings(settings)
     failures += await _check_mcp(settings, secrets, cwd)
     failures += await _check_sandbox()
     _check_modes(settings)
@@ -165,6 +166,31 @@ def _check_channels(settings: Settings, secrets: Secrets) -> int:
             f"add one: geode bindings add {platform} CHANNEL_ID (see `geode bindings add --help`)",
         )
     return failures
+
+
+async def _list_bindings(settings: Settings) -> None:
+    """Per binding: what runs freely, what needs an approver's yes, and who can give it."""
+    from geode.cli.cmd_channels import approval_summary
+
+    rows = [("config", b) for b in settings.bindings]
+    try:
+        from bots.store import StoredBindings
+        from geode.store import open_store
+
+        async with await open_store(settings.store_url) as store:
+            rows += [("store", b) for b in await StoredBindings(store=store).list()]
+    except Exception:  # the store check above reported it already
+        pass
+    for src, b in rows:
+        free = ("read-only tools (DAEMON default)" if b.tools is None
+                else ", ".join(b.tools) or "no tools")
+        where = f"{b.workspace}/{b.channel}" if b.workspace else b.channel
+        nobody = bool(b.approve) and not b.approvers
+        _line(
+            None if nobody else True,
+            f"binding {b.platform} {where} [{src}]: runs freely: {free}; {approval_summary(b)}",
+            'give the binding approvers = ["USER_ID", ...] (or remove its approve list)',
+        )
 
 
 async def _check_mcp(settings: Settings, secrets: Secrets, cwd: Path) -> int:

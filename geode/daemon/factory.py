@@ -378,6 +378,7 @@ class Runtime:
         return session_scope(
             ctx.mode,
             channel_tools=o.tools,
+            channel_approve=o.approve,
             computer_use=o.computer_use,
             allow_tools=ctx.allow_tools,
             deny_tools=ctx.deny_tools,

@@ -52,6 +52,8 @@ class SessionOverrides:
         prompt_addition: appended to the system prompt's rules.
         tools: an allow-list narrowing the mode's tools (None: the mode's own set).
         computer_use: the DAEMON computer-use switch (off unless the operator set it).
+        approve: tools offered that run only after an approver says yes for each call
+            (the session's ``Approver`` asks; without one every such call is denied).
         time_budget_s: the turn's time budget instead of the configured one.
         spend_caps: caps of this caller's own (a channel binding's), checked with
             ``[budgets]`` before every model call.
@@ -63,6 +65,7 @@ class SessionOverrides:
     prompt_addition: str = ""
     tools: Sequence[str] | None = None
     computer_use: bool = False
+    approve: Sequence[str] = ()
     time_budget_s: float | None = None
     spend_caps: SpendCaps | None = None
     spend_scope: str = ""

@@ -1,8 +1,10 @@
-"""Check 6 — approval by a human (REPL / IPC); unattended modes have none, so it is a denial.
+"""Check 6 — approval by a human (REPL / IPC, or a channel's named approvers for the tools in
+its binding's ``approve``); otherwise unattended modes have nobody to ask: a denial.
 
 Prompts are serialised (one question at a time, even for a parallel batch). ``"always"`` is
 remembered for the rest of the session per tool name, except for sensitive personal-data
-tools (asked every time) and for calls a hook explicitly asked about.
+tools and a channel's ``approve`` tools (asked every time) and for calls a hook explicitly
+asked about.
 """
 
 from __future__ import annotations
@@ -40,15 +42,20 @@ class ApprovalGate:
     async def decide(
         self, call: ToolCall, tool: ToolDef, *, reason: str, forced: bool, turn: TurnInfo
     ) -> Allow | Deny:
-        if not self._scope.asks_human:
+        channel = call.name in self._scope.needs_approval
+        if not self._scope.asks_human and not channel:
             return Deny(
                 "approval",
                 f"{reason}; approval is required, but a {self._scope.mode} session has nobody "
                 "to ask. Do not retry this call.",
             )
         if self._approver is None:
-            return Deny("approval", f"{reason}; approval is required and no approver is connected")
-        rememberable = tool.personal_data != "sensitive"
+            return Deny(
+                "approval",
+                f"{reason}; approval is required and no approver is connected. "
+                "Do not retry this call.",
+            )
+        rememberable = tool.personal_data != "sensitive" and not channel
         if rememberable and not forced and call.name in self._always:
             return Allow()
         async with self._lock:

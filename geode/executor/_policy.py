@@ -5,6 +5,8 @@
   tool (binding allow-list, ``--allow-tool``, the DAEMON computer-use switch).
 - sensitive personal-data tools need approval on every call; preapproval does not apply.
 - Unattended modes have nobody to ask: needing approval there is a denial.
+- A tool in the scope's ``needs_approval`` (a channel binding's ``approve``) asks on every
+  call, whatever its safety level, even in DAEMON mode: the channel's approvers decide.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ _HINTS = {
 
 
 def check_policy(tool: ToolDef, *, scope: SessionScope) -> Verdict:
+    if tool.name in scope.needs_approval:
+        return Ask(f"'{tool.name}' runs in this channel only after an approver says yes")
     sensitive = tool.personal_data == "sensitive"
     if not sensitive and (tool.safety == "read_only" or tool.name in scope.preapproved):
         return Allow()

@@ -88,6 +88,31 @@ def test_bindings_add_validates_and_respects_config(cli: CliRunner, home: Path) 
     assert [b["tools"] for b in listed if b["channel"] == "-5"] == [[]]
 
 
+def test_bindings_add_takes_the_approval_keys(cli: CliRunner, home: Path) -> None:
+    added = cli.invoke(app, ["bindings", "add", "telegram", "-100888", "--tool", "read_file",
+                             "--approve", "write_file", "--approve", "run_bash",
+                             "--approver", "42", "--approval-timeout", "60"])
+    assert added.exit_code == 0, added.output
+    assert "needs approval: write_file, run_bash; approvers: 42; requests expire after 60s" \
+        in added.output
+    (b,) = json.loads(cli.invoke(app, ["bindings", "list", "--json"]).output)
+    assert (b["approve"], b["approvers"], b["approval_timeout_s"]) == (
+        ["write_file", "run_bash"], ["42"], 60)
+    assert "approve=write_file,run_bash approvers=42" in cli.invoke(
+        app, ["bindings", "list"]).output
+
+    # run_bash never runs unasked for a whole channel; a typo in approve is caught
+    bash = cli.invoke(app, ["bindings", "add", "telegram", "-1", "--tool", "run_bash"])
+    assert isinstance(bash.exception, ConfigError)
+    assert "list it in `approve`" in str(bash.exception)
+    typo = cli.invoke(app, ["bindings", "add", "telegram", "-2", "--approve", "write_fiel"])
+    assert isinstance(typo.exception, ConfigError)
+    assert "approve: unknown tool 'write_fiel'" in str(typo.exception)
+    assert "write_file" in str(typo.exception)
+    nobody = cli.invoke(app, ["bindings", "add", "telegram", "-3", "--approve", "write_file"])
+    assert nobody.exit_code == 0 and "approvers: nobody" in nobody.output
+
+
 def test_pairing_list_and_approve(cli: CliRunner, home: Path) -> None:
     async def issue() -> tuple[str, str]:
         async with await open_store(_store_url(home)) as store:

@@ -71,3 +71,21 @@ def test_advice_runs_verbatim_and_fixes_what_it_names(tmp_path: Path) -> None:
     again = _doctor(home, tmp_path)
     assert "no config.toml found" not in again.stdout
     assert f"config: {home / 'config.toml'}" in again.stdout
+
+
+def test_lists_per_binding_what_runs_freely_and_who_approves(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        '[[bindings]]\nplatform = "telegram"\nchannel = "-100"\ntools = ["read_file"]\n'
+        'approve = ["write_file", "run_bash"]\napprovers = ["42", "43"]\n'
+        'approval_timeout_s = 120\n'
+        '[[bindings]]\nplatform = "slack"\nchannel = "C1"\napprove = ["web_fetch"]\n'
+    )
+    proc = _doctor(home, tmp_path, ANTHROPIC_API_KEY="sk-ant-api03-doctortest0123456789")
+    assert ("[ok  ] binding telegram -100 [config]: runs freely: read_file; needs approval: "
+            "write_file, run_bash; approvers: 42, 43; requests expire after 120s") in proc.stdout
+    assert ("[warn] binding slack C1 [config]: runs freely: read-only tools (DAEMON default); "
+            "needs approval: web_fetch; approvers: nobody") in proc.stdout
+    assert 'give the binding approvers = ["USER_ID", ...]' in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr

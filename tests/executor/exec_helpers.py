@@ -165,6 +165,7 @@ def make_harness(
     approver: Any = None,
     computer_use: object = False,
     channel_tools: Sequence[str] | None = None,
+    channel_approve: Sequence[str] = (),
     allow_tools: Sequence[str] = (),
     deny_tools: Sequence[str] = (),
     hooks: HookRegistry | None = None,
@@ -176,7 +177,8 @@ def make_harness(
     receipts: MemoryReceiptStore | None = None,
 ) -> Harness:
     rec = rec or Recorder()
-    scope = session_scope(mode, channel_tools=channel_tools, computer_use=computer_use,
+    scope = session_scope(mode, channel_tools=channel_tools, channel_approve=channel_approve,
+                          computer_use=computer_use,
                           allow_tools=allow_tools, deny_tools=deny_tools)
     # The full plan, not the scope's projection: the executor must hold the line even
     # when a (stale or hand-built) plan offers a tool the scope denies.

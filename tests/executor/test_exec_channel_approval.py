@@ -1,0 +1,92 @@
+"""A channel binding's ``approve`` list (DAEMON): those tools are offered, never preapproved,
+and every call asks the session's approver (check 6); without an approver, or with a "no",
+nothing runs. run_bash reaches a channel only this way."""
+
+from __future__ import annotations
+
+import pytest
+from exec_helpers import HarnessFactory, ScriptedApprover
+
+from geode.errors import ConfigError
+from geode.policy import session_scope
+from geode.settings import BindingSettings
+
+
+def test_scope_offers_approve_tools_without_preapproving_them() -> None:
+    scope = session_scope("DAEMON", channel_tools=["read_file"],
+                          channel_approve=["write_file", "run_bash"])
+    assert scope.permits("run_bash") and scope.permits("write_file")
+    assert scope.needs_approval == {"write_file", "run_bash"}
+    assert "run_bash" not in scope.preapproved and "write_file" not in scope.preapproved
+    # the floor still holds for what approve does not name
+    assert not scope.permits("delegate_task") and not scope.permits("computer")
+    # default tool set (no `tools`): run_bash still only through approve
+    default = session_scope("DAEMON", channel_approve=["run_bash"])
+    assert default.permits("run_bash") and default.needs_approval == {"run_bash"}
+    assert not session_scope("DAEMON").permits("run_bash")
+
+
+def test_scope_refuses_approve_outside_daemon_and_computer_needs_its_switch() -> None:
+    # (run_bash in `tools` is a config error of the binding; the scope's floor denies it too)
+    assert not session_scope("DAEMON", channel_tools=["run_bash"]).permits("run_bash")
+    with pytest.raises(ConfigError, match="approve"):
+        session_scope("HEADLESS", channel_approve=["write_file"])
+    # computer needs the switch even when listed in approve
+    assert not session_scope("DAEMON", channel_approve=["computer"]).permits("computer")
+    on = session_scope("DAEMON", channel_approve=["computer"], computer_use=True)
+    assert on.permits("computer") and "computer" not in on.preapproved
+
+
+@pytest.mark.parametrize("answer", ["allow", "always"])
+async def test_an_approved_call_runs_and_every_call_asks_again(
+    harness: HarnessFactory, answer: str
+) -> None:
+    approver = ScriptedApprover(answer)
+    h = harness(mode="DAEMON", approver=approver, channel_tools=["read_file"],
+                channel_approve=["write_file", "run_bash"])
+    assert not (await h.run_one("write_file")).is_error
+    assert not (await h.run_one("write_file")).is_error  # "always" is not remembered here
+    assert not (await h.run_one("run_bash")).is_error
+    assert [r.tool for r in approver.requests] == ["write_file", "write_file", "run_bash"]
+    assert all(not r.always_allowed for r in approver.requests)
+    assert h.rec.names() == ["write_file", "write_file", "run_bash"]
+    assert not (await h.run_one("read_file")).is_error  # `tools` runs unasked
+    assert len(approver.requests) == 3
+
+
+async def test_a_denied_call_has_no_effect(harness: HarnessFactory) -> None:
+    approver = ScriptedApprover("deny")
+    h = harness(mode="DAEMON", approver=approver, channel_approve=["run_bash"])
+    res = await h.run_one("run_bash")
+    assert res.is_error and res.text_content.startswith("denied by approval: ")
+    assert h.rec.calls == [] and h.receipts.records == {}
+    assert h.denied_kinds() == [("run_bash", "approval")]
+
+
+async def test_without_an_approver_every_approve_call_is_denied(harness: HarnessFactory) -> None:
+    h = harness(mode="DAEMON", channel_approve=["write_file", "read_file"])
+    for tool in ("write_file", "read_file"):  # a read-only tool listed in approve asks too
+        res = await h.run_one(tool)
+        assert res.is_error and "no approver is connected" in res.text_content
+    assert h.rec.calls == []
+    # a write tool in neither list is still the plain DAEMON policy denial
+    res = await h.run_one("web_fetch")
+    assert res.is_error and res.text_content.startswith("denied by policy: ")
+
+
+def test_binding_keys_are_validated() -> None:
+    b = BindingSettings.model_validate({
+        "platform": "telegram", "channel": -100, "approve": ["write_file", "run_bash"],
+        "approvers": [42, "U1"], "approval_timeout_s": 60,
+    })
+    assert (b.approvers, b.approval_timeout_s) == (["42", "U1"], 60)
+    assert BindingSettings(platform="slack", channel="C1").approval_timeout_s == 300
+    for bad, why in [
+        ({"tools": ["run_bash"]}, "run_bash cannot be in a binding's `tools`"),
+        ({"tools": ["write_file"], "approve": ["write_file"]}, "in both"),
+        ({"approve": ["delegate_task"]}, "delegate_task"),
+        ({"approve": ["computer"]}, "computer_use = true"),
+        ({"approval_timeout_s": 0}, "approval_timeout_s"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            BindingSettings.model_validate({"platform": "telegram", "channel": "1", **bad})
