@@ -1,8 +1,9 @@
 """Bindings: which channels are served, and under which DAEMON policy.
 
-A binding matches by exact platform + channel id (and workspace / guild when the binding
-names one); there is no wildcard. Unbound channels are ignored and logged at debug: a bot
-added to a random group must not answer there.
+A binding matches by exact platform + channel id (and Slack team / Discord guild /
+Telegram bot id, ``team``, when the binding names one); there is no wildcard. Unbound
+channels are ignored and logged at debug: a bot added to a random group must not answer
+there.
 
 Bindings come from ``[[bindings]]`` in config.toml plus those added with
 ``geode bindings add`` (stored in ``channel_bindings``, :class:`bots.store.StoredBindings`;
@@ -67,7 +68,7 @@ class BindingTable:
         """The binding of exactly this channel, or None (ignored, debug-logged)."""
         await self.refresh()
         for b in self._index.get((platform, channel), ()):
-            if not b.workspace or b.workspace == workspace:
+            if not b.team or b.team == workspace:
                 return b
         log.debug("channel.unbound", platform=platform, workspace=workspace, channel=channel)
         return None

@@ -34,6 +34,7 @@ from bots.commands import ActiveTurn
 from bots.events import InboundEvent
 from bots.progress import ProgressReporter
 from bots.store import OutboxRow, StoredEvent
+from bots.workspaces import binding_workspace
 from geode.daemon.factory import Session, SessionContext
 from geode.daemon.port import OpeningNote, SessionOverrides, WriteFence
 from geode.errors import ConfigError, GeodeError, LaneBusy, ShuttingDown
@@ -217,8 +218,11 @@ class TurnRunner:
             if active.stop_requested:
                 raise _StoppedBeforeStart
 
+        # The binding's own folder: its file tools and sandbox see nothing of other channels.
+        workspace = binding_workspace(deps.host.home, binding)
+        await asyncio.to_thread(workspace.mkdir, parents=True, exist_ok=True)
         ctx = SessionContext(
-            mode="DAEMON", workspace=deps.host.workspace, session_id=row.session_key,
+            mode="DAEMON", workspace=workspace, session_id=row.session_key,
             overrides=session_overrides(binding), user=event.sender, on_event=sink,
             # the thread's first message names it in `geode sessions list`
             title=short_title(redact_text(event.text)) if event.text.strip()

@@ -182,6 +182,10 @@ class BudgetSettings(SpendCaps):
 class BindingSettings(SpendCaps):
     platform: Literal["slack", "discord", "telegram"]
     channel: str
+    #: Slack team / Discord guild / Telegram bot id this binding is limited to ("" = any)
+    team: str = ""
+    #: the folder its turns work in; "" = its own, $GEODE_HOME/workspaces/<platform>-<channel>/
+    #: (see bots.workspaces); two bindings share one only when both name it
     workspace: str = ""
     require_mention: bool = True
     allow_users: list[str] = Field(default_factory=list)

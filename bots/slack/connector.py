@@ -362,7 +362,7 @@ class SlackConnector(BaseConnector):
         """The Slack bindings of this workspace (configured and stored)."""
         assert self.layer is not None
         return [b for b in self.intake.bound_channels("slack")
-                if not b.workspace or b.workspace == self.team_id]
+                if not b.team or b.team == self.team_id]
 
     def convert(self, event: Any, channel: str | None = None) -> InboundEvent | None:
         """A message payload as an event of this workspace, or None (never raises)."""

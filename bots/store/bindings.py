@@ -33,8 +33,13 @@ class StoredBindings:
             rows = (await conn.execute(select(_B).order_by(_B.c.id))).all()
         out = []
         for r in rows:
+            data = dict(r.settings)
+            if "team" not in data:
+                # stored before ``team`` existed: its ``workspace`` was the team / guild
+                # (the row's column still is), not a folder
+                data["team"] = data.pop("workspace", "") or ""
             try:
-                out.append(BindingSettings.model_validate(dict(r.settings)))
+                out.append(BindingSettings.model_validate(data))
             except ValueError:
                 log.warning("bindings.stored_invalid", platform=r.platform, channel=r.channel)
         return out
@@ -46,7 +51,7 @@ class StoredBindings:
                 await conn.execute(
                     insert(_B).values(
                         platform=binding.platform,
-                        workspace=binding.workspace,
+                        workspace=binding.team,
                         channel=binding.channel,
                         settings=binding.model_dump(mode="json"),
                     )
@@ -57,12 +62,12 @@ class StoredBindings:
                 "`geode bindings remove` it first."
             ) from exc
 
-    async def remove(self, platform: str, channel: str, workspace: str = "") -> bool:
+    async def remove(self, platform: str, channel: str, team: str = "") -> bool:
         async with self._store.write() as conn:
             result = await conn.execute(
                 delete(_B).where(
                     _B.c.platform == platform, _B.c.channel == channel,
-                    _B.c.workspace == workspace,
+                    _B.c.workspace == team,
                 )
             )
         return bool(result.rowcount)

@@ -73,7 +73,7 @@ def bindings_list(
         typer.echo("no bindings: the bot answers nowhere. Add one with "
                    "`geode bindings add telegram CHAT_ID --allow-user ID`.")
     for src, b in rows:
-        where = f"{b.workspace}/{b.channel}" if b.workspace else b.channel
+        where = f"{b.team}/{b.channel}" if b.team else b.channel
         tools = "default" if b.tools is None else ",".join(b.tools) or "none"
         users = ",".join(b.allow_users) or "(pairing only)"
         mention = "yes" if b.require_mention else "no"
@@ -102,8 +102,12 @@ _NEG_IDS = {"ignore_unknown_options": True}
 def bindings_add(
     platform: Annotated[str, typer.Argument(help="telegram | slack | discord")],
     channel: Annotated[str, typer.Argument(help="Exact channel / chat id (Telegram: -100...).")],
+    team: Annotated[
+        str, typer.Option("--team", help="Slack team / Discord guild / Telegram bot id.")
+    ] = "",
     workspace: Annotated[
-        str, typer.Option("--workspace", help="Slack team / Discord guild / Telegram bot id.")
+        str, typer.Option("--workspace", help="Folder its turns work in (default: its own, "
+                                              "$GEODE_HOME/workspaces/PLATFORM-CHANNEL).")
     ] = "",
     allow_user: Annotated[
         list[str] | None, typer.Option("--allow-user", help="Allowed sender id (repeatable).")
@@ -150,8 +154,9 @@ def bindings_add(
     if platform not in _PLATFORMS:
         raise ConfigError(f"unknown platform {platform!r}; use one of {', '.join(_PLATFORMS)}")
     data: dict[str, Any] = {
-        "platform": platform, "channel": channel, "workspace": workspace,
-        "allow_users": list(allow_user or ()), "require_mention": require_mention,
+        "platform": platform, "channel": channel, "team": team,
+        "workspace": workspace, "allow_users": list(allow_user or ()),
+        "require_mention": require_mention,
         "model": model, "system_prompt": system_prompt, "time_budget_s": time_budget,
         "busy_policy": busy_policy, "approve": list(approve or ()),
         "approvers": list(approver or ()), "approval_timeout_s": approval_timeout,
@@ -166,13 +171,18 @@ def bindings_add(
 
     check_binding(binding, settings)
     for b in settings.bindings:
-        if (b.platform, b.channel) == (platform, channel) and b.workspace in ("", workspace):
+        if (b.platform, b.channel) == (platform, channel) and b.team in ("", team):
             raise ConfigError(f"{platform} channel {channel} is bound in config.toml already; "
                               "edit it there.")
 
+    from bots.workspaces import check_workspaces
+
     async def main() -> None:
         async with await _open(settings) as store:
-            await StoredBindings(store=store).add(binding)
+            stored = StoredBindings(store=store)
+            # a new binding may not reach into another's files unless both name the folder
+            check_workspaces(settings.home, [*settings.bindings, *await stored.list(), binding])
+            await stored.add(binding)
 
     asyncio.run(main())
     who = ", ".join(binding.allow_users) or "nobody yet (senders pair with a code)"
@@ -185,7 +195,7 @@ def bindings_add(
 def bindings_remove(
     platform: Annotated[str, typer.Argument(help="telegram | slack | discord")],
     channel: Annotated[str, typer.Argument(help="The channel id.")],
-    workspace: Annotated[str, typer.Option("--workspace", help="As given to `add`.")] = "",
+    team: Annotated[str, typer.Option("--team", help="As given to `add`.")] = "",
 ) -> None:
     """Remove a stored binding (config.toml bindings are removed from the file)."""
     from bots.store import StoredBindings
@@ -194,7 +204,7 @@ def bindings_remove(
 
     async def main() -> bool:
         async with await _open(settings) as store:
-            return await StoredBindings(store=store).remove(platform, channel, workspace)
+            return await StoredBindings(store=store).remove(platform, channel, team)
 
     if not asyncio.run(main()):
         in_config = any((b.platform, b.channel) == (platform, channel)

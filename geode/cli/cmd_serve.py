@@ -25,7 +25,8 @@ def serve(
     ] = False,
     cwd: Annotated[
         Path | None,
-        typer.Option("--cwd", help="Workspace of sessions (default: $GEODE_HOME/workspace)."),
+        typer.Option("--cwd", help="Workspace of scheduled and `geode ask` sessions (default: "
+                                    "$GEODE_HOME/workspace; channel bindings have their own)."),
     ] = None,
     drain_timeout: Annotated[
         float, typer.Option("--drain-timeout", min=0.0,
@@ -40,6 +41,9 @@ def serve(
 
     for binding in settings.bindings:  # config.toml's; stored ones were checked when added
         check_binding(binding, settings)
+    from bots.workspaces import check_workspaces
+
+    check_workspaces(settings.home, settings.bindings)
     factory: ProviderFactory | None = None
     label = ""
     script = os.environ.get(SCRIPT_ENV)

@@ -117,6 +117,11 @@ class HarnessPort(Protocol):
     @property
     def workspace(self) -> Path: ...
 
+    @property
+    def home(self) -> Path:
+        """``$GEODE_HOME``: channel bindings' own workspaces live under it."""
+        ...
+
     async def run_turn(
         self,
         ctx: SessionContext,

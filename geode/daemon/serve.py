@@ -119,6 +119,10 @@ class Daemon:
         self._active: dict[asyncio.Task[Any], Session | None] = {}
         self._started = False
 
+    @property
+    def home(self) -> Path:
+        return self.settings.home
+
     # -- wiring ------------------------------------------------------------------------
 
     def add_connector(self, connector: Connector) -> None:

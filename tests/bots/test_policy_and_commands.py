@@ -35,6 +35,7 @@ async def test_binding_without_write_file_denies_it_at_runtime(make_stack, fake)
     denied = await _denials(stack.store, sid)
     assert [d["tool"] for d in denied] == ["write_file"]
     assert not (stack.home / "ws" / "x.txt").exists()
+    assert not list((stack.home / "workspaces").rglob("x.txt"))
 
 
 async def test_computer_use_string_true_does_not_enable_computer(make_stack, fake):

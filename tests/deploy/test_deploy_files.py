@@ -144,7 +144,8 @@ def test_compose_publishes_health_shares_the_workspace_and_keeps_the_password_in
     assert url.host == "db" and url.password is None, "the URL must not carry a password"
     # replicas share the workspace volume (a taken-over thread finds its files)
     assert "workspace:/var/lib/geode/workspace" in geode["volumes"]
-    assert "workspace" in spec["volumes"]
+    assert "workspaces:/var/lib/geode/workspaces" in geode["volumes"]  # the bindings' own
+    assert {"workspace", "workspaces"} <= set(spec["volumes"])
     assert geode["deploy"]["replicas"] >= 2
 
 

@@ -46,6 +46,7 @@ async def test_binding_without_write_file_denies_it_at_runtime(make_dstack, dfak
     rows = await stack.store.timeline.list(sid(dfake, mid))
     assert [r.payload["tool"] for r in rows if r.kind == "tool.denied"] == ["write_file"]
     assert not (stack.home / "ws" / "x.txt").exists()
+    assert not list((stack.home / "workspaces").rglob("x.txt"))
 
 
 class _Slow(ScriptedProvider):

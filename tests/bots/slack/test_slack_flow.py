@@ -215,6 +215,7 @@ async def test_binding_tool_allow_list_denies_at_runtime(stacks, home, fake):
     rows = await stack.store.timeline.list(sid(ts))
     assert [r.payload["tool"] for r in rows if r.kind == "tool.denied"] == ["write_file"]
     assert not (home / "ws" / "x.txt").exists()
+    assert not list((home / "workspaces").rglob("x.txt"))
 
 
 async def test_slash_geode_status_and_stop_cancel_the_running_turn(stacks, home, fake):
