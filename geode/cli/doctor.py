@@ -184,7 +184,7 @@ async def _list_bindings(settings: Settings) -> None:
     for src, b in rows:
         free = ("read-only tools (DAEMON default)" if b.tools is None
                 else ", ".join(b.tools) or "no tools")
-        where = f"{b.workspace}/{b.channel}" if b.workspace else b.channel
+        where = f"{b.team}/{b.channel}" if b.team else b.channel
         nobody = bool(b.approve) and not b.approvers
         _line(
             None if nobody else True,
