@@ -46,6 +46,7 @@ from bots._aio import reap
 from bots.commands import COMMANDS
 from bots.connector import BaseConnector
 from bots.discord._convert import convert_message, snowflake, snowflake_seconds
+from bots.discord._history import fetch_thread_history
 from bots.discord.format import DISCORD_LIMIT, chunk_fenced_markdown, render_progress
 from bots.events import InboundEvent, ReplyTarget
 from bots.format import Chunk
@@ -84,6 +85,8 @@ class DiscordOptions(LayerOptions):
     #: catch-up re-reads this much history before each cursor (dedupe drops the overlap)
     catch_up_overlap_s: float = 60.0
     catch_up_max_pages: int = 20
+    #: earlier messages of a thread fetched as context on the bot's first mention in it
+    thread_history_max: int = 50
 
 
 class _Client(discord.Client):
@@ -431,6 +434,18 @@ class DiscordConnector(BaseConnector):
                 extra = {**ev.extra, "start_thread": False}
                 ev = InboundEvent.from_json({**ev.to_json(), "extra": extra})
         return ev
+
+    async def fetch_thread_history(self, event: InboundEvent) -> list[InboundEvent]:
+        """Earlier messages of a thread the bot is first mentioned in, the ones the store
+        has not recorded (recorded ones reach the prompt through the layer already)."""
+        if self.client is None:
+            return []
+        found = await fetch_thread_history(self.client.http, event, bot_id=self.bot_id,
+                                           max_messages=self.opts.thread_history_max)
+        if not found:
+            return []
+        known = await self.intake.known_keys([f.dedupe_key for f in found])
+        return [f for f in found if f.dedupe_key not in known]
 
     async def _known_cursor(self, channel_id: str) -> int:
         if channel_id not in self._cursors:
