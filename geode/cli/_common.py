@@ -31,12 +31,12 @@ def check_binding(binding: BindingSettings, settings: Settings) -> None:
     """A binding's model and tools exist (ConfigError with close matches otherwise): checked
     when it is written or read at start, so no channel turn fails on a typo."""
     from geode.mcp.config import servers_section
-    from geode.providers.catalog import resolve_model
+    from geode.providers.catalog import resolve_generation_model
     from geode.tools.names import check_tool_names, known_tool_names
 
     where = f"binding {binding.platform} {binding.channel}"
     if binding.model:
-        resolve_model(binding.model)
+        resolve_generation_model(binding.model)  # judge-only ids never serve a channel
     servers = list(servers_section(settings.mcp))
     check_tool_names(binding.tools or (), known=known_tool_names(),
                      mcp_servers=servers, what=f"{where}: tools")

@@ -35,9 +35,10 @@ def schedule_add(
 
     settings, _ = load_typed()
     if model is not None:
-        from geode.providers.catalog import resolve_model
+        from geode.providers.catalog import resolve_generation_model
 
-        resolve_model(model)  # a typo is exit 2 now, with close matches, not at every run
+        # a typo (or a judge-only id) is exit 2 now, with close matches, not at every run
+        resolve_generation_model(model)
 
     async def main() -> Any:
         async with await open_store(settings) as store:

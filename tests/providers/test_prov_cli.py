@@ -124,3 +124,10 @@ def test_doctor_refuses_a_judge_only_default_model(tmp_path: Path) -> None:
     proc = _geode(home, tmp_path, "doctor", TYPESAFE_API_KEY="ts-0123456789")
     assert proc.returncode == 1
     assert "[FAIL] default model: Model 'jev-1.13.0' is judge-only" in proc.stdout
+
+
+def test_schedule_add_refuses_a_judge_only_model(tmp_path: Path) -> None:
+    proc = _geode(tmp_path, tmp_path, "schedule", "add", "0 9 * * *", "report",
+                  "--model", "typesafe/jev-1.13")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "judge-only" in proc.stderr
