@@ -1,4 +1,4 @@
-"""Thread commands: /new, /reset, /status, /stop, /help.
+"""Thread commands: /new, /reset, /status, /stop, /help, /approve, /deny.
 
 Commands act on the thread they are written in and answer there (as an outbox notice).
 They run at once, not behind the thread's queued turns: ``/stop`` must reach the turn it
@@ -18,13 +18,14 @@ from bots.events import InboundEvent
 from geode.settings import BindingSettings
 
 if TYPE_CHECKING:
-    from bots.store import ThreadSessions
+    from bots.approvals import ApprovalWaiters
+    from bots.store import ApprovalRecord, ApprovalRequests, ThreadSessions
     from geode.daemon.factory import Session
     from geode.daemon.port import HarnessPort
 
 __all__ = ["COMMANDS", "ActiveTurn", "CommandContext", "parse_command", "run_command"]
 
-COMMANDS = ("new", "reset", "status", "stop", "help", "start")
+COMMANDS = ("new", "reset", "status", "stop", "help", "start", "approve", "deny")
 _CMD = re.compile(r"^/([A-Za-z_]+)(?:@([A-Za-z0-9_]+))?(?:\s|$)")
 
 HELP = (
@@ -34,6 +35,7 @@ HELP = (
     "/stop    stop the running turn of this thread\n"
     "/new     start a new session in this thread (the old one is kept as its parent)\n"
     "/reset   same as /new\n"
+    "/approve, /deny  decide a pending approval request (reply to it, or give its id)\n"
     "/help    this text"
 )
 
@@ -49,6 +51,8 @@ class ActiveTurn:
     loop_turn_id: str = ""
     session: Session | None = None  # once open
     stop_requested: bool = False
+    #: "waiting for approval of … since …" while an approval request waits
+    waiting: str = ""
 
     def cancel(self) -> None:
         """Stop the turn; if it has not started yet it stops as soon as it does."""
@@ -66,6 +70,8 @@ class CommandContext:
     host: HarnessPort
     active: Mapping[str, ActiveTurn]
     queued: Callable[[str], int]
+    approvals: ApprovalRequests | None = None
+    waiters: ApprovalWaiters | None = None
 
 
 def parse_command(text: str, bot_username: str | None) -> str | None:
@@ -97,7 +103,57 @@ async def run_command(
         return f"🆕 New session {new}{lineage}."
     if name == "status":
         return await _status(ctx, event, binding)
+    if name in ("approve", "deny"):
+        return await _decide(ctx, event, approve=name == "approve")
     return HELP
+
+
+async def _find_request(
+    reqs: ApprovalRequests, event: InboundEvent, arg: str
+) -> ApprovalRecord | str:
+    """The request a /approve or /deny means: by short id, by the message it replies to, or
+    the one pending request of this channel. A text when it cannot tell."""
+    rec: ApprovalRecord | None = None
+    if arg:
+        rec = await reqs.by_short_id(arg)
+    elif event.reply_to is not None:
+        rec = await reqs.by_message(event.platform, event.workspace, event.channel,
+                                    event.reply_to)
+    if rec is None and not arg:
+        here = [r for r in await reqs.pending(platform=event.platform)
+                if (r.workspace, r.channel) == (event.workspace, event.channel)]
+        if len(here) > 1:
+            ids = ", ".join(f"{r.short_id} ({r.tool})" for r in here)
+            return f"Several requests are waiting here: {ids}. Reply to one, or give its id."
+        rec = here[0] if here else None
+    if rec is None or (rec.platform, rec.workspace, rec.channel) != (
+            event.platform, event.workspace, event.channel):
+        return f"No approval request {arg} here." if arg else "No approval request is waiting here."
+    return rec
+
+
+async def _decide(ctx: CommandContext, event: InboundEvent, *, approve: bool) -> str:
+    from bots.approvals import outcome_line
+
+    if ctx.approvals is None:
+        return "Approvals are not available here."
+    parts = event.text.split()
+    found = await _find_request(ctx.approvals, event, parts[1] if len(parts) > 1 else "")
+    if isinstance(found, str):
+        return found
+    if event.sender not in found.approvers:
+        who = ", ".join(found.approvers) or "nobody"
+        return f"Only {who} may approve or deny this."
+    decision = await ctx.approvals.decide(found.id, approve=approve, by=event.sender,
+                                          by_name=event.sender_name)
+    if ctx.waiters is not None:
+        ctx.waiters.wake(found.id)
+    rec = decision.record
+    if decision.applied:
+        return f"{'✅' if approve else '🚫'} {rec.tool} ({rec.short_id}) {outcome_line(rec)}."
+    if rec.pending:  # its time is up: the waiting turn marks it expired
+        return f"{rec.tool} ({rec.short_id}) has expired."
+    return f"{rec.tool} ({rec.short_id}) was {outcome_line(rec)} already."
 
 
 async def _status(ctx: CommandContext, event: InboundEvent, binding: BindingSettings) -> str:
@@ -114,6 +170,8 @@ async def _status(ctx: CommandContext, event: InboundEvent, binding: BindingSett
             f"running: turn {active.loop_turn_id or '(starting)'} for "
             f"{time.monotonic() - active.started:.0f}s"
         )
+        if active.waiting:
+            lines.append(active.waiting)
     else:
         lines.append("running: nothing")
     queued = ctx.queued(event.thread_key)

@@ -29,6 +29,7 @@ from typing import Any
 import structlog
 
 from bots._aio import reap
+from bots.approvals import ApprovalWaiters
 from bots.bindings import BindingTable
 from bots.commands import ActiveTurn, CommandContext, run_command
 from bots.dispatcher import (
@@ -97,14 +98,17 @@ class ChannelLayer:
         )
         self.deliverer = Deliverer(connector=connector, outbox=self.outbox,
                                    fault=self._fault_at, observe=self._observe)
+        self.approvals = records.approvals
+        self.waiters = ApprovalWaiters()
         self.turns = TurnRunner(deps=TurnDeps(
             client=connector, host=host, inbound=self.inbound, outbox=self.outbox,
             deliverer=self.deliverer, threads=self.threads, index=self.index,
             thread_leases=self.thread_leases, options=options, active=self.active,
-            fault=self._fault_at,
+            fault=self._fault_at, approvals=self.approvals, waiters=self.waiters,
         ))
         self.commands = CommandContext(threads=self.threads, host=host, active=self.active,
-                                       queued=self.processor.pending)
+                                       queued=self.processor.pending,
+                                       approvals=self.approvals, waiters=self.waiters)
         self._wake = asyncio.Event()
         #: a claim left new threads unclaimed at capacity: a finished job wakes the pump
         self._deferred = False

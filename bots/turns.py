@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from bots.approvals import ChatApprover
 from bots.bindings import spend_scope
 from bots.commands import ActiveTurn
 from bots.events import InboundEvent
@@ -47,10 +48,18 @@ from geode.store.sessions import short_title
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from bots.approvals import ApprovalWaiters
     from bots.options import LayerOptions
     from bots.outbound import Deliverer
     from bots.port import PlatformClient, TurnHost
-    from bots.store import InboundLog, MessageIndex, Outbox, ThreadLeases, ThreadSessions
+    from bots.store import (
+        ApprovalRequests,
+        InboundLog,
+        MessageIndex,
+        Outbox,
+        ThreadLeases,
+        ThreadSessions,
+    )
 
 __all__ = [
     "TurnDeps",
@@ -114,6 +123,9 @@ class TurnDeps:
     active: dict[str, ActiveTurn]
     #: test seam: called at named points; a test raises there to simulate a crash
     fault: Callable[[str], None]
+    #: approval requests of the binding's ``approve`` tools, and the waits to wake
+    approvals: ApprovalRequests
+    waiters: ApprovalWaiters
 
 
 class TurnRunner:
@@ -136,6 +148,10 @@ class TurnRunner:
             ack_emoji=opts.ack_emoji,
             fault=deps.fault,
         )
+        if resume and row.loop_turn_id:
+            # the process that waited on these died: the recovered turn tells the model the
+            # interrupted call did not run, so a later /approve must not look effective
+            await deps.approvals.cancel_turn(row.session_key, row.loop_turn_id)
         active = ActiveTurn(session_id=row.session_key, event_id=stored.id,
                             started=time.monotonic())
         deps.active[event.thread_key] = active
@@ -192,6 +208,23 @@ class TurnRunner:
             event = replace(event, context=())
         return compose_prompt(event, history)
 
+    def _approver(self, binding: BindingSettings, event: InboundEvent, row: OutboxRow,
+                  active: ActiveTurn) -> ChatApprover | None:
+        """Asks the binding's approvers in the thread (None: the binding approves nothing)."""
+        if not binding.approve:
+            return None
+
+        def waiting(line: str) -> None:
+            active.waiting = line
+
+        deps = self.deps
+        return ChatApprover(
+            client=deps.client, requests=deps.approvals, waiters=deps.waiters,
+            binding=binding, event=event, target=row.target,
+            workspace=binding_workspace(deps.host.home, binding),
+            index=deps.index, on_wait=waiting,
+        )
+
     async def _run_turn(
         self, stored: StoredEvent, row: OutboxRow, binding: BindingSettings, prompt: str,
         progress: ProgressReporter, active: ActiveTurn, *, resume: bool = False,
@@ -224,6 +257,7 @@ class TurnRunner:
         ctx = SessionContext(
             mode="DAEMON", workspace=workspace, session_id=row.session_key,
             overrides=session_overrides(binding), user=event.sender, on_event=sink,
+            approver=self._approver(binding, event, row, active),
             # the thread's first message names it in `geode sessions list`
             title=short_title(redact_text(event.text)) if event.text.strip()
             else f"{event.platform} thread {event.thread_key}", thread=event.thread_key,

@@ -215,6 +215,19 @@ class ApprovalRequests:
         return await self._transition(request_id, "cancelled", by="", by_name="", now=now,
                                       unexpired=False)
 
+    async def cancel_turn(self, session_id: str, turn_id: str, *,
+                          now_ms: int | None = None) -> int:
+        """Cancel the pending requests of a turn that is being recovered (its process died
+        while they waited: nobody waits on them any more). Returns how many."""
+        now = _now_ms() if now_ms is None else now_ms
+        async with self._store.write() as conn:
+            result = await conn.execute(
+                update(_A).where(_A.c.session_id == session_id, _A.c.turn_id == turn_id,
+                                 _A.c.status == "pending")
+                .values(status="cancelled", decided_at=now)
+            )
+        return int(result.rowcount or 0)
+
     async def _transition(
         self, request_id: int, status: ApprovalStatus, *, by: str, by_name: str, now: int,
         unexpired: bool,

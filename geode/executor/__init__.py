@@ -8,6 +8,7 @@ from geode.executor._middleware import RequestMiddleware
 from geode.executor.decisions import (
     DENIAL_PREFIX,
     Allow,
+    ApprovalAnswer,
     ApprovalRequest,
     Ask,
     CheckName,
@@ -30,6 +31,7 @@ from geode.executor.verify import HookVerifier, VerifyCheck, non_empty_answer
 __all__ = [
     "DENIAL_PREFIX",
     "Allow",
+    "ApprovalAnswer",
     "ApprovalRequest",
     "Approver",
     "Ask",

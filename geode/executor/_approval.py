@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 import structlog
 
-from geode.executor.decisions import Allow, ApprovalRequest, Deny, ToolCall
+from geode.executor.decisions import Allow, ApprovalAnswer, ApprovalRequest, Deny, ToolCall
 from geode.executor.protocols import Approver
 from geode.loop.protocols import TurnInfo
 from geode.policy import SessionScope
@@ -76,6 +76,14 @@ class ApprovalGate:
             except Exception as exc:  # a broken prompt is a "no", never a "yes"
                 log.warning("approver failed", tool=call.name, exc_info=True)
                 return Deny("approval", f"the approval request failed ({type(exc).__name__})")
+        if isinstance(answer, ApprovalAnswer):
+            if answer.answer == "allow":
+                return Allow()
+            return Deny(
+                "approval",
+                f"{answer.note or 'declined'}; '{call.name}' did not run. Do not retry it "
+                "unless asked.",
+            )
         if answer == "always" and rememberable:
             self._always.add(call.name)
             return Allow()

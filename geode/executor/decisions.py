@@ -14,6 +14,7 @@ from typing import Any, Literal
 __all__ = [
     "DENIAL_PREFIX",
     "Allow",
+    "ApprovalAnswer",
     "ApprovalRequest",
     "Ask",
     "CheckName",
@@ -88,3 +89,16 @@ class ApprovalRequest:
     reason: str
     #: False for sensitive personal-data tools: "always" is not offered and not remembered
     always_allowed: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalAnswer:
+    """An approver's answer with who gave it (a channel's approvers are named people).
+
+    ``note`` is what the model is told: ``"approved by ann (42)"``, ``"denied by ann (42)"``,
+    ``"expired: nobody decided within 300s"``.
+    """
+
+    answer: Literal["allow", "deny"]
+    note: str = ""
+    by: str = ""

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from geode.executor.decisions import ApprovalRequest
+from geode.executor.decisions import ApprovalAnswer, ApprovalRequest
 
 __all__ = [
     "Approver",
@@ -65,9 +65,12 @@ class TimelineSink(Protocol):
 
 @runtime_checkable
 class Approver(Protocol):
-    """Asks the human (REPL / IPC); returns ``"allow"``, ``"deny"`` or ``"always"``."""
+    """Asks the human (REPL / IPC) or a channel's approvers; returns ``"allow"``,
+    ``"deny"``, ``"always"``, or an :class:`ApprovalAnswer` naming who decided."""
 
-    async def __call__(self, request: ApprovalRequest) -> Literal["allow", "deny", "always"]: ...
+    async def __call__(
+        self, request: ApprovalRequest
+    ) -> Literal["allow", "deny", "always"] | ApprovalAnswer: ...
 
 
 @dataclass(kw_only=True)

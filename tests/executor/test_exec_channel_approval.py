@@ -90,3 +90,24 @@ def test_binding_keys_are_validated() -> None:
     ]:
         with pytest.raises(ValueError, match=why):
             BindingSettings.model_validate({"platform": "telegram", "channel": "1", **bad})
+
+
+async def test_a_named_answer_tells_the_model_who_decided(harness: HarnessFactory) -> None:
+    from geode.executor import ApprovalAnswer
+
+    class Named:
+        def __init__(self, answer: ApprovalAnswer) -> None:
+            self.answer = answer
+
+        async def __call__(self, request: object) -> ApprovalAnswer:
+            return self.answer
+
+    no = harness(mode="DAEMON", approver=Named(ApprovalAnswer(
+        answer="deny", note="denied by ann (42)", by="ann (42)")), channel_approve=["run_bash"])
+    res = await no.run_one("run_bash")
+    assert res.text_content.startswith("denied by approval: denied by ann (42); 'run_bash' did")
+    assert no.rec.calls == []
+    yes = harness(mode="DAEMON", approver=Named(ApprovalAnswer(
+        answer="allow", note="approved by bob (43)", by="bob (43)")), channel_approve=["run_bash"])
+    assert not (await yes.run_one("run_bash")).is_error
+    assert yes.rec.names() == ["run_bash"]

@@ -86,6 +86,20 @@ async def test_expiry_wins_over_a_late_click_and_cancel_ends_a_wait(store: Store
         await reqs.decide(10**9, approve=True, by="42")
 
 
+async def test_recovering_a_turn_cancels_its_pending_requests_only(store: Store) -> None:
+    reqs = ApprovalRequests(store=store)
+    sid = _sid()
+    a = await reqs.open(**_request(sid, call="c1"))
+    b = await reqs.open(**_request(sid, call="c2"))
+    await reqs.decide(b.id, approve=True, by="42", now_ms=T0 + 1)
+    other = await reqs.open(**_request(sid, call="c3", turn_id="t-2"))
+    assert await reqs.cancel_turn(sid, "t-1", now_ms=T0 + 2) == 1
+    assert [(r.id, r.status) for r in await reqs.for_session(sid)] == [
+        (a.id, "cancelled"), (b.id, "approved"), (other.id, "pending")]
+    late = await reqs.decide(a.id, approve=True, by="42", now_ms=T0 + 3)
+    assert not late.applied
+
+
 async def test_two_replicas_clicking_at_once_decide_once(store_url: str) -> None:
     a, b = await open_store(store_url), await open_store(store_url, migrate=False)
     try:

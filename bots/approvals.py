@@ -1,0 +1,267 @@
+"""Approvals in the thread: the executor's ``Approver`` for a channel turn.
+
+A call of a tool in the binding's ``approve`` list reaches :class:`ChatApprover`. It writes
+the request row first (:class:`bots.store.ApprovalRequests`), then posts the request in the
+thread: what will happen in plain words (a unified diff for ``write_file`` / ``edit_file``,
+the command and working directory for ``run_bash``, server / tool / arguments for an MCP
+tool), who asked, when it expires and its short id. It then waits for ``/approve`` or
+``/deny`` from one of the binding's approvers (``bots.commands``), for the expiry, or for
+``/stop``. The decision is the row's: the command updates it once and wakes the wait here;
+the wait also re-reads the row every few seconds, so a decision taken through another replica
+is seen too. The request message is edited to show the outcome, who decided and when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from geode.executor.decisions import ApprovalAnswer, ApprovalRequest
+from geode.redact import redact_text
+from geode.tools.names import MCP_SEPARATOR
+
+if TYPE_CHECKING:
+    from bots.events import InboundEvent, ReplyTarget
+    from bots.port import PlatformClient
+    from bots.store import ApprovalRecord, ApprovalRequests, MessageIndex
+    from geode.settings import BindingSettings
+
+__all__ = ["ApprovalWaiters", "ChatApprover", "describe_call", "outcome_line"]
+
+log = structlog.get_logger(__name__)
+
+_MAX_DIFF_CHARS = 2500
+_MAX_ARGS_CHARS = 1500
+_MAX_READ_BYTES = 1_000_000
+
+
+class ApprovalWaiters:
+    """Wakes the wait of a request in this process when a command decided it."""
+
+    def __init__(self) -> None:
+        self._events: dict[int, asyncio.Event] = {}
+
+    def event(self, request_id: int) -> asyncio.Event:
+        return self._events.setdefault(request_id, asyncio.Event())
+
+    def wake(self, request_id: int) -> None:
+        ev = self._events.get(request_id)
+        if ev is not None:
+            ev.set()
+
+    def drop(self, request_id: int) -> None:
+        self._events.pop(request_id, None)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more chars)"
+
+
+def _read_current(workspace: Path, rel: str) -> str | None:
+    """The file's text now, if it is inside the workspace and readable (else None)."""
+    try:
+        root = workspace.resolve()
+        path = (root / rel).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            return None
+        with path.open("rb") as f:
+            data = f.read(_MAX_READ_BYTES + 1)
+        if len(data) > _MAX_READ_BYTES:
+            return None
+        return data.decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _diff(path: str, before: str | None, after: str) -> str:
+    lines = difflib.unified_diff(
+        (before or "").splitlines(keepends=True), after.splitlines(keepends=True),
+        fromfile="/dev/null" if before is None else f"a/{path}", tofile=f"b/{path}",
+    )
+    return "".join(lines) or "(no change)"
+
+
+def describe_call(tool: str, args: Mapping[str, Any], workspace: Path | None) -> str:
+    """What the call will do, in plain words (blocking file read: run it in a thread)."""
+    path = str(args.get("path", ""))
+    if tool == "write_file" and isinstance(args.get("content"), str):
+        before = _read_current(workspace, path) if workspace is not None else None
+        head = f"write_file {path} ({'new file' if before is None else 'replaces it'})"
+        diff = _clip(_diff(path, before, args["content"]), _MAX_DIFF_CHARS)
+        return f"{head}\n```diff\n{diff}\n```"
+    if tool == "edit_file" and isinstance(args.get("old_string"), str):
+        before = _read_current(workspace, path) if workspace is not None else None
+        old, new = args["old_string"], str(args.get("new_string", ""))
+        if before is not None and old in before:
+            count = -1 if args.get("replace_all") else 1
+            after = before.replace(old, new, count)
+            diff = _diff(path, before, after)
+        else:
+            diff = "".join(difflib.unified_diff(old.splitlines(keepends=True),
+                                                new.splitlines(keepends=True),
+                                                fromfile=f"a/{path}", tofile=f"b/{path}"))
+        return f"edit_file {path}\n```diff\n{_clip(diff, _MAX_DIFF_CHARS)}\n```"
+    if tool == "run_bash":
+        cwd = str(args.get("cwd") or args.get("workdir") or ".")
+        extra = {k: v for k, v in args.items() if k not in ("command", "cwd", "workdir")}
+        more = f"\noptions: {json.dumps(extra, ensure_ascii=False)}" if extra else ""
+        return (f"run_bash in the sandbox (no network, writes only in the workspace), "
+                f"cwd {cwd}:\n```\n{_clip(str(args.get('command', '')), _MAX_DIFF_CHARS)}\n```"
+                + more)
+    shown = _clip(json.dumps(dict(args), ensure_ascii=False, indent=1, default=str),
+                  _MAX_ARGS_CHARS)
+    server, sep, name = tool.partition(MCP_SEPARATOR)
+    if sep:
+        return f"MCP server {server}, tool {name}, arguments:\n```\n{shown}\n```"
+    return f"{tool}, arguments:\n```\n{shown}\n```"
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M:%S UTC")
+
+
+def _who(rec: ApprovalRecord) -> str:
+    return f"{rec.decided_by_name} ({rec.decided_by})" if rec.decided_by_name else rec.decided_by
+
+
+def outcome_line(rec: ApprovalRecord) -> str:
+    """The request's outcome as shown in the thread (and told to the model)."""
+    if rec.status == "approved":
+        return f"approved by {_who(rec)}"
+    if rec.status == "denied":
+        return f"denied by {_who(rec)}"
+    if rec.status == "expired":
+        return f"expired: nobody decided within {(rec.expires_at - rec.requested_at) // 1000}s"
+    if rec.status == "cancelled":
+        return "cancelled (the turn was stopped)"
+    return "waiting"
+
+
+def _answer(rec: ApprovalRecord) -> ApprovalAnswer:
+    note = outcome_line(rec)
+    by = _who(rec)
+    return ApprovalAnswer(answer="allow" if rec.status == "approved" else "deny",
+                          note=note, by=by)
+
+
+@dataclass(kw_only=True)
+class ChatApprover:
+    """The ``Approver`` of one channel turn (see the module docstring)."""
+
+    client: PlatformClient
+    requests: ApprovalRequests
+    waiters: ApprovalWaiters
+    binding: BindingSettings
+    event: InboundEvent
+    target: ReplyTarget
+    workspace: Path | None
+    #: where the request message is filed under its thread (a reply to it belongs there)
+    index: MessageIndex | None = None
+    #: called with a line for ``/status`` while a request waits, and with "" after
+    on_wait: Callable[[str], None] | None = None
+    #: re-read the row this often while waiting (a decision taken on another replica)
+    poll_s: float = 2.0
+
+    async def __call__(self, request: ApprovalRequest) -> ApprovalAnswer:
+        b = self.binding
+        if not b.approvers:
+            return ApprovalAnswer(
+                answer="deny",
+                note=f"nobody may approve '{request.tool}' in this channel (its binding names "
+                     "no approvers)",
+            )
+        summary = await asyncio.to_thread(describe_call, request.tool, dict(request.args),
+                                          self.workspace)
+        ev = self.event
+        rec = await self.requests.open(
+            session_id=request.session_id, turn_id=request.turn_id, call_id=request.call_id,
+            thread_key=ev.thread_key, platform=ev.platform, workspace=ev.workspace,
+            channel=ev.channel, thread_root=ev.thread_root, tool=request.tool,
+            args=json.loads(json.dumps(dict(request.args), default=str)),
+            summary=redact_text(summary), requested_by=ev.sender,
+            requested_by_name=ev.sender_name, approvers=b.approvers,
+            timeout_s=b.approval_timeout_s,
+        )
+        if rec.pending and rec.message_id is None:
+            try:
+                chunk = self.client.render(self._request_text(rec))[0]
+                message_id = await self.client.send(self.target, chunk)
+            except BaseException:
+                await asyncio.shield(self.requests.cancel(rec.id))
+                raise
+            await self.requests.set_message(rec.id, message_id)
+            if self.index is not None:
+                await self.index.remember(
+                    platform=ev.platform, workspace=ev.workspace, channel=self.target.channel,
+                    message_ids=[message_id], thread_root=self.target.thread_root,
+                    from_bot=True)
+            rec = await self.requests.get(rec.id) or rec
+        if self.on_wait is not None:
+            self.on_wait(f"waiting for approval of {rec.tool} ({rec.short_id}) since "
+                         f"{_when(rec.requested_at)}")
+        try:
+            return _answer(await self._wait(rec))
+        finally:
+            if self.on_wait is not None:
+                self.on_wait("")
+
+    def _request_text(self, rec: ApprovalRecord) -> str:
+        who = rec.requested_by_name or rec.requested_by
+        approvers = ", ".join(rec.approvers)
+        return (f"🔐 Approval needed ({rec.short_id}): {rec.summary}\n\n"
+                f"Asked by {who} (id {rec.requested_by}). Approvers: {approvers}. "
+                f"Expires at {_when(rec.expires_at)}.\n"
+                f"Reply /approve or /deny (or /approve {rec.short_id}).")
+
+    async def _wait(self, rec: ApprovalRecord) -> ApprovalRecord:
+        wake = self.waiters.event(rec.id)
+        try:
+            while True:
+                wake.clear()
+                current = await self.requests.get(rec.id)
+                if current is None:
+                    raise KeyError(rec.id)
+                if not current.pending:
+                    await self._show(current)
+                    return current
+                remaining = current.expires_at / 1000 - time.time()
+                if remaining <= 0:
+                    decision = await self.requests.expire(rec.id)
+                    if not decision.record.pending:
+                        await self._show(decision.record)
+                        return decision.record
+                    remaining = 0.05  # our clock runs ahead of the row's expiry by a hair
+                try:
+                    async with asyncio.timeout(min(remaining, self.poll_s)):
+                        await wake.wait()
+                except TimeoutError:
+                    pass
+        except asyncio.CancelledError:  # /stop, or the daemon stopping
+            cancelled = await asyncio.shield(self.requests.cancel(rec.id))
+            if cancelled.applied:
+                await asyncio.shield(self._show(cancelled.record))
+            raise
+        finally:
+            self.waiters.drop(rec.id)
+
+    async def _show(self, rec: ApprovalRecord) -> None:
+        """Edit the request message to show the outcome, who decided and when."""
+        if rec.message_id is None:
+            return
+        mark = {"approved": "✅", "denied": "🚫", "expired": "⌛", "cancelled": "⏹"}.get(
+            rec.status, "")
+        when = f" at {_when(rec.decided_at)}" if rec.decided_at else ""
+        text = f"{mark} {rec.tool} ({rec.short_id}): {outcome_line(rec)}{when}.\n\n{rec.summary}"
+        try:
+            await self.client.edit(self.target, rec.message_id, self.client.render(text)[0])
+        except Exception:  # the decision stands; the edit is only a view of it
+            log.warning("approval.edit_failed", request=rec.id, exc_info=True)

@@ -1,0 +1,155 @@
+"""Approvals in the thread (text commands; Telegram stack, real store): a call of a tool in
+the binding's ``approve`` list posts a request with the diff and waits; an approver's
+/approve runs it once; a non-approver changes nothing; /deny and the expiry deny it and the
+model is told who / why; /status shows the wait; /stop cancels it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from bots.workspaces import binding_workspace
+from geode.providers.base import ModelRequest
+from geode.providers.scripted import ScriptedProvider, ToolCall
+from tests.bots.conftest import CHAT, binding, finals
+
+WRITE = {"path": "notes.txt", "content": "hello\nworld\n"}
+
+
+def proposes(name: str, args: dict[str, Any]) -> object:
+    def respond(request: ModelRequest) -> object:
+        last = request.messages[-1]
+        if last.role == "user" and "(id " in (last.text or ""):
+            return ToolCall(name, args)
+        return "done"
+
+    return respond
+
+
+def _tool_results(provider: ScriptedProvider) -> list[str]:
+    out = []
+    for req in provider.calls:
+        for m in req.messages:
+            for block in getattr(m, "content", []) or []:
+                text = getattr(block, "text_content", None)
+                if text:
+                    out.append(text)
+    return out
+
+
+def _request_message(fake: Any) -> Any:
+    found = [m for m in fake.messages_in(CHAT, from_bot=True)
+             if "Approval needed" in m.plain_text or "write_file (" in m.plain_text]
+    return found[-1] if found else None
+
+
+async def _posted(stack: Any, fake: Any) -> Any:
+    """The request message, once it is filed under its thread (replies to it belong there)."""
+    lay = stack.connector.layer
+
+    async def filed() -> bool:
+        req = _request_message(fake)
+        return req is not None and await lay.index.thread_of(
+            "telegram", lay.connector.workspace, str(CHAT), str(req.message_id)) is not None
+
+    for _ in range(200):
+        if await filed():
+            return _request_message(fake)
+        await asyncio.sleep(0.05)
+    raise AssertionError("the approval request was not posted")
+
+
+def _approval_binding(**kw: Any) -> Any:
+    kw.setdefault("approve", ["write_file"])
+    kw.setdefault("approvers", ["43"])
+    return binding(tools=["read_file"], **kw)
+
+
+async def test_an_approvers_reply_runs_the_write_once_and_a_strangers_changes_nothing(
+    make_stack, fake
+):
+    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[_approval_binding()])
+    await stack.start()
+    ws = binding_workspace(stack.home, stack.bindings[0])
+    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    req = await _posted(stack, fake)
+    text = req.plain_text
+    assert "write_file notes.txt (new file)" in text
+    assert "+hello" in text and "+world" in text  # the unified diff of the change
+    assert "Approvers: 43" in text and "Expires at" in text and "id 42" in text
+
+    fake.user_says(CHAT, "/status", from_user=42, reply_to=req.message_id)
+    await fake.wait_until(
+        lambda: any("waiting for approval of write_file" in s.plain_text for s in fake.sent),
+        within=10)
+    fake.user_says(CHAT, "/approve", from_user=42, reply_to=req.message_id)  # not an approver
+    await fake.wait_until(
+        lambda: any("Only 43 may approve" in s.plain_text for s in fake.sent), within=10)
+    assert not (ws / "notes.txt").exists()
+
+    fake.user_says(CHAT, "/approve", from_user=43, reply_to=req.message_id)
+    await fake.wait_until(lambda: finals(fake, "done"), within=10)
+    assert (ws / "notes.txt").read_text() == "hello\nworld\n"
+    # the request message now shows the decision and who made it
+    shown = _request_message(fake).plain_text
+    assert shown.startswith("✅ write_file (") and "approved by" in shown and "(43)" in shown
+    # a second click changes nothing and says so
+    fake.user_says(CHAT, "/approve", from_user=43, reply_to=req.message_id)
+    await fake.wait_until(
+        lambda: any("already" in s.plain_text for s in fake.sent), within=10)
+    assert len(finals(fake, "done")) == 1
+
+
+async def test_deny_tells_the_model_who_denied_and_nothing_is_written(make_stack, fake):
+    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[_approval_binding()])
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    short = (await _posted(stack, fake)).plain_text.split("(", 1)[1].split(")", 1)[0]
+    fake.user_says(CHAT, f"/deny {short}", from_user=43)  # by id, not as a reply
+    await fake.wait_until(lambda: finals(fake, "done"), within=10)
+    assert not list((stack.home / "workspaces").rglob("notes.txt"))
+    told = [t for t in _tool_results(provider) if t.startswith("denied by approval: ")]
+    assert told and "denied by" in told[-1].removeprefix("denied by approval: ")
+    assert "(43)" in told[-1]
+    assert _request_message(fake).plain_text.startswith("🚫 write_file (")
+
+
+async def test_no_decision_in_time_is_denied_as_expired(make_stack, fake):
+    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[_approval_binding(approval_timeout_s=1)])
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    await fake.wait_until(lambda: finals(fake, "done"), within=15)
+    assert not list((stack.home / "workspaces").rglob("notes.txt"))
+    assert any("expired" in t for t in _tool_results(provider))
+    assert _request_message(fake).plain_text.startswith("⌛ write_file (")
+
+
+async def test_without_approvers_the_call_is_denied_and_the_model_told_why(make_stack, fake):
+    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[_approval_binding(approvers=[])])
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    await fake.wait_until(lambda: finals(fake, "done"), within=10)
+    assert any("names no approvers" in t for t in _tool_results(provider))
+    assert _request_message(fake) is None  # nothing was posted: nobody could answer it
+
+
+async def test_stop_cancels_a_waiting_request(make_stack, fake):
+    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[_approval_binding()])
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    req = await _posted(stack, fake)
+    fake.user_says(CHAT, "/stop", from_user=42, reply_to=req.message_id)
+    await fake.wait_until(
+        lambda: any(s.plain_text.startswith("⏹ Stopped") for s in fake.sent), within=10)
+    await fake.wait_until(
+        lambda: _request_message(fake).plain_text.startswith("⏹ write_file ("), within=10)
+    fake.user_says(CHAT, "/approve", from_user=43, reply_to=req.message_id)
+    await fake.wait_until(
+        lambda: any("cancelled" in s.plain_text and "already" in s.plain_text
+                    for s in fake.sent), within=10)
+    assert not list((stack.home / "workspaces").rglob("notes.txt"))
