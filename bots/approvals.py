@@ -194,7 +194,8 @@ class ChatApprover:
         if rec.pending and rec.message_id is None:
             try:
                 chunk = self.client.render(self._request_text(rec))[0]
-                message_id = await self.client.send(self.target, chunk)
+                message_id = await self.client.send_approval(self.target, chunk,
+                                                             short_id=rec.short_id)
             except BaseException:
                 await asyncio.shield(self.requests.cancel(rec.id))
                 raise

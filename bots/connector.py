@@ -227,6 +227,15 @@ class BaseConnector(ABC):
             DeliveryError: translated platform failure (``not_modified`` included).
         """
 
+    async def send_approval(self, target: ReplyTarget, chunk: Chunk, *, short_id: str) -> str:
+        """An approval request; without native controls it is a message answered with
+        ``/approve`` / ``/deny`` (platforms with buttons override this)."""
+        return await self.send(target, chunk)
+
+    async def answer_action(self, event: InboundEvent, text: str) -> None:
+        """Answer a click on a native control (nothing to do without them)."""
+        return None
+
     @abstractmethod
     def render(self, markdown: str) -> list[Chunk]:
         """The model's Markdown as this platform's message chunks, each in the platform's

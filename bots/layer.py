@@ -461,6 +461,11 @@ class ChannelLayer:
         except Exception as exc:
             log.exception("command.failed", command=name)
             text = f"⚠️ /{name} failed ({type(exc).__name__})."
+        if d.event.extra.get("action"):  # a click on a button: answer it where it was made
+            try:
+                await self.connector.answer_action(d.event, text)
+            except Exception:
+                log.warning("action.answer_failed", command=name, exc_info=True)
         await self.notice(d, text, decision=f"command:{name}")
 
 

@@ -106,12 +106,63 @@ def _mentions(text: str, entities: Any, bot_id: str, username: str) -> bool:
     return bool(username) and re.search(re.escape(handle) + r"\b", text.lower()) is not None
 
 
+#: ``callback_data`` of the approval buttons (``bots.approvals``): ``geode:approve:K7Q2XM``
+_ACTION = re.compile(r"^geode:(approve|deny):([A-Z0-9]{4,16})$")
+
+
+def approval_keyboard(short_id: str) -> dict[str, Any]:
+    """The inline keyboard of an approval request: Approve / Deny."""
+    return {"inline_keyboard": [[
+        {"text": "✅ Approve", "callback_data": f"geode:approve:{short_id}"},
+        {"text": "🚫 Deny", "callback_data": f"geode:deny:{short_id}"},
+    ]]}
+
+
+def _convert_click(cbq: dict[str, Any], *, bot_id: str) -> Draft | None:
+    """A click on an approval button, as the ``/approve ID`` / ``/deny ID`` command of the
+    user who clicked (in the request message's thread). Its dedupe key is the callback query's
+    id: a redelivered update is recorded once; a second click is a second command (answered
+    "already …")."""
+    data, msg, qid = cbq.get("data"), cbq.get("message"), cbq.get("id")
+    m = _ACTION.match(data) if isinstance(data, str) else None
+    user = _dict(cbq.get("from"))
+    sender = _int_str(user.get("id"))
+    if m is None or not isinstance(msg, dict) or sender is None or not isinstance(qid, str):
+        return None
+    chat = _dict(msg.get("chat"))
+    chat_id, mid = _int_str(chat.get("id")), _int_str(msg.get("message_id"))
+    if chat_id is None or mid is None:
+        return None
+    chat_type = chat.get("type") if isinstance(chat.get("type"), str) else ""
+    extra: dict[str, Any] = {"chat_type": chat_type, "action": "button",
+                             "callback_query_id": qid}
+    topic = _int_str(msg.get("message_thread_id")) if msg.get("is_topic_message") else None
+    needs_root = False
+    if topic is not None:
+        root = topic
+        extra["message_thread_id"] = int(topic)
+    elif chat_type == "private":
+        root = DM_THREAD
+    else:
+        root, needs_root = mid, True  # the request message's thread, through the index
+    event = InboundEvent(
+        platform="telegram", workspace=bot_id, channel=chat_id, thread_root=root,
+        message_id=mid, sender=sender, dedupe_key=f"telegram:{bot_id}:cbq:{qid}",
+        text=f"/{m.group(1)} {m.group(2)}", sender_name=_name(user),
+        sender_is_bot=bool(user.get("is_bot") is True), mentions_bot=True, reply_to=mid,
+        reply_to_bot=True, is_dm=chat_type == "private", extra=extra,
+    )
+    return Draft(event=event, needs_root=needs_root)
+
+
 def convert_update(  # noqa: C901 - one flat pass over a defensive JSON walk
     update: Any, *, bot_id: str, username: str
 ) -> Draft | None:
     """The event in ``update``, or None if it carries nothing we act on (or is malformed)."""
     if not isinstance(update, dict):
         return None
+    if isinstance(update.get("callback_query"), dict):
+        return _convert_click(update["callback_query"], bot_id=bot_id)
     is_edit = False
     msg = update.get("message")
     if msg is None and isinstance(update.get("edited_message"), dict):

@@ -45,7 +45,7 @@ from bots.events import InboundEvent, ReplyTarget
 from bots.format import Chunk
 from bots.options import LayerOptions
 from bots.port import DeliveryError, TurnHost
-from bots.telegram._convert import convert_update, update_key
+from bots.telegram._convert import approval_keyboard, convert_update, update_key
 from bots.telegram._ratelimit import PerChatRateLimiter, retry_after_seconds
 from bots.telegram._request import HttpBackend, build_request
 from bots.telegram.format import TELEGRAM_LIMIT, chunk_markdown, render_progress
@@ -56,7 +56,7 @@ __all__ = ["TelegramConnector", "TelegramOptions"]
 
 log = structlog.get_logger(__name__)
 
-ALLOWED_UPDATES = ["message", "edited_message"]
+ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
 
 
 class TelegramOptions(LayerOptions):
@@ -358,6 +358,34 @@ class TelegramConnector(BaseConnector):
             raise DeliveryError("unknown", f"sendMessage answered without a message id: "
                                            f"{type(result).__name__}")
         return str(message_id)
+
+    async def send_approval(self, target: ReplyTarget, chunk: Chunk, *, short_id: str) -> str:
+        """The request with an inline keyboard (Approve / Deny); a click comes back as a
+        ``callback_query`` (``_convert``), answered by :meth:`answer_action`."""
+        assert self.bot is not None
+        data = self._route(target)
+        data.update(_text(chunk, False))
+        data["reply_markup"] = approval_keyboard(short_id)
+        try:
+            result = await self.bot.post_json("sendMessage", data)
+        except TelegramError as exc:
+            raise _map_error(exc, sending=True) from exc
+        message_id = result.get("message_id") if isinstance(result, dict) else None
+        if not isinstance(message_id, int):
+            raise DeliveryError("unknown", "sendMessage answered without a message id")
+        return str(message_id)
+
+    async def answer_action(self, event: InboundEvent, text: str) -> None:
+        """``answerCallbackQuery``: the clicking user sees ``text`` (only they do)."""
+        assert self.bot is not None
+        qid = event.extra.get("callback_query_id")
+        if not isinstance(qid, str):
+            return
+        try:
+            await self.bot.post_json("answerCallbackQuery",
+                                     {"callback_query_id": qid, "text": text[:190]})
+        except TelegramError as exc:
+            raise _map_error(exc, sending=False) from exc
 
     async def edit(
         self, target: ReplyTarget, message_id: str, chunk: Chunk, *, plain: bool = False

@@ -192,6 +192,7 @@ class FakeTelegramServer(LoopbackFake):
         self._files: dict[str, tuple[str, bytes]] = {}
         self._failures: list[_Failure] = []
         self._update_ids = itertools.count(1000)
+        self._query_ids = itertools.count(5_000_000)
         self._poll_generation = 0
         self._closing = False
         self._webhook_task: asyncio.Task[None] | None = None
@@ -325,6 +326,26 @@ class FakeTelegramServer(LoopbackFake):
         msg.edits += 1
         msg.raw = {**msg.raw, "text": text, "edit_date": int(time.time())}
         return self.push_update({"edited_message": msg.raw})
+
+    def user_clicks(
+        self, chat_id: ChatId, message_id: int, *, from_user: int | Mapping[str, Any],
+        button: str | None = None, data: str | None = None, query_id: str | None = None,
+    ) -> int:
+        """Queue a ``callback_query`` update: a user pressed an inline-keyboard button of the
+        bot's message (by its label, or raw ``data``). ``query_id`` repeats an earlier click's
+        id (a redelivery). Returns the update id."""
+        msg = self._find(chat_id, message_id)
+        if data is None:
+            rows = (msg.raw.get("reply_markup") or {}).get("inline_keyboard") or []
+            found = [b for row in rows for b in row if button is not None and button in b["text"]]
+            if not found:
+                raise AssertionError(f"message {message_id} has no button {button!r}")
+            data = str(found[0]["callback_data"])
+        qid = query_id or str(next(self._query_ids))
+        return self.push_update({"callback_query": {
+            "id": qid, "from": self._user(from_user), "message": dict(msg.raw),
+            "chat_instance": str(chat_id), "data": data,
+        }})
 
     def push_update(self, update: Mapping[str, Any]) -> int:
         """Queue a raw update (any shape, for fuzzing); ``update_id`` is assigned if absent."""
@@ -780,6 +801,8 @@ class FakeTelegramServer(LoopbackFake):
             msg.raw["entities"] = entities
         if markup is not None:
             msg.raw["reply_markup"] = markup
+        else:  # like Telegram: an edit without reply_markup removes the inline keyboard
+            msg.raw.pop("reply_markup", None)
         self.sent.append(
             SentMessage(
                 method="editMessageText",

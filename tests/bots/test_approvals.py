@@ -38,8 +38,10 @@ def _tool_results(provider: ScriptedProvider) -> list[str]:
 
 
 def _request_message(fake: Any) -> Any:
+    """The request message as it is now (its edits keep the request's diff below the
+    outcome line; the command answers do not carry it)."""
     found = [m for m in fake.messages_in(CHAT, from_bot=True)
-             if "Approval needed" in m.plain_text or "write_file (" in m.plain_text]
+             if "Approval needed" in m.plain_text or "+++ b/notes.txt" in m.plain_text]
     return found[-1] if found else None
 
 
@@ -153,3 +155,40 @@ async def test_stop_cancels_a_waiting_request(make_stack, fake):
         lambda: any("cancelled" in s.plain_text and "already" in s.plain_text
                     for s in fake.sent), within=10)
     assert not list((stack.home / "workspaces").rglob("notes.txt"))
+
+
+async def test_telegram_buttons_approve_once_and_answer_each_click(make_stack, fake):
+    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[_approval_binding()])
+    await stack.start()
+    ws = binding_workspace(stack.home, stack.bindings[0])
+    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    req = await _posted(stack, fake)
+    buttons = [b["text"] for row in req.raw["reply_markup"]["inline_keyboard"] for b in row]
+    assert any("Approve" in b for b in buttons) and any("Deny" in b for b in buttons)
+
+    fake.user_clicks(CHAT, req.message_id, from_user=42, button="Approve")  # not an approver
+    await fake.wait_until(lambda: len(fake.calls_to("answerCallbackQuery")) == 1, within=10)
+    assert "Only 43 may approve" in fake.calls_to("answerCallbackQuery")[0].params["text"]
+    assert not (ws / "notes.txt").exists()
+
+    click = fake.user_clicks(CHAT, req.message_id, from_user=43, button="Approve")
+    qid = fake.all_updates[click]["callback_query"]["id"]
+    fake.user_clicks(CHAT, req.message_id, from_user=43, button="Approve")  # double click
+    await fake.wait_until(lambda: finals(fake, "done"), within=10)
+    await fake.wait_until(lambda: len(fake.calls_to("answerCallbackQuery")) == 3, within=10)
+    answers = [c.params["text"] for c in fake.calls_to("answerCallbackQuery")[1:]]
+    assert sum("approved by" in a and "already" not in a for a in answers) == 1
+    assert sum("already" in a for a in answers) == 1
+    # the same update delivered again (same callback query id): recorded once, no new answer
+    fake.push_update({"callback_query": {**fake.all_updates[click]["callback_query"],
+                                         "id": qid}})
+    fake.user_says(CHAT, "/status", from_user=42, reply_to=req.message_id)
+    await fake.wait_until(lambda: any("running: nothing" in s.plain_text for s in fake.sent),
+                          within=10)
+    assert len(fake.calls_to("answerCallbackQuery")) == 3
+    assert (ws / "notes.txt").read_text() == "hello\nworld\n"
+    assert len(finals(fake, "done")) == 1
+    shown = _request_message(fake)
+    assert shown.plain_text.startswith("✅ write_file (") and "(43)" in shown.plain_text
+    assert "reply_markup" not in shown.raw  # the decided request has no buttons left
