@@ -22,16 +22,17 @@ import secrets
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import ClassVar
 
 import structlog
 
 from bots._aio import reap
-from bots.events import InboundEvent, ReplyTarget
+from bots.events import Attachment, InboundEvent, ReplyTarget
 from bots.format import Chunk
 from bots.layer import ChannelLayer
 from bots.options import LayerOptions
-from bots.port import DeliveryError, DeliveryErrorKind, Intake, TurnHost
+from bots.port import AttachmentRefused, DeliveryError, DeliveryErrorKind, Intake, TurnHost
 from bots.store import ChannelStore, Lease
 from geode.settings import BindingSettings
 
@@ -266,6 +267,10 @@ class BaseConnector(ABC):
     async def fetch_thread_history(self, event: InboundEvent) -> list[InboundEvent]:
         """Earlier messages of the event's thread the platform API exposes. Default: none."""
         return []
+
+    async def download(self, attachment: Attachment, dest: Path, *, max_bytes: int) -> int:
+        """Save an attachment's bytes to ``dest``. Default: this platform cannot."""
+        raise AttachmentRefused("files from this platform are not read yet")
 
     async def catch_up(self) -> None:
         """Fetch what was missed while down (history APIs). Default: the intake's backlog."""

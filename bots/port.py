@@ -18,16 +18,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from bots.events import InboundEvent, ReplyTarget
+from bots.events import Attachment, InboundEvent, ReplyTarget
 from bots.format import Chunk
 from geode.daemon.port import HarnessPort
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from bots.store import Cursors
     from geode.daemon.factory import Runtime
     from geode.settings import BindingSettings
 
 __all__ = [
+    "AttachmentRefused",
     "DeliveryError",
     "DeliveryErrorKind",
     "Intake",
@@ -54,6 +57,10 @@ class DeliveryError(Exception):
         super().__init__(message or kind)
         self.kind = kind
         self.retry_after = retry_after
+
+
+class AttachmentRefused(Exception):
+    """An attachment the layer will not read; the message (short, for the user) says why."""
 
 
 class PlatformClient(Protocol):
@@ -89,6 +96,12 @@ class PlatformClient(Protocol):
     def render_progress(self, text: str) -> Chunk: ...
 
     async def fetch_thread_history(self, event: InboundEvent) -> list[InboundEvent]: ...
+
+    async def download(self, attachment: Attachment, dest: Path, *, max_bytes: int) -> int:
+        """Write the attachment's bytes to ``dest``; returns the size. Raises
+        :class:`AttachmentRefused` (nothing beyond ``max_bytes`` is read) or
+        :class:`DeliveryError`."""
+        ...
 
     def bot_user_id(self) -> str | None: ...
 

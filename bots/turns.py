@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING
 import structlog
 
 from bots.approvals import ChatApprover
+from bots.attachments import Received, receive_attachments
 from bots.bindings import spend_scope
 from bots.commands import ActiveTurn
 from bots.events import InboundEvent
 from bots.progress import ProgressReporter
 from bots.store import OutboxRow, StoredEvent
-from bots.workspaces import binding_workspace
+from bots.workspaces import binding_workspace, thread_folder
 from geode.daemon.factory import Session, SessionContext
 from geode.daemon.port import OpeningNote, SessionOverrides, WriteFence
 from geode.errors import ConfigError, GeodeError, LaneBusy, ShuttingDown
@@ -76,8 +77,11 @@ class _StoppedBeforeStart(Exception):
     """/stop arrived before the turn's session was open."""
 
 
-def compose_prompt(event: InboundEvent, history: list[InboundEvent]) -> str:
-    """The model's input for one message: thread context (first contact), sender, text."""
+def compose_prompt(
+    event: InboundEvent, history: list[InboundEvent], attachments: list[str] | None = None
+) -> str:
+    """The model's input for one message: thread context (first contact), sender, text, and
+    its attachments (``attachments``: what the layer made of them, see bots.attachments)."""
     parts: list[str] = []
     # Recorded/fetched history is chronological; the payload's quoted message (the one
     # replied to) goes after it unless the history holds it already.
@@ -89,8 +93,11 @@ def compose_prompt(event: InboundEvent, history: list[InboundEvent]) -> str:
                      + "\n[End of earlier messages]")
     who = event.sender_name or event.sender
     parts.append(f"{who} (id {event.sender}): {event.text}".rstrip())
-    for a in event.attachments:
-        parts.append(f"[attachment: {a.name or 'file'} {a.mime} {a.size} bytes, ref {a.ref}]")
+    if attachments is not None:
+        parts.extend(attachments)
+    else:
+        for a in event.attachments:
+            parts.append(f"[attachment: {a.name or 'file'} {a.mime} {a.size} bytes]")
     return "\n\n".join(parts)
 
 
@@ -158,10 +165,13 @@ class TurnRunner:
         try:
             await progress.start()
             deps.fault("progress_started")
+            notices: list[str] = []
             if prompt is None and not resume:
-                prompt = await self._prompt(stored)
+                prompt, notices = await self._prompt(stored, binding)
             text = await self._run_turn(stored, row, binding, prompt or "", progress, active,
                                         resume=resume)
+            if notices:  # what was not read, and why, before the answer
+                text = "\n".join(notices) + "\n\n" + text
         finally:
             if deps.active.get(event.thread_key) is active:
                 del deps.active[event.thread_key]
@@ -188,12 +198,26 @@ class TurnRunner:
         return self.deps.thread_leases.fence(row.platform, row.workspace,
                                               (row.target.channel, row.target.thread_root))
 
-    async def _prompt(self, stored: StoredEvent) -> str:
+    async def _prompt(self, stored: StoredEvent, binding: BindingSettings
+                      ) -> tuple[str, list[str]]:
+        """The turn's prompt, and notices for the user about attachments not read."""
+        event = stored.event
+        received = Received()
+        if event.attachments:
+            workspace = binding_workspace(self.deps.host.home, binding)
+            received = await receive_attachments(
+                self.deps.client, event, binding=binding, workspace=workspace,
+                folder=thread_folder(workspace, event.thread_root))
+        event, history = await self._context(stored)
+        return compose_prompt(event, history, received.parts), received.notices
+
+    async def _context(self, stored: StoredEvent) -> tuple[InboundEvent, list[InboundEvent]]:
+        """The event as the prompt shows it, and the thread's earlier messages to give."""
         deps = self.deps
         event = stored.event
         history: list[InboundEvent] = []
         if event.starts_thread:
-            return compose_prompt(event, history)
+            return event, history
         state = await deps.threads.get(event.thread_key)
         fresh = state is None or not (await deps.host.session_status(state.session_id)).exists
         if fresh:  # first contact with an existing thread: bootstrap its context
@@ -206,7 +230,7 @@ class TurnRunner:
                 event.platform, event.workspace, event.channel, event.reply_to) is not None:
             # The quoted message was seen (or sent) by the bot: the session has it already.
             event = replace(event, context=())
-        return compose_prompt(event, history)
+        return event, history
 
     def _approver(self, binding: BindingSettings, event: InboundEvent, row: OutboxRow,
                   active: ActiveTurn) -> ChatApprover | None:

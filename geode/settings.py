@@ -187,6 +187,10 @@ class BindingSettings(SpendCaps):
     #: the folder its turns work in; "" = its own, $GEODE_HOME/workspaces/<platform>-<channel>/
     #: (see bots.workspaces); two bindings share one only when both name it
     workspace: str = ""
+    #: attachments larger than this are refused (not downloaded)
+    max_attachment_mb: float = Field(default=20.0, gt=0)
+    #: accepted attachment types: MIME patterns ("text/*") or extensions (".log"); None = any
+    attachment_types: list[str] | None = None
     require_mention: bool = True
     allow_users: list[str] = Field(default_factory=list)
     allow_bots: bool = False

@@ -23,6 +23,7 @@ import contextlib
 import hmac
 import random
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import structlog
@@ -40,11 +41,12 @@ from telegram.error import (
 from telegram.ext import ExtBot
 
 from bots._aio import reap
+from bots._download import TOO_LARGE, stream_to_file
 from bots.connector import BaseConnector
-from bots.events import InboundEvent, ReplyTarget
+from bots.events import Attachment, InboundEvent, ReplyTarget
 from bots.format import Chunk
 from bots.options import LayerOptions
-from bots.port import DeliveryError, TurnHost
+from bots.port import AttachmentRefused, DeliveryError, TurnHost
 from bots.telegram._convert import approval_keyboard, convert_update, update_key
 from bots.telegram._ratelimit import PerChatRateLimiter, retry_after_seconds
 from bots.telegram._request import HttpBackend, build_request
@@ -397,6 +399,22 @@ class TelegramConnector(BaseConnector):
             await self.bot.post_json("editMessageText", data)
         except TelegramError as exc:
             raise _map_error(exc, sending=False) from exc
+
+    async def download(self, attachment: Attachment, dest: Path, *, max_bytes: int) -> int:
+        """``getFile``, then the file under ``base_file_url`` (a declared size over the limit
+        is refused before any download)."""
+        assert self.bot is not None
+        try:
+            info = await self.bot.post_json("getFile", {"file_id": attachment.ref})
+        except TelegramError as exc:
+            raise _map_error(exc, sending=False) from exc
+        if not isinstance(info, dict) or not isinstance(info.get("file_path"), str):
+            raise AttachmentRefused("Telegram did not give the file (over its 20 MB limit?)")
+        declared = info.get("file_size")
+        if isinstance(declared, int) and declared > max_bytes:
+            raise AttachmentRefused(TOO_LARGE)
+        url = f"{self.bot.base_file_url}/{info['file_path']}"  # PTB's, token included
+        return await stream_to_file(url, dest, max_bytes=max_bytes)
 
     async def react(self, target: ReplyTarget, message_id: str, emoji: str | None) -> None:
         assert self.bot is not None

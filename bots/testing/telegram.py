@@ -190,6 +190,8 @@ class FakeTelegramServer(LoopbackFake):
         self._messages: dict[ChatId, dict[int, ChatMessage]] = {}
         self._next_message_id: dict[ChatId, int] = {}
         self._files: dict[str, tuple[str, bytes]] = {}
+        #: file paths fetched from the file endpoint, in order
+        self.downloads: list[str] = []
         self._failures: list[_Failure] = []
         self._update_ids = itertools.count(1000)
         self._query_ids = itertools.count(5_000_000)
@@ -631,6 +633,7 @@ class FakeTelegramServer(LoopbackFake):
         if request.match_info["token"] != self.token:
             return web.Response(status=401)
         path = request.match_info["path"]
+        self.downloads.append(path)
         for file_path, content in self._files.values():
             if file_path == path:
                 return web.Response(body=content)

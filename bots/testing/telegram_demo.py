@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -51,8 +52,9 @@ USER = {"id": 42, "is_bot": False, "first_name": "You", "username": "you"}
 _START_WITHIN_S = 60.0
 
 
-def config_toml(fake: FakeTelegramServer) -> str:
-    """The demo home's ``config.toml``: the fake's endpoints and one binding for ``CHAT``."""
+def config_toml(fake: FakeTelegramServer, workspace: Path | None = None) -> str:
+    """The demo home's ``config.toml``: the fake's endpoints and one binding for ``CHAT``
+    (working in ``workspace``, when given, instead of its own folder)."""
     return "\n".join([
         "health_port = 0",
         "",
@@ -66,6 +68,7 @@ def config_toml(fake: FakeTelegramServer) -> str:
         'platform = "telegram"',
         f'channel = "{CHAT}"',
         f'allow_users = ["{USER["id"]}"]',
+        *([f"workspace = {json.dumps(str(workspace))}"] if workspace is not None else []),
         "",
     ])
 
@@ -136,7 +139,8 @@ class Demo:
     def _prepare_home(self) -> IO[bytes]:
         """Write the home's config; the daemon's log file, open for appending."""
         self.home.mkdir(parents=True, exist_ok=True)
-        (self.home / "config.toml").write_text(config_toml(self.fake), encoding="utf-8")
+        (self.home / "config.toml").write_text(config_toml(self.fake, self.workspace),
+                                                 encoding="utf-8")
         return (self.home / "serve.log").open("ab")
 
     async def stop(self) -> None:
