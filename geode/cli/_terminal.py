@@ -14,12 +14,17 @@ if TYPE_CHECKING:
     from geode.executor.decisions import ApprovalRequest
 
 
-async def terminal_answer(tool: str, args: Any, reason: str, always_ok: bool) -> str:
-    shown = json.dumps(args, ensure_ascii=False, default=str)
-    if len(shown) > 600:
-        shown = shown[:600] + " ..."
+async def terminal_answer(
+    tool: str, args: Any, reason: str, always_ok: bool, summary: str = ""
+) -> str:
+    """Ask at this terminal; ``summary`` (a diff, a command) is shown instead of the raw input."""
+    if summary:
+        shown = "\n".join(f"  {ln}" for ln in summary.splitlines())
+    else:
+        raw = json.dumps(args, ensure_ascii=False, default=str)
+        shown = "  input: " + (raw[:600] + " ..." if len(raw) > 600 else raw)
     choices = "[y]es / [n]o / [a]lways for this session" if always_ok else "[y]es / [n]o"
-    sys.stderr.write(f"\n? approve {tool}: {reason}\n  input: {shown}\n  {choices}: ")
+    sys.stderr.write(f"\n? approve {tool}: {reason}\n{shown}\n  {choices}: ")
     sys.stderr.flush()
     line = await read_line(sys.stdin.readline)
     word = line.strip().lower()
@@ -99,4 +104,4 @@ class TerminalApprover:
 
     async def __call__(self, request: ApprovalRequest) -> Any:
         return await terminal_answer(request.tool, dict(request.args), request.reason,
-                                     request.always_allowed)
+                                     request.always_allowed, request.summary)

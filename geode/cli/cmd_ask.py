@@ -107,7 +107,7 @@ async def _ask(sock: Path, frame: dict[str, Any], *, json_out: bool, jsonl: bool
             elif kind == "approval_request":
                 answer = await terminal_answer(
                     str(msg.get("tool")), msg.get("input"), str(msg.get("reason", "")),
-                    bool(msg.get("always_allowed", True)),
+                    bool(msg.get("always_allowed", True)), str(msg.get("summary") or ""),
                 )
                 await client.send({"type": "approval", "request_id": msg.get("request_id"),
                                    "answer": answer})

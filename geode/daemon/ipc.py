@@ -20,7 +20,7 @@ Daemon → client (every frame of a run carries the run's ``id``)::
     {"type": "event", "id", "seq": n, "kind": "turn_started" | "text_delta" |
      "assistant_text" | "tool_call" | "tool_result" | ... | "turn_finished", "data": {...}}
     {"type": "approval_request", "id", "request_id", "tool", "input", "reason", "safety",
-     "always_allowed"}
+     "always_allowed", "summary"}                        # summary: diff / command, plain text
     {"type": "result", "id", ...TurnResult.to_json()}      # last frame of a run
     {"type": "error", "id"?, "code", "message"}            # instead of a result
 
@@ -228,6 +228,7 @@ class Connection:
                 "type": "approval_request", "id": run_id, "request_id": request.call_id,
                 "tool": request.tool, "input": dict(request.args), "reason": request.reason,
                 "safety": request.safety, "always_allowed": request.always_allowed,
+                "summary": request.summary,
             })
             if not sent:
                 return "deny"

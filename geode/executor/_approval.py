@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from pathlib import Path
 from types import MappingProxyType
 
 import structlog
 
 from geode.executor.decisions import Allow, ApprovalAnswer, ApprovalRequest, Deny, ToolCall
 from geode.executor.protocols import Approver
+from geode.executor.summary import describe_call
 from geode.loop.protocols import TurnInfo
 from geode.policy import SessionScope
 from geode.tools.base import ToolDef
@@ -29,8 +31,11 @@ log = structlog.get_logger(__name__)
 class ApprovalGate:
     """The session's approval state: its approver and the tools allowed "always"."""
 
-    def __init__(self, *, scope: SessionScope, approver: Approver | None) -> None:
+    def __init__(
+        self, *, scope: SessionScope, approver: Approver | None, workspace: Path | None = None
+    ) -> None:
         self._scope = scope
+        self._workspace = workspace
         self._approver = approver
         self._always: set[str] = set()
         self._lock = asyncio.Lock()
@@ -61,6 +66,8 @@ class ApprovalGate:
         async with self._lock:
             if rememberable and not forced and call.name in self._always:
                 return Allow()  # granted "always" while this call waited for the prompt
+            summary = await asyncio.to_thread(describe_call, call.name, call.args,
+                                              self._workspace)
             request = ApprovalRequest(
                 session_id=turn.session_id,
                 turn_id=turn.turn_id,
@@ -70,6 +77,7 @@ class ApprovalGate:
                 safety=tool.safety,
                 reason=reason,
                 always_allowed=rememberable,
+                summary=summary,
             )
             try:
                 answer = await self._approver(request)

@@ -89,6 +89,8 @@ class ApprovalRequest:
     reason: str
     #: False for sensitive personal-data tools: "always" is not offered and not remembered
     always_allowed: bool = True
+    #: what the call will do in plain words (diff / command / MCP arguments), for the prompt
+    summary: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

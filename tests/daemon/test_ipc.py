@@ -78,6 +78,11 @@ async def test_the_clients_approval_answer_decides(
     frames = await run_ipc(d.socket_path, {"type": "run", "id": "r2", "prompt": "write",
                                            "cwd": str(ws)}, reply)
     assert [(a["tool"], a["input"]) for a in asked] == [("write_file", WRITE["input"])]
+    # the client is shown what will change (a diff of the new file), not truncated JSON
+    path, content = WRITE["input"]["path"], WRITE["input"]["content"]
+    assert asked[0]["summary"].startswith(f"write_file {path} (new file)")
+    assert f"+++ b/{path}" in asked[0]["summary"]
+    assert all(f"+{line}" in asked[0]["summary"] for line in content.splitlines())
     tool_result = next(f for f in frames if f.get("kind") == "tool_result")
     assert tool_result["data"]["status"] == status
     if not written:

@@ -111,3 +111,22 @@ async def test_a_named_answer_tells_the_model_who_decided(harness: HarnessFactor
         answer="allow", note="approved by bob (43)", by="bob (43)")), channel_approve=["run_bash"])
     assert not (await yes.run_one("run_bash")).is_error
     assert yes.rec.names() == ["run_bash"]
+
+
+def test_describe_call_shows_diffs_commands_and_mcp_arguments(tmp_path) -> None:
+    from geode.executor.summary import describe_call
+
+    (tmp_path / "a.txt").write_text("one\ntwo\nthree\n")
+    edit = describe_call("edit_file", {"path": "a.txt", "old_string": "two",
+                                       "new_string": "2"}, tmp_path)
+    assert "--- a/a.txt" in edit and "-two" in edit and "+2" in edit and " one" in edit
+    write = describe_call("write_file", {"path": "a.txt", "content": "one\n"}, tmp_path)
+    assert write.startswith("write_file a.txt (replaces it)") and "-three" in write
+    outside = describe_call("write_file", {"path": "../x", "content": "y"}, tmp_path)
+    assert "(new file)" in outside  # nothing outside the workspace is read for a diff
+    bash = describe_call("run_bash", {"command": "make test"}, tmp_path)
+    assert "run_bash in the sandbox" in bash and "make test" in bash and "cwd ." in bash
+    mcp = describe_call("docs__publish", {"page": "home"}, None)
+    assert mcp.startswith("MCP server docs, tool publish") and '"page": "home"' in mcp
+    long = describe_call("write_file", {"path": "b.txt", "content": "x\n" * 5000}, tmp_path)
+    assert "more chars)" in long and len(long) < 3000

@@ -1,0 +1,82 @@
+"""What a proposed tool call will do, in plain words, for the person asked to approve it
+(terminal, thin CLI, chat thread): a unified diff for ``write_file`` / ``edit_file``, the
+command and working directory for ``run_bash``, server / tool / arguments for an MCP tool."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from geode.tools.names import MCP_SEPARATOR
+
+__all__ = ["describe_call"]
+
+_MAX_DIFF_CHARS = 2500
+_MAX_ARGS_CHARS = 1500
+_MAX_READ_BYTES = 1_000_000
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more chars)"
+
+
+def _read_current(workspace: Path, rel: str) -> str | None:
+    """The file's text now, if it is inside the workspace and readable (else None)."""
+    try:
+        root = workspace.resolve()
+        path = (root / rel).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            return None
+        with path.open("rb") as f:
+            data = f.read(_MAX_READ_BYTES + 1)
+        if len(data) > _MAX_READ_BYTES:
+            return None
+        return data.decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _diff(path: str, before: str | None, after: str) -> str:
+    lines = difflib.unified_diff(
+        (before or "").splitlines(keepends=True), after.splitlines(keepends=True),
+        fromfile="/dev/null" if before is None else f"a/{path}", tofile=f"b/{path}",
+    )
+    return "".join(lines) or "(no change)"
+
+
+def describe_call(tool: str, args: Mapping[str, Any], workspace: Path | None) -> str:
+    """What the call will do, in plain words (blocking file read: run it in a thread)."""
+    path = str(args.get("path", ""))
+    if tool == "write_file" and isinstance(args.get("content"), str):
+        before = _read_current(workspace, path) if workspace is not None else None
+        head = f"write_file {path} ({'new file' if before is None else 'replaces it'})"
+        diff = _clip(_diff(path, before, args["content"]), _MAX_DIFF_CHARS)
+        return f"{head}\n```diff\n{diff}\n```"
+    if tool == "edit_file" and isinstance(args.get("old_string"), str):
+        before = _read_current(workspace, path) if workspace is not None else None
+        old, new = args["old_string"], str(args.get("new_string", ""))
+        if before is not None and old in before:
+            count = -1 if args.get("replace_all") else 1
+            after = before.replace(old, new, count)
+            diff = _diff(path, before, after)
+        else:
+            diff = "".join(difflib.unified_diff(old.splitlines(keepends=True),
+                                                new.splitlines(keepends=True),
+                                                fromfile=f"a/{path}", tofile=f"b/{path}"))
+        return f"edit_file {path}\n```diff\n{_clip(diff, _MAX_DIFF_CHARS)}\n```"
+    if tool == "run_bash":
+        cwd = str(args.get("cwd") or args.get("workdir") or ".")
+        extra = {k: v for k, v in args.items() if k not in ("command", "cwd", "workdir")}
+        more = f"\noptions: {json.dumps(extra, ensure_ascii=False)}" if extra else ""
+        return (f"run_bash in the sandbox (no network, writes only in the workspace), "
+                f"cwd {cwd}:\n```\n{_clip(str(args.get('command', '')), _MAX_DIFF_CHARS)}\n```"
+                + more)
+    shown = _clip(json.dumps(dict(args), ensure_ascii=False, indent=1, default=str),
+                  _MAX_ARGS_CHARS)
+    server, sep, name = tool.partition(MCP_SEPARATOR)
+    if sep:
+        return f"MCP server {server}, tool {name}, arguments:\n```\n{shown}\n```"
+    return f"{tool}, arguments:\n```\n{shown}\n```"
