@@ -33,6 +33,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import aiohttp
@@ -43,15 +44,16 @@ import structlog
 import yarl
 
 from bots._aio import reap
+from bots._download import stream_to_file
 from bots.commands import COMMANDS
 from bots.connector import BaseConnector
 from bots.discord._convert import convert_message, snowflake, snowflake_seconds
 from bots.discord._history import fetch_thread_history
 from bots.discord.format import DISCORD_LIMIT, chunk_fenced_markdown, render_progress
-from bots.events import InboundEvent, ReplyTarget
+from bots.events import Attachment, InboundEvent, ReplyTarget
 from bots.format import Chunk
 from bots.options import LayerOptions
-from bots.port import DeliveryError, TurnHost
+from bots.port import AttachmentRefused, DeliveryError, TurnHost
 from geode.errors import ConfigError
 from geode.settings import BindingSettings
 
@@ -446,6 +448,12 @@ class DiscordConnector(BaseConnector):
             return []
         known = await self.intake.known_keys([f.dedupe_key for f in found])
         return [f for f in found if f.dedupe_key not in known]
+
+    async def download(self, attachment: Attachment, dest: Path, *, max_bytes: int) -> int:
+        """An attachment from its (signed) CDN URL, as the gateway gave it."""
+        if not attachment.ref.startswith(("https://", "http://")):
+            raise AttachmentRefused("it has no download address")
+        return await stream_to_file(attachment.ref, dest, max_bytes=max_bytes)
 
     async def _known_cursor(self, channel_id: str) -> int:
         if channel_id not in self._cursors:

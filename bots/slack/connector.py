@@ -29,6 +29,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import structlog
@@ -47,11 +48,12 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots._aio import reap
+from bots._download import TOO_LARGE, stream_to_file
 from bots.connector import BaseConnector
-from bots.events import InboundEvent, ReplyTarget
+from bots.events import Attachment, InboundEvent, ReplyTarget
 from bots.format import Chunk
 from bots.options import LayerOptions
-from bots.port import DeliveryError, TurnHost
+from bots.port import AttachmentRefused, DeliveryError, TurnHost
 from bots.progress import WORKING
 from bots.slack._convert import (
     COMMAND_NAMES,
@@ -94,6 +96,7 @@ SCOPES = frozenset({
     "app_mentions:read",   # app_mention
     "commands",            # /geode
     "assistant:write",     # assistant.threads.setStatus (optional: falls back)
+    "files:read",          # files.info and url_private (attachments in)
 })
 EVENTS = frozenset({"app_mention", "message.channels", "message.groups", "message.im"})
 
@@ -452,6 +455,26 @@ class SlackConnector(BaseConnector):
         except (SlackApiError, SlackClientError, ClientError, TimeoutError) as exc:
             raise _map_error(exc, sending=False) from exc
         await self._clear_status_if_final(target, text)
+
+    async def download(self, attachment: Attachment, dest: Path, *, max_bytes: int) -> int:
+        """``files.info``, then its ``url_private_download`` with the bot token (Slack's
+        private file URLs answer only with the token)."""
+        assert self.client is not None
+        try:
+            resp = await self.client.files_info(file=attachment.ref)
+        except (SlackApiError, SlackClientError, ClientError, TimeoutError) as exc:
+            raise _map_error(exc, sending=False) from exc
+        info = resp.get("file")
+        if not isinstance(info, dict):
+            raise AttachmentRefused("Slack did not give the file")
+        size = info.get("size")
+        if isinstance(size, int) and size > max_bytes:
+            raise AttachmentRefused(TOO_LARGE)
+        url = info.get("url_private_download") or info.get("url_private")
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+            raise AttachmentRefused("it has no download address (an external file?)")
+        return await stream_to_file(url, dest, max_bytes=max_bytes,
+                                    headers={"Authorization": f"Bearer {self.bot_token}"})
 
     async def react(self, target: ReplyTarget, message_id: str, emoji: str | None) -> None:
         assert self.client is not None

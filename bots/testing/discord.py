@@ -228,6 +228,10 @@ class FakeDiscord:
         self.command_syncs: list[tuple[int | None, list[str]]] = []
         self.interaction_responses: list[InteractionResponse] = []
         self.requests: list[tuple[str, str]] = []
+        #: attachment files served on the fake CDN (``/attachments/ID/NAME``), and the
+        #: (id, name) of each download
+        self._cdn: dict[str, bytes] = {}
+        self.downloads: list[str] = []
         self.connections: list[JSON] = []
         self.identifies = 0
         self.resumes = 0
@@ -417,8 +421,11 @@ class FakeDiscord:
         author_id: int | None = None,
         mention_bot: bool = False,
         thread_id: int | None = None,
+        files: list[JSON] | None = None,
     ) -> int:
         """Post a message as a user (in ``thread_id`` if given) and dispatch MESSAGE_CREATE.
+
+        ``files``: attachment objects (:meth:`add_attachment`).
 
         Returns:
             The new message id.
@@ -432,9 +439,26 @@ class FakeDiscord:
         if mention_bot:
             content = f"<@{self.bot_id}> {content}"
             mentions.append(self.bot_user)
-        msg = self._store_message(target, author, content, mentions=mentions)
+        msg = self._store_message(target, author, content, mentions=mentions,
+                                  extra={"attachments": files} if files else None)
         await self._dispatch("MESSAGE_CREATE", msg)
         return int(msg["id"])
+
+    def add_attachment(self, content: bytes, filename: str,
+                       content_type: str = "application/octet-stream") -> JSON:
+        """An attachment object served by the fake CDN (pass it in ``user_says(files=)``)."""
+        aid = str(self._snowflake())
+        self._cdn[f"{aid}/{filename}"] = content
+        url = f"http://127.0.0.1:{self.port}/attachments/{aid}/{filename}"
+        return {"id": aid, "filename": filename, "size": len(content),
+                "content_type": content_type, "url": url, "proxy_url": url}
+
+    async def _cdn_file(self, request: web.Request) -> web.Response:
+        key = f"{request.match_info['aid']}/{request.match_info['name']}"
+        self.downloads.append(key)
+        if key not in self._cdn:
+            return web.Response(status=404)
+        return web.Response(body=self._cdn[key])
 
     async def create_thread(
         self,
@@ -730,6 +754,7 @@ class FakeDiscord:
         ch, msg = p + "/channels/{cid}", p + "/channels/{cid}/messages/{mid}"
         cmds = p + "/applications/{app}/guilds/{gid}/commands"
         r = app.router
+        r.add_get("/attachments/{aid}/{name}", self._cdn_file)
         r.add_get(p + "/users/@me", self._get_me)
         r.add_get(p + "/oauth2/applications/@me", self._get_application)
         r.add_get(p + "/gateway", self._get_gateway)

@@ -178,6 +178,10 @@ class FakeSlack(LoopbackFake):
         self.deliveries: list[tuple[str, int]] = []  # (envelope_id, retry_attempt) sent
         self.http_deliveries: list[SlackHttpResult] = []
         self.connections_opened = 0
+        #: files served by ``files.info`` and their ``url_private`` (bot token required),
+        #: and the ids of each download
+        self._files: dict[str, tuple[JSONDict, bytes]] = {}
+        self.downloads: list[str] = []
         self._channels: dict[str, JSONDict] = {}
         self._users: dict[str, JSONDict] = {}
         self._messages: dict[str, dict[str, JSONDict]] = {}
@@ -202,6 +206,7 @@ class FakeSlack(LoopbackFake):
             "conversations.replies": self._replies,
             "conversations.info": self._conversation_info,
             "users.info": self._users_info,
+            "files.info": self._files_info,
             "assistant.threads.setStatus": self._set_status,
             "apps.connections.open": self._connections_open,
         }
@@ -217,6 +222,7 @@ class FakeSlack(LoopbackFake):
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._dispatch)
         app.router.add_get("/socket-mode", self._socket_mode)
+        app.router.add_get("/files-pri/{fid}/{name}", self._file_download)
         await self._serve(app)
         log.debug("fake_slack.started", port=self._port)
 
@@ -649,6 +655,32 @@ class FakeSlack(LoopbackFake):
             )
         self._wake()
         return web.json_response({"ok": True, **result})
+
+    def add_file(self, content: bytes, name: str, mimetype: str = "text/plain") -> JSONDict:
+        """A file as a message's ``files`` entry carries it (served by ``files.info`` and
+        its ``url_private``); put it in ``user_posts(extra={"files": [...]})``."""
+        fid = f"F{next(self._rr):08d}{uuid.uuid4().hex[:4].upper()}"
+        url = f"http://127.0.0.1:{self._port}/files-pri/{fid}/{name}"
+        info: JSONDict = {"id": fid, "name": name, "title": name, "mimetype": mimetype,
+                          "filetype": name.rsplit(".", 1)[-1], "size": len(content),
+                          "url_private": url, "url_private_download": url + "?download=1"}
+        self._files[fid] = (info, content)
+        return {k: v for k, v in info.items() if not k.startswith("url_")}
+
+    async def _files_info(self, params: JSONDict) -> JSONDict:
+        fid = str(params.get("file") or "")
+        if fid not in self._files:
+            raise _SlackError("file_not_found")
+        return {"file": self._files[fid][0]}
+
+    async def _file_download(self, request: web.Request) -> web.Response:
+        fid = request.match_info["fid"]
+        if request.headers.get("Authorization") != f"Bearer {self.bot_token}":
+            return web.Response(status=302, headers={"Location": "/login"})  # Slack's answer
+        self.downloads.append(fid)
+        if fid not in self._files:
+            return web.Response(status=404)
+        return web.Response(body=self._files[fid][1])
 
     def _check_token(self, method: str, token: str | None) -> None:
         if not token:
