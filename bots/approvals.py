@@ -81,7 +81,7 @@ def _answer(rec: ApprovalRecord) -> ApprovalAnswer:
     note = outcome_line(rec)
     by = _who(rec)
     return ApprovalAnswer(answer="allow" if rec.status == "approved" else "deny",
-                          note=note, by=by)
+                          note=note, by=by, outcome=rec.status)
 
 
 @dataclass(kw_only=True)

@@ -78,7 +78,8 @@ def sessions_show(
     session_id: Annotated[str, typer.Argument(help="The session id.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """One session: status, checkpoint head, and effect receipts (uncertain ones flagged)."""
+    """One session: status, checkpoint head, approvals (requested / decided / expired, by
+    whom) and effect receipts (uncertain ones flagged)."""
     settings, _ = load_typed()
 
     async def main() -> dict[str, Any]:
@@ -86,6 +87,8 @@ def sessions_show(
             record = await _require_session(store, session_id)
             checkpoints = await store.checkpoints.list(session_id, limit=1000)
             receipts = await store.receipts.list_for(session_id)
+            approvals = [r for r in await store.timeline.list(session_id)
+                         if r.kind.startswith("approval.")]
             return {
                 **_session_json(record),
                 "checkpoints": len(checkpoints),
@@ -100,6 +103,13 @@ def sessions_show(
                               "detail": r.detail} for r in receipts],
                 "uncertain": [r.call_id for r in receipts
                               if r.status in ("uncertain", "intended")],
+                "approvals": [{"kind": r.kind.removeprefix("approval."),
+                               "call_id": r.payload.get("call_id"),
+                               "tool": r.payload.get("tool"),
+                               "decision": r.payload.get("outcome") or r.payload.get("decision"),
+                               "by": r.payload.get("by", ""),
+                               "at": r.created_at.isoformat() if r.created_at else None}
+                              for r in approvals],
             }
 
     info = asyncio.run(main())
@@ -112,6 +122,13 @@ def sessions_show(
     typer.echo(f"  checkpoints {info['checkpoints']}"
                + (f", last #{last['seq']} {last['kind']} {last['status']} "
                   f"({last['message_count']} messages)" if last else ""))
+    if info["approvals"]:
+        typer.echo(f"  approvals {len(info['approvals'])}")
+    for a in info["approvals"]:
+        outcome = "" if a["kind"] == "requested" else f" {a['decision']}"
+        by = f" by {a['by']}" if a["by"] else ""
+        typer.echo(f"    {(a['at'] or '-')[:19]}  {a['call_id']}  {a['tool']}  "
+                   f"{a['kind']}{outcome}{by}")
     typer.echo(f"  effect receipts {len(info['receipts'])}")
     for r in info["receipts"]:
         flag = "  UNCERTAIN: check the outcome by hand" if r["call_id"] in info["uncertain"] else ""

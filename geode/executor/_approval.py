@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import MappingProxyType
 
@@ -23,7 +24,10 @@ from geode.loop.protocols import TurnInfo
 from geode.policy import SessionScope
 from geode.tools.base import ToolDef
 
-__all__ = ["ApprovalGate"]
+__all__ = ["ApprovalGate", "Record"]
+
+#: appends a timeline row of the call: ``record(turn, kind, call, **payload)``
+Record = Callable[..., Awaitable[None]]
 
 log = structlog.get_logger(__name__)
 
@@ -32,9 +36,11 @@ class ApprovalGate:
     """The session's approval state: its approver and the tools allowed "always"."""
 
     def __init__(
-        self, *, scope: SessionScope, approver: Approver | None, workspace: Path | None = None
+        self, *, scope: SessionScope, approver: Approver | None, workspace: Path | None = None,
+        record: Record | None = None,
     ) -> None:
         self._scope = scope
+        self._record = record
         self._workspace = workspace
         self._approver = approver
         self._always: set[str] = set()
@@ -79,11 +85,18 @@ class ApprovalGate:
                 always_allowed=rememberable,
                 summary=summary,
             )
+            await self._audit(turn, "approval.requested", call, reason=reason)
             try:
                 answer = await self._approver(request)
             except Exception as exc:  # a broken prompt is a "no", never a "yes"
                 log.warning("approver failed", tool=call.name, exc_info=True)
                 return Deny("approval", f"the approval request failed ({type(exc).__name__})")
+        if isinstance(answer, ApprovalAnswer):
+            kind = "approval.expired" if answer.outcome == "expired" else "approval.decided"
+            await self._audit(turn, kind, call, decision=answer.answer, outcome=answer.outcome,
+                              by=answer.by, note=answer.note)
+        else:
+            await self._audit(turn, "approval.decided", call, decision=str(answer))
         if isinstance(answer, ApprovalAnswer):
             if answer.answer == "allow":
                 return Allow()
@@ -103,3 +116,9 @@ class ApprovalGate:
                 f"the user declined '{call.name}'. Do not retry it unless the user asks.",
             )
         return Deny("approval", f"the approver gave no valid answer ({answer!r})")
+
+    async def _audit(self, turn: TurnInfo, kind: str, call: ToolCall, **payload: object) -> None:
+        """Timeline rows of a channel's approval (named approvers: the audit trail of who
+        allowed what); a terminal's own answers are the person's session, not audited."""
+        if self._record is not None and call.name in self._scope.needs_approval:
+            await self._record(turn, kind, call, **payload)

@@ -104,3 +104,5 @@ class ApprovalAnswer:
     answer: Literal["allow", "deny"]
     note: str = ""
     by: str = ""
+    #: approved | denied | expired | cancelled (the timeline row's kind follows it)
+    outcome: str = ""

@@ -96,7 +96,8 @@ class ToolExecutor:
         self._middleware = tuple(middleware)
         self._max_chars = max_result_chars
         self._extra = dict(extra or {})
-        self._approval = ApprovalGate(scope=scope, approver=approver, workspace=workspace)
+        self._approval = ApprovalGate(scope=scope, approver=approver, workspace=workspace,
+                                      record=self._record)
 
     @property
     def always_allowed(self) -> frozenset[str]:

@@ -122,10 +122,13 @@ async def test_no_decision_in_time_is_denied_as_expired(make_stack, fake):
     provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_approval_binding(approval_timeout_s=1)])
     await stack.start()
-    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot write the notes", from_user=42))
     await fake.wait_until(lambda: finals(fake, "done"), within=15)
     assert not list((stack.home / "workspaces").rglob("notes.txt"))
     assert any("expired" in t for t in _tool_results(provider))
+    expired = [r for r in await stack.store.timeline.list(f"telegram:123456:{CHAT}:{mid}")
+               if r.kind == "approval.expired"]
+    assert len(expired) == 1 and expired[0].payload["decision"] == "deny"
     assert _request_message(fake).plain_text.startswith("⌛ write_file (")
 
 
@@ -162,7 +165,7 @@ async def test_telegram_buttons_approve_once_and_answer_each_click(make_stack, f
     stack = make_stack(provider=provider, bindings=[_approval_binding()])
     await stack.start()
     ws = binding_workspace(stack.home, stack.bindings[0])
-    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot write the notes", from_user=42))
     req = await _posted(stack, fake)
     buttons = [b["text"] for row in req.raw["reply_markup"]["inline_keyboard"] for b in row]
     assert any("Approve" in b for b in buttons) and any("Deny" in b for b in buttons)
@@ -192,3 +195,15 @@ async def test_telegram_buttons_approve_once_and_answer_each_click(make_stack, f
     shown = _request_message(fake)
     assert shown.plain_text.startswith("✅ write_file (") and "(43)" in shown.plain_text
     assert "reply_markup" not in shown.raw  # the decided request has no buttons left
+
+    # audit: requested, then decided by the approver, then the tool ran (same call id)
+    (rec,) = await stack.connector.layer.approvals.for_session(
+        f"telegram:123456:{CHAT}:{mid}")
+    rows = [r for r in await stack.store.timeline.list(rec.session_id)
+            if r.payload.get("call_id") == rec.call_id]
+    kinds = [r.kind for r in rows]
+    decided = rows[kinds.index("approval.decided")].payload
+    assert (decided["by"], decided["outcome"], decided["decision"]) == (
+        "User43 (43)", "approved", "allow")
+    assert kinds.index("approval.requested") < kinds.index("approval.decided") < kinds.index(
+        "tool.started")

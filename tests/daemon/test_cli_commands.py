@@ -92,6 +92,23 @@ def test_sessions_list_show_timeline_and_a_missing_id(cli: CliRunner, home: Path
     rows = [json.loads(line) for line in timeline.output.splitlines()]
     assert [(r["kind"], r["payload"]) for r in rows] == [("tool.denied", {"check": "approval"})]
 
+    async def approvals() -> None:
+        async with await open_store(f"sqlite:///{home / 'geode.db'}") as store:
+            for kind, extra in [("approval.requested", {}),
+                                ("approval.decided", {"decision": "allow", "outcome": "approved",
+                                                      "by": "ann (43)"})]:
+                await store.timeline.append(session_id=sid, turn_id="t1", kind=kind, payload={
+                    "call_id": "c2", "tool": "run_bash", **extra})
+
+    asyncio.run(approvals())
+    shown = cli.invoke(app, ["sessions", "show", sid])
+    assert "approvals 2" in shown.output
+    assert "c2  run_bash  requested\n" in shown.output
+    assert "c2  run_bash  decided approved by ann (43)" in shown.output
+    info = json.loads(cli.invoke(app, ["sessions", "show", sid, "--json"]).output)
+    assert [(a["kind"], a["decision"], a["by"]) for a in info["approvals"]] == [
+        ("requested", None, ""), ("decided", "approved", "ann (43)")]
+
     for cmd in (["sessions", "show", "s-none"], ["sessions", "timeline", "s-none"]):
         missing = cli.invoke(app, cmd)
         assert missing.exit_code == 2 and "no session 's-none'" in missing.output
