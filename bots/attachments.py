@@ -10,12 +10,15 @@ folder, within the binding's limits, and tells the model where they are.
   written under a temporary name and renamed when complete: the file's presence is the
   record that it was received, so a restarted turn never downloads it twice.
 * text-like files (logs, code, CSV, JSON, Markdown; a PDF's text through pypdf) are also
-  given inline up to ``INLINE_CHARS``, with a note when cut.
+  given inline up to ``INLINE_CHARS``, with a note when cut;
+* images (PNG, JPEG, GIF, WebP up to ``IMAGE_MAX_BYTES``) also go to the model as image
+  content, when its catalog entry says it has vision (decided by the harness).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import fnmatch
 import os
@@ -27,6 +30,7 @@ import structlog
 
 from bots.events import Attachment, InboundEvent
 from bots.port import AttachmentRefused, DeliveryError, PlatformClient
+from geode.messages import ImageBlock
 from geode.settings import BindingSettings
 
 __all__ = ["INLINE_CHARS", "Received", "receive_attachments"]
@@ -47,12 +51,31 @@ _TEXT_EXTS = frozenset(
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+#: image content larger than this stays a file (the APIs' per-image limit is about 5 MB)
+IMAGE_MAX_BYTES = 5 * 1024 * 1024
+_IMAGE_MIMES = {"image/png": "image/png", "image/jpeg": "image/jpeg", "image/jpg": "image/jpeg",
+                "image/gif": "image/gif", "image/webp": "image/webp"}
+_IMAGE_EXTS = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
+               ".gif": "image/gif", ".webp": "image/webp"}
+
+
 @dataclass(kw_only=True)
 class Received:
-    """What a message's attachments add: prompt parts for the model, notices for the user."""
+    """What a message's attachments add: prompt parts and images for the model, notices for
+    the user."""
 
     parts: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
+    images: list[ImageBlock] = field(default_factory=list)
+
+
+def _image_type(a: Attachment) -> str | None:
+    return _IMAGE_MIMES.get(a.mime.lower().split(";")[0].strip()) or _IMAGE_EXTS.get(_suffix(a))
+
+
+def _image(path: Path, media_type: str) -> ImageBlock:
+    return ImageBlock(media_type=media_type,
+                      data=base64.b64encode(path.read_bytes()).decode("ascii"))
 
 
 def _file_name(event: InboundEvent, index: int, a: Attachment) -> str:
@@ -153,6 +176,11 @@ async def receive_attachments(
             continue
         rel = dest.relative_to(workspace).as_posix()
         head = f"[attachment saved: {rel} ({a.mime or 'unknown type'}, {size} bytes)]"
+        media_type = _image_type(a)
+        if media_type is not None and size <= IMAGE_MAX_BYTES:
+            out.images.append(await asyncio.to_thread(_image, dest, media_type))
+            out.parts.append(f"{head} (the image itself is attached)")
+            continue
         text = await asyncio.to_thread(_read_text, dest, a)
         if text is None:
             out.parts.append(head)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,7 @@ from geode.daemon.port import OpeningNote, SessionOverrides, WriteFence
 from geode.errors import ConfigError, GeodeError, LaneBusy, ShuttingDown
 from geode.loop import LoopEvent, TurnResult
 from geode.loop.events import ToolProposed, TurnStarted
+from geode.messages import ImageBlock
 from geode.redact import redact_text
 from geode.settings import BindingSettings
 from geode.store.sessions import short_title
@@ -165,11 +167,12 @@ class TurnRunner:
         try:
             await progress.start()
             deps.fault("progress_started")
-            notices: list[str] = []
+            received = Received()
             if prompt is None and not resume:
-                prompt, notices = await self._prompt(stored, binding)
+                prompt, received = await self._prompt(stored, binding)
             text = await self._run_turn(stored, row, binding, prompt or "", progress, active,
-                                        resume=resume)
+                                        resume=resume, images=received.images)
+            notices = received.notices
             if notices:  # what was not read, and why, before the answer
                 text = "\n".join(notices) + "\n\n" + text
         finally:
@@ -199,8 +202,9 @@ class TurnRunner:
                                               (row.target.channel, row.target.thread_root))
 
     async def _prompt(self, stored: StoredEvent, binding: BindingSettings
-                      ) -> tuple[str, list[str]]:
-        """The turn's prompt, and notices for the user about attachments not read."""
+                      ) -> tuple[str, Received]:
+        """The turn's prompt, and what its attachments gave (images, notices for the user
+        about attachments not read)."""
         event = stored.event
         received = Received()
         if event.attachments:
@@ -209,7 +213,7 @@ class TurnRunner:
                 self.deps.client, event, binding=binding, workspace=workspace,
                 folder=thread_folder(workspace, event.thread_root))
         event, history = await self._context(stored)
-        return compose_prompt(event, history, received.parts), received.notices
+        return compose_prompt(event, history, received.parts), received
 
     async def _context(self, stored: StoredEvent) -> tuple[InboundEvent, list[InboundEvent]]:
         """The event as the prompt shows it, and the thread's earlier messages to give."""
@@ -252,6 +256,7 @@ class TurnRunner:
     async def _run_turn(
         self, stored: StoredEvent, row: OutboxRow, binding: BindingSettings, prompt: str,
         progress: ProgressReporter, active: ActiveTurn, *, resume: bool = False,
+        images: Sequence[ImageBlock] = (),
     ) -> str:
         deps = self.deps
         event = stored.event
@@ -301,7 +306,7 @@ class TurnRunner:
             result = await deps.host.run_turn(ctx, prompt, kind="channel",
                                                 lane_key=row.session_key, on_session=bind,
                                                 turn_id=row.loop_turn_id or None,
-                                                resume=resume)
+                                                resume=resume, images=images)
         except asyncio.CancelledError:
             raise
         except _StoppedBeforeStart:

@@ -53,13 +53,14 @@ from geode.loop.events import EventSink
 from geode.loop.resume import dangling_calls, repair_dangling
 from geode.loop.system_prompt import SystemPromptSources, build_system_prompt
 from geode.loop.timeline import TurnTimeline
-from geode.messages import Message
+from geode.messages import ImageBlock, Message
 from geode.policy import MODE_POLICIES, Mode, SessionScope, session_scope
 from geode.providers._clients import ClientCache
 from geode.providers.base import BaseProvider
 from geode.providers.catalog import (
     PROVIDERS,
     ModelRef,
+    model_has_vision,
     resolve_generation_model,
     role_model,
     select_path,
@@ -147,7 +148,14 @@ class Session:
     #: gives an untitled session its first prompt as title (None: nothing to do)
     entitle: Callable[[str], Awaitable[None]] | None = None
 
-    async def run(self, prompt: str, *, turn_id: str | None = None) -> TurnResult:
+    async def run(self, prompt: str, *, turn_id: str | None = None,
+                  images: Sequence[ImageBlock] = ()) -> TurnResult:
+        """Run a turn; ``images`` go to the model as image content when it has vision (a
+        catalog flag), else the prompt says they were not shown."""
+        if images and not model_has_vision(self.model):
+            prompt += ("\n\n[the attached image(s) are saved as files but not shown: "
+                       f"{self.model} does not take images]")
+            images = ()
         self.saved_state = {}  # a new turn: what was loaded no longer describes the chain
         if self.entitle is not None:
             from geode.redact import redact_text
@@ -155,7 +163,7 @@ class Session:
 
             entitle, self.entitle = self.entitle, None
             await entitle(short_title(redact_text(prompt)))
-        return await self.loop.run(prompt, turn_id=turn_id)
+        return await self.loop.run(prompt, turn_id=turn_id, images=images)
 
     def can_resume(self, turn_id: str) -> bool:
         """True when the chain's last checkpoint is turn ``turn_id``, started and unfinished."""

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from geode.daemon.factory import Session, SessionContext
     from geode.daemon.lanes import LaneKind
     from geode.loop import TurnResult
+    from geode.messages import ImageBlock
     from geode.settings import SpendCaps
 
 __all__ = [
@@ -132,6 +133,7 @@ class HarnessPort(Protocol):
         on_session: OnSession | None = None,
         turn_id: str | None = None,
         resume: bool = False,
+        images: Sequence[ImageBlock] = (),
     ) -> TurnResult: ...
 
     async def turn_outcome(self, session_id: str, turn_id: str) -> TurnOutcome: ...

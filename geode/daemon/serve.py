@@ -44,6 +44,7 @@ from geode.daemon.port import OnSession, SessionStatus, TurnOutcome
 from geode.daemon.scheduler import Job, JobStore, Scheduler
 from geode.errors import ConfigError, ShuttingDown
 from geode.loop import TurnResult
+from geode.messages import ImageBlock
 from geode.providers.base import BaseProvider
 from geode.settings import Secrets, Settings, SpendCaps
 
@@ -295,6 +296,7 @@ class Daemon:
         on_session: OnSession | None = None,
         turn_id: str | None = None,
         resume: bool = False,
+        images: Sequence[ImageBlock] = (),
     ) -> TurnResult:
         """Run one turn under the lanes; the entry point for IPC, scheduler and connectors.
 
@@ -307,6 +309,7 @@ class Daemon:
             turn_id: the loop turn's id, when the caller recorded one beforehand.
             resume: continue the interrupted turn ``turn_id`` from its last checkpoint
                 (``prompt`` is not used: the user's message is in the chain).
+            images: image content sent with the prompt (a channel message's images).
 
         Raises:
             LaneBusy: the lanes stayed full for the wait bound.
@@ -330,7 +333,7 @@ class Daemon:
                     await on_session(session)
                 if resume and turn_id:
                     return await session.resume(turn_id)
-                return await session.run(prompt, turn_id=turn_id)
+                return await session.run(prompt, turn_id=turn_id, images=images)
             finally:
                 self._active.pop(task, None)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ from geode.loop.phase_tools import process_tools
 from geode.loop.state import RunDeps, RunState
 from geode.loop.steps import CallModel, Finish, Observe, PrepareCall, RunTools, Step, Verify
 from geode.loop.termination import SUCCESS_REASONS, TerminationReason
-from geode.messages import Message, Usage
+from geode.messages import ImageBlock, Message, Usage
 
 __all__ = ["AgenticLoop", "TurnResult"]
 
@@ -78,11 +78,13 @@ class AgenticLoop:
             return True
         return False
 
-    async def run(self, prompt: str, *, turn_id: str | None = None) -> TurnResult:
+    async def run(self, prompt: str, *, turn_id: str | None = None,
+                  images: Sequence[ImageBlock] = ()) -> TurnResult:
         """Run one turn. ``turn_id``: the caller's id for it (a channel records it before
-        the turn starts, to find the turn in the checkpoint chain after a crash)."""
+        the turn starts, to find the turn in the checkpoint chain after a crash).
+        ``images``: image content sent with the prompt (a channel's attached images)."""
         state = RunState(messages=list(self.messages), turn_id=turn_id or new_id("t"))
-        return await self._run(state, prompt)
+        return await self._run(state, prompt, tuple(images))
 
     async def resume(self, *, turn_id: str, saved: Mapping[str, Any]) -> TurnResult:
         """Continue turn ``turn_id``, interrupted by a crash or restart, where its last
@@ -96,12 +98,13 @@ class AgenticLoop:
         state.recoveries += 1
         return await self._run(state, None)
 
-    async def _run(self, state: RunState, prompt: str | None) -> TurnResult:
+    async def _run(self, state: RunState, prompt: str | None,
+                   images: tuple[ImageBlock, ...] = ()) -> TurnResult:
         self.running_turn = state.turn_id
         structlog.contextvars.bind_contextvars(
             session_id=self.deps.session_id, turn_id=state.turn_id
         )
-        self._task = asyncio.create_task(self._drive(state, prompt))
+        self._task = asyncio.create_task(self._drive(state, prompt, images))
         try:
             finish = await asyncio.shield(self._task)
         except asyncio.CancelledError:
@@ -117,10 +120,11 @@ class AgenticLoop:
             structlog.contextvars.unbind_contextvars("session_id", "turn_id")
         return await self._finalize(state, finish)
 
-    async def _drive(self, state: RunState, prompt: str | None) -> Finish:
+    async def _drive(self, state: RunState, prompt: str | None,
+                     images: tuple[ImageBlock, ...]) -> Finish:
         step: Step = await (
             resume_input(self.deps, state) if prompt is None
-            else prepare_input(self.deps, state, prompt)
+            else prepare_input(self.deps, state, prompt, images)
         )
         while True:
             match step:

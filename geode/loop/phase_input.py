@@ -8,12 +8,14 @@ from geode.loop.events import CheckpointSaved, TurnStarted
 from geode.loop.state import RunDeps, RunState
 from geode.loop.steps import Finish, Observe, PrepareCall, Verify
 from geode.loop.termination import TerminationReason
-from geode.messages import Message
+from geode.messages import ImageBlock, Message, TextBlock
 
 __all__ = ["prepare_input", "resume_input"]
 
 
-async def prepare_input(deps: RunDeps, state: RunState, prompt: str) -> PrepareCall | Finish:
+async def prepare_input(
+    deps: RunDeps, state: RunState, prompt: str, images: tuple[ImageBlock, ...] = ()
+) -> PrepareCall | Finish:
     await emit(deps, TurnStarted(turn_id=state.turn_id))
     if deps.prompt_gate is not None:
         decision = await deps.prompt_gate(prompt, turn_info(deps, state))
@@ -21,7 +23,8 @@ async def prepare_input(deps: RunDeps, state: RunState, prompt: str) -> PrepareC
             return Finish(TerminationReason.INPUT_BLOCKED, detail=decision.reason)
         if decision.prompt is not None:
             prompt = decision.prompt
-    state.messages.append(Message.user(prompt))
+    state.messages.append(Message(role="user", content=[TextBlock(text=prompt), *images])
+                          if images else Message.user(prompt))
     if deps.checkpointer is not None:
         # The turn exists durably before the model is asked anything.
         await deps.checkpointer.save(

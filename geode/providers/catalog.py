@@ -38,6 +38,7 @@ __all__ = [
     "Role",
     "default_model_for",
     "list_models",
+    "model_has_vision",
     "normalize_path",
     "path_credential",
     "refused_paths",
@@ -146,6 +147,7 @@ class ModelRef:
         kind: ``model``, ``selector`` (a routing choice) or ``judge`` (judge only).
         label: the seed's display name, or "".
         context_known / output_known: the limit is a known fact, not an assumption.
+        vision: the model takes images as input.
     """
 
     provider: str
@@ -160,6 +162,8 @@ class ModelRef:
     label: str = ""
     context_known: bool = False
     output_known: bool = False
+    #: takes image content (catalog ``vision = true``); unknown models are taken as not
+    vision: bool = False
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -229,8 +233,16 @@ def _catalog() -> dict[str, ModelRef]:
             label=str(row.get("label", "")),
             context_known=window is not None,
             output_known=output is not None,
+            vision=bool(row.get("vision", False)),
         )
     return refs
+
+
+def model_has_vision(model_id: str) -> bool:
+    """True when the catalog says ``model_id`` takes images (False for unknown ids and
+    ``provider:model`` ids: nothing says they do)."""
+    ref = _catalog().get(model_id)
+    return ref is not None and ref.vision
 
 
 def list_models() -> list[ModelRef]:

@@ -4,6 +4,9 @@ over the binding's limit refused with a reply and never downloaded."""
 
 from __future__ import annotations
 
+import base64
+
+from geode.messages import ImageBlock
 from geode.providers.scripted import ScriptedProvider
 from tests.bots.conftest import CHAT, binding, finals, last_user_text
 
@@ -101,3 +104,40 @@ async def test_a_pdfs_text_is_given_inline(make_stack, fake):
         "caption_entities": [{"type": "mention", "offset": 0, "length": 10}]})
     await fake.wait_until(lambda: finals(fake, "ok"), within=10)
     assert "quarterly revenue 42" in last_user_text(provider.calls[0])
+
+
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+    "0000000d4944415478da63f8cfc0f01f0005000201a0e3f5d80000000049454e44ae426082")
+
+
+def photo(fake, content: bytes) -> dict:
+    fid = fake.add_file(content, file_path="photos/p1.jpg")
+    return {"photo": [{"file_id": fid, "file_unique_id": "up1", "width": 1, "height": 1,
+                       "file_size": len(content)}],
+            "caption": "@geode_bot what is this?",
+            "caption_entities": [{"type": "mention", "offset": 0, "length": 10}]}
+
+
+async def test_an_image_reaches_a_vision_model_as_image_content(make_stack, fake, home):
+    provider = ScriptedProvider(["a pixel"], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[binding(model="claude-sonnet-5")])
+    await stack.start()
+    fake.user_says(CHAT, "", from_user=42, extra=photo(fake, PNG))
+    await fake.wait_until(lambda: finals(fake, "a pixel"), within=10)
+    user = [m for m in provider.calls[0].messages if m.role == "user"][-1]
+    [image] = [b for b in user.content if isinstance(b, ImageBlock)]
+    assert base64.b64decode(image.data) == PNG and image.media_type == "image/jpeg"
+    assert list((home / "workspaces").rglob("*photo*"))  # and it is a file in the thread
+
+
+async def test_an_image_is_only_described_to_a_model_without_vision(make_stack, fake):
+    provider = ScriptedProvider(["no eyes"], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[binding(model="glm-5.3")])
+    await stack.start()
+    fake.user_says(CHAT, "", from_user=42, extra=photo(fake, PNG))
+    await fake.wait_until(lambda: finals(fake, "no eyes"), within=10)
+    user = [m for m in provider.calls[0].messages if m.role == "user"][-1]
+    assert not [b for b in user.content if isinstance(b, ImageBlock)]
+    assert "not shown: glm-5.3 does not take images" in user.text
+    assert "attachment saved: threads/" in user.text
