@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from geode.daemon.lanes import slots_released
 from geode.executor.decisions import ApprovalAnswer, ApprovalRequest
 from geode.executor.summary import describe_call
 from geode.redact import redact_text
@@ -141,7 +142,10 @@ class ChatApprover:
             self.on_wait(f"waiting for approval of {rec.tool} ({rec.short_id}) since "
                          f"{_when(rec.requested_at)}")
         try:
-            return _answer(await self._wait(rec))
+            # a person may take minutes: other threads get this turn's global slot meanwhile
+            async with slots_released():
+                decided = await self._wait(rec)
+            return _answer(decided)
         finally:
             if self.on_wait is not None:
                 self.on_wait("")

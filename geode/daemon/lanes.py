@@ -25,7 +25,8 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from geode.errors import ConfigError, LaneBusy
@@ -33,7 +34,7 @@ from geode.errors import ConfigError, LaneBusy
 if TYPE_CHECKING:
     from geode.settings import LaneSettings
 
-__all__ = ["LaneBusy", "LaneKind", "LaneQueue", "LaneStats"]
+__all__ = ["LaneBusy", "LaneKind", "LaneQueue", "LaneStats", "slots_released"]
 
 LaneKind = Literal["cli", "channel", "scheduler"]
 
@@ -46,6 +47,51 @@ class LaneStats:
     running: int  # global slots held now
     waiting: int  # requests waiting for any lane
     sessions: int  # session lanes currently tracked
+
+
+@dataclass(eq=False)
+class _Hold:
+    """The kind and global slots one request holds now (the session lane is not here: a
+    request never gives that up)."""
+
+    queue: LaneQueue
+    held: list[asyncio.Semaphore] = field(default_factory=list)
+    running: bool = False
+
+    def release_all(self) -> None:
+        while self.held:
+            self.held.pop().release()
+        if self.running:
+            self.running = False
+            self.queue._running -= 1
+
+
+_HOLD: ContextVar[_Hold | None] = ContextVar("geode_lane_hold", default=None)
+
+
+@contextlib.asynccontextmanager
+async def slots_released() -> AsyncIterator[None]:
+    """Give this request's global (and kind) slots back while the body waits for a person
+    (an approval in the thread), and take them again after; its session lane stays held, so
+    the session's queue still waits. Outside a lane it does nothing.
+
+    Taking them again waits as long as it must (the turn is already under way). Cancelled
+    while it waits, the request holds only what it got back, and releases only that.
+    """
+    hold = _HOLD.get()
+    if hold is None or not hold.held:
+        yield
+        return
+    slots = list(hold.held)
+    hold.release_all()
+    try:
+        yield
+    finally:
+        for sem in slots:
+            await sem.acquire()
+            hold.held.append(sem)
+        hold.running = True
+        hold.queue._running += 1
 
 
 class _SessionLane:
@@ -131,6 +177,7 @@ class LaneQueue:
         if lane is None:
             lane = self._sessions[session_id] = _SessionLane()
         lane.users += 1
+        hold = _Hold(self)
         try:
             async with contextlib.AsyncExitStack() as stack:
                 current = "session"
@@ -141,21 +188,30 @@ class LaneQueue:
                         sub = self._kinds.get(kind)
                         if sub is not None:
                             current = kind
-                            await stack.enter_async_context(sub)
+                            await sub.acquire()
+                            hold.held.append(sub)
                         current = "global"
-                        await stack.enter_async_context(self._global)
+                        await self._global.acquire()
+                        hold.held.append(self._global)
                 except TimeoutError:
+                    hold.release_all()
                     waited = time.monotonic() - started
                     self._notify(kind, waited, "busy")
                     raise LaneBusy(lane=current, kind=kind, waited_s=waited) from None
+                except BaseException:
+                    hold.release_all()
+                    raise
                 finally:
                     self._waiting -= 1
                 self._notify(kind, time.monotonic() - started, "ok")
                 self._running += 1
+                hold.running = True
+                token = _HOLD.set(hold)
                 try:
                     yield
                 finally:
-                    self._running -= 1
+                    _HOLD.reset(token)
+                    hold.release_all()
         finally:
             lane.users -= 1
             if lane.users == 0 and self._sessions.get(session_id) is lane:

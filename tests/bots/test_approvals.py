@@ -207,3 +207,27 @@ async def test_telegram_buttons_approve_once_and_answer_each_click(make_stack, f
         "User43 (43)", "approved", "allow")
     assert kinds.index("approval.requested") < kinds.index("approval.decided") < kinds.index(
         "tool.started")
+
+
+async def test_a_turn_waiting_for_approval_does_not_hold_the_only_global_slot(make_stack, fake):
+    def respond(request: ModelRequest) -> object:
+        last = request.messages[-1]
+        text = last.text or ""
+        if last.role == "user" and "write the notes" in text:
+            return ToolCall("write_file", WRITE)
+        if last.role == "user" and "(id " in text:
+            return "quick answer"
+        return "done"
+
+    provider = ScriptedProvider([respond], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[_approval_binding()],
+                       lanes={"global_cap": 1, "channel_cap": 1, "cli_cap": 1,
+                              "wait_timeout_s": 30})
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    req = await _posted(stack, fake)
+    fake.user_says(CHAT, "@geode_bot something else", from_user=42)  # another thread
+    await fake.wait_until(lambda: finals(fake, "quick answer"), within=10)
+    assert not finals(fake, "done")  # the first turn still waits for its approver
+    fake.user_says(CHAT, "/approve", from_user=43, reply_to=req.message_id)
+    await fake.wait_until(lambda: finals(fake, "done"), within=10)

@@ -4,6 +4,7 @@ and no lane ever leaked by an exception or a cancellation."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -173,3 +174,62 @@ async def test_a_waiter_cancelled_as_the_slot_frees_does_not_swallow_it() -> Non
     await asyncio.wait_for(third, 2)
     assert "+c" in probe.order and "+b" not in probe.order
     _assert_clean(lanes)
+
+
+async def test_a_request_waiting_for_a_person_lends_its_global_slot() -> None:
+    from geode.daemon.lanes import slots_released
+
+    q = LaneQueue(global_cap=1, caps={"channel": 1}, wait_timeout_s=30)
+    lent, back, order = asyncio.Event(), asyncio.Event(), []
+
+    async def waiting_turn() -> None:
+        async with q.acquire("s1", kind="channel"):
+            async with slots_released():
+                lent.set()
+                await back.wait()  # the approval wait
+            order.append("s1 resumed")
+            assert q.stats.running == 1
+
+    async def other_thread() -> None:
+        await lent.wait()
+        async with q.acquire("s2", kind="channel"):
+            order.append("s2 ran")
+            assert q.stats.running == 1
+        back.set()
+
+    await asyncio.gather(waiting_turn(), other_thread())
+    assert order == ["s2 ran", "s1 resumed"]
+    assert q.stats.running == 0 and q._global._value == 1 and q._kinds["channel"]._value == 1
+    async with slots_released():  # outside a lane: nothing to lend
+        pass
+
+
+async def test_cancelled_while_taking_its_slot_back_releases_only_what_it_holds() -> None:
+    from geode.daemon.lanes import slots_released
+
+    q = LaneQueue(global_cap=1, wait_timeout_s=30)
+    lent, holding, done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def waiting_turn() -> None:
+        async with q.acquire("s1"), slots_released():
+            lent.set()
+            await holding.wait()  # returns while s2 holds the only slot
+
+    async def other() -> None:
+        await lent.wait()
+        async with q.acquire("s2"):
+            holding.set()
+            await done.wait()
+
+    a, b = asyncio.create_task(waiting_turn()), asyncio.create_task(other())
+    await holding.wait()
+    for _ in range(5):
+        await asyncio.sleep(0)  # s1 now waits to take its slot back
+    a.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await a
+    done.set()
+    await b
+    assert q.stats.running == 0 and q._global._value == 1
+    async with q.acquire("s3"):  # the slot is usable again, exactly once
+        assert q._global._value == 0
