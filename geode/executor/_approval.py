@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import MappingProxyType
@@ -41,6 +42,8 @@ class ApprovalGate:
     ) -> None:
         self._scope = scope
         self._record = record
+        #: seconds spent waiting for a channel's approvers since the last take
+        self.human_wait_s = 0.0
         self._workspace = workspace
         self._approver = approver
         self._always: set[str] = set()
@@ -86,11 +89,15 @@ class ApprovalGate:
                 summary=summary,
             )
             await self._audit(turn, "approval.requested", call, reason=reason)
+            asked_at = time.monotonic()
             try:
                 answer = await self._approver(request)
             except Exception as exc:  # a broken prompt is a "no", never a "yes"
                 log.warning("approver failed", tool=call.name, exc_info=True)
                 return Deny("approval", f"the approval request failed ({type(exc).__name__})")
+            finally:
+                if channel:  # a person in the thread: not the turn's working time
+                    self.human_wait_s += time.monotonic() - asked_at
         if isinstance(answer, ApprovalAnswer):
             kind = "approval.expired" if answer.outcome == "expired" else "approval.decided"
             await self._audit(turn, kind, call, decision=answer.answer, outcome=answer.outcome,

@@ -104,6 +104,12 @@ class ToolExecutor:
         """Tools the human answered "always" for in this session."""
         return self._approval.always_allowed
 
+    def take_human_wait(self) -> float:
+        """Seconds the batches since the last call waited for a channel's approvers (the
+        loop does not count them against the turn's time budget)."""
+        waited, self._approval.human_wait_s = self._approval.human_wait_s, 0.0
+        return waited
+
     async def run_batch(
         self, calls: Sequence[ToolUseBlock], *, turn: TurnInfo, plan: BoundToolPlan
     ) -> list[ToolResultBlock]:

@@ -231,3 +231,16 @@ async def test_a_turn_waiting_for_approval_does_not_hold_the_only_global_slot(ma
     assert not finals(fake, "done")  # the first turn still waits for its approver
     fake.user_says(CHAT, "/approve", from_user=43, reply_to=req.message_id)
     await fake.wait_until(lambda: finals(fake, "done"), within=10)
+
+
+async def test_the_wait_for_a_person_does_not_use_up_the_turns_time_budget(make_stack, fake):
+    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[_approval_binding(time_budget_s=1)])
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    req = await _posted(stack, fake)
+    await asyncio.sleep(1.5)  # the approver takes longer than the whole turn may work
+    fake.user_says(CHAT, "/approve", from_user=43, reply_to=req.message_id)
+    await fake.wait_until(lambda: finals(fake, "done") or any(
+        "could not finish" in s.plain_text for s in fake.sent), within=10)
+    assert finals(fake, "done"), [s.plain_text for s in fake.sent][-3:]
