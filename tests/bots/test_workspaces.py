@@ -105,3 +105,30 @@ async def test_a_binding_stored_before_team_existed_keeps_its_team(tmp_path: Pat
                 settings={"platform": "slack", "channel": "C1", "workspace": "T1"}))
         [b] = await StoredBindings(store=store).list()
         assert (b.team, b.workspace) == ("T1", "")
+
+
+def test_bindings_add_refuses_another_bindings_folder_and_keeps_the_team(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import sys
+
+    from typer.testing import CliRunner
+
+    from geode.cli.app import _register, app
+    from geode.logging import configure_logging
+
+    _register()
+    monkeypatch.setenv("GEODE_HOME", str(home))
+    monkeypatch.delenv("GEODE_STORE__URL", raising=False)
+    cli = CliRunner()
+    try:
+        ok = cli.invoke(app, ["bindings", "add", "slack", "C1", "--team", "T1"])
+        assert ok.exit_code == 0, ok.output
+        bad = cli.invoke(app, ["bindings", "add", "slack", "C2", "--workspace", "slack-C1"])
+        # a ConfigError: `geode` turns it into exit 2 with this message
+        assert isinstance(bad.exception, ConfigError), bad.output
+        assert "share workspace files" in str(bad.exception)
+        [b] = json.loads(cli.invoke(app, ["bindings", "list", "--json"]).output)
+        assert (b["team"], b["workspace"]) == ("T1", "")
+    finally:
+        configure_logging(stream=sys.stderr)
