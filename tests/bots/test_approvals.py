@@ -244,3 +244,32 @@ async def test_the_wait_for_a_person_does_not_use_up_the_turns_time_budget(make_
     await fake.wait_until(lambda: finals(fake, "done") or any(
         "could not finish" in s.plain_text for s in fake.sent), within=10)
     assert finals(fake, "done"), [s.plain_text for s in fake.sent][-3:]
+
+
+async def test_run_bash_in_approve_runs_in_the_sandbox_after_approval(make_stack, fake):
+    from geode.tools.builtin.bash import sandbox_available
+
+    if not sandbox_available():
+        import os
+
+        import pytest
+
+        if os.environ.get("CI") == "true":
+            pytest.fail("the bubblewrap sandbox must be available under CI")
+        pytest.skip("bubblewrap sandbox not available")
+    cmd = {"command": "echo sandboxed > made.txt"}
+    provider = ScriptedProvider([proposes("run_bash", cmd)], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[_approval_binding(approve=["run_bash"])])
+    await stack.start()
+    ws = binding_workspace(stack.home, stack.bindings[0])
+    fake.user_says(CHAT, "@geode_bot make the file", from_user=42)
+    await fake.wait_until(lambda: any("Approval needed" in m.plain_text
+                                      for m in fake.messages_in(CHAT, from_bot=True)), within=10)
+    req = next(m for m in fake.messages_in(CHAT, from_bot=True)
+               if "Approval needed" in m.plain_text)
+    assert "run_bash in the sandbox" in req.plain_text
+    assert "echo sandboxed > made.txt" in req.plain_text
+    fake.user_says(CHAT, f"/approve {req.plain_text.split('(', 1)[1].split(')', 1)[0]}",
+                   from_user=43)
+    await fake.wait_until(lambda: finals(fake, "done"), within=20)
+    assert (ws / "made.txt").read_text() == "sandboxed\n"
