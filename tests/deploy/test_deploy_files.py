@@ -152,6 +152,14 @@ def test_compose_publishes_health_shares_the_workspace_and_keeps_the_password_in
 # -- the wheel, as the Dockerfile builds it --------------------------------------------------------
 
 
+def test_the_computer_use_variant_installs_what_the_computer_tool_drives() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert "ARG COMPUTER_USE=0" in text
+    guarded = text.split('if [ "$COMPUTER_USE" = "1" ]; then', 1)[1].split("fi", 1)[0]
+    # geode.tools.builtin.computer runs xdotool and ImageMagick's import on an X display
+    assert {"xvfb", "xdotool", "imagemagick"} <= {w.strip(";\\") for w in guarded.split()}
+
+
 def _dockerfile_copies() -> list[tuple[list[str], str]]:
     copies = []
     for line in (DEPLOY / "Dockerfile").read_text().splitlines():
