@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from geode.messages import ImageBlock
+from geode.messages import ImageBlock, TextBlock
 from geode.tools.base import ToolContext
 from geode.tools.builtin import computer
 from geode.tools.errors import ToolFailure
@@ -96,24 +96,33 @@ async def test_screenshot_is_a_png_of_the_screen(
     assert (width, height) == (640, 480)
 
 
+def _said(result: Any) -> str:
+    """The words of an action's result, after checking it shows the screen after it."""
+    assert isinstance(result, list) and len(result) == 2, result
+    words, shot = result
+    assert isinstance(words, TextBlock) and isinstance(shot, ImageBlock)
+    assert base64.b64decode(shot.data)[:8] == b"\x89PNG\r\n\x1a\n"
+    return words.text
+
+
 async def test_click_type_and_key_reach_the_window(
     call: Any, workspace: Path, x_display: str, tk_window: Path
 ) -> None:
     ctx = _ctx(workspace, x_display)
-    assert await call(computer, ctx, action="click", x=200, y=50) == "left-clicked at (200, 50)"
+    said = _said(await call(computer, ctx, action="click", x=200, y=50))
+    assert said == "left-clicked at (200, 50)"
     clicks = await _wait_for(Path(f"{tk_window}.click"))
     assert clicks.splitlines() == ["1 200 50"]
     text = "hello geode -x 42"
-    assert await call(computer, ctx, action="type", text=text) == f"typed {len(text)} chars"
-    assert await call(computer, ctx, action="key", keys="Return") == "pressed Return"
+    assert _said(await call(computer, ctx, action="type", text=text)) == f"typed {len(text)} chars"
+    assert _said(await call(computer, ctx, action="key", keys="Return")) == "pressed Return"
     assert await _wait_for(tk_window) == text
 
 
 async def test_mouse_move_and_scroll(call: Any, workspace: Path, x_display: str) -> None:
     ctx = _ctx(workspace, x_display)
-    assert (
-        await call(computer, ctx, action="mouse_move", x=10, y=20) == "moved the mouse to (10, 20)"
-    )
+    moved = _said(await call(computer, ctx, action="mouse_move", x=10, y=20))
+    assert moved == "moved the mouse to (10, 20)"
     loc = subprocess.run(
         ["xdotool", "getmouselocation", "--shell"],
         env={"DISPLAY": x_display, "PATH": "/usr/bin:/bin"},
@@ -123,7 +132,7 @@ async def test_mouse_move_and_scroll(call: Any, workspace: Path, x_display: str)
     ).stdout
     assert "X=10\nY=20\n" in loc
     out = await call(computer, ctx, action="scroll", x=5, y=5, direction="up", amount=2)
-    assert out == "scrolled up 2 at (5, 5)"
+    assert _said(out) == "scrolled up 2 at (5, 5)"
 
 
 async def test_invalid_requests_refused(call: Any, workspace: Path, x_display: str) -> None:

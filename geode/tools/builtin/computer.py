@@ -121,10 +121,26 @@ async def computer(
     amount: Annotated[int, Field(ge=1, le=50, description="Scroll clicks")] = 3,
 ) -> str | list[TextBlock | ImageBlock]:
     """Use the computer's screen: take a screenshot, click, type text, press keys, scroll,
-    or move the mouse. Coordinates are screen pixels from the top-left corner."""
+    or move the mouse. Coordinates are screen pixels from the top-left corner. Every action
+    answers with a screenshot taken after it."""
     env = x_environment(ctx)
     if action == "screenshot":
         return await _screenshot(env)
+    done = await _act(action, env, x=x, y=y, button=button, text=text, keys=keys,
+                      direction=direction, amount=amount)
+    # Every action shows the model what it did: the screen after it, as an image. The
+    # action has happened: a screenshot that fails now is said, never a failed call.
+    try:
+        return [TextBlock(text=done), *await _screenshot(env)]
+    except ToolFailure as exc:
+        return f"{done} (no screenshot after it: {exc})"
+
+
+async def _act(
+    action: str, env: dict[str, str], *, x: int | None, y: int | None, button: str,
+    text: str | None, keys: str | None, direction: str, amount: int,
+) -> str:
+    """Run one input action; what was done, in words."""
     xdotool = _need("xdotool", "xdotool")
     if action == "click":
         px, py = _point(x, y, action)
