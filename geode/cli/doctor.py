@@ -61,6 +61,7 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
     await _list_bindings(settings)
     failures += await _check_mcp(settings, secrets, cwd)
     failures += await _check_sandbox()
+    failures += await _check_computer_use(settings)
     _check_modes(settings)
     typer.echo("all checks passed" if failures == 0 else f"{failures} problem(s) found")
     return failures == 0
@@ -215,6 +216,21 @@ async def _check_mcp(settings: Settings, secrets: Secrets, cwd: Path) -> int:
             f"then run `geode trust {shlex.quote(str(cwd))}`",
         )
     return failures
+
+
+async def _check_computer_use(settings: Settings) -> int:
+    """With a binding that enables computer use, the display and the X tools must work."""
+    enabled = [b for b in settings.bindings if b.computer_use is True]
+    if not enabled:
+        return 0
+    from geode.tools.builtin.computer import display_check
+
+    ok, what = await display_check()
+    names = ", ".join(f"{b.platform} {b.channel}" for b in enabled)
+    _line(ok, f"computer use ({names}): {what}",
+          "start an X server (e.g. Xvfb :99 -screen 0 1280x800x24) and run geode serve "
+          "with DISPLAY=:99; install xdotool and imagemagick")
+    return 0 if ok else 1
 
 
 def _safe_url(url: str) -> str:

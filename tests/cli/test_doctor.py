@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 
 def _doctor(home: Path, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -89,3 +92,37 @@ def test_lists_per_binding_what_runs_freely_and_who_approves(tmp_path: Path) -> 
             "needs approval: web_fetch; approvers: nobody") in proc.stdout
     assert 'give the binding approvers = ["USER_ID", ...]' in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def _computer_use_home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        '[[bindings]]\nplatform = "telegram"\nchannel = "-100"\ncomputer_use = true\n')
+    return home
+
+
+def test_a_computer_use_binding_needs_a_display_that_answers(tmp_path: Path) -> None:
+    if not all(shutil.which(p) for p in ("Xvfb", "xdotool", "import")):
+        pytest.skip("needs Xvfb, xdotool, imagemagick")
+    home = _computer_use_home(tmp_path)
+    key = {"ANTHROPIC_API_KEY": "sk-ant-api03-doctortest0123456789"}
+    unset = _doctor(home, tmp_path, **key, DISPLAY="")
+    assert unset.returncode == 1
+    assert "[FAIL] computer use (telegram -100): no X display" in unset.stdout
+    gone = _doctor(home, tmp_path, **key, DISPLAY=":31999")
+    assert "[FAIL] computer use (telegram -100): X display :31999 does not answer" in gone.stdout
+    read_fd, write_fd = os.pipe()
+    xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write_fd), "-screen", "0", "320x200x24",
+                             "-nolisten", "tcp"], pass_fds=(write_fd,),
+                            stderr=subprocess.DEVNULL)
+    os.close(write_fd)
+    try:
+        with os.fdopen(read_fd) as f:
+            display = ":" + f.readline().strip()
+        good = _doctor(home, tmp_path, **key, DISPLAY=display)
+        assert f"[ok  ] computer use (telegram -100): X display {display} answers (320 200)" \
+            in good.stdout, good.stdout
+    finally:
+        xvfb.kill()
+        xvfb.wait()

@@ -22,7 +22,7 @@ from geode.messages import ImageBlock, TextBlock
 from geode.tools.base import ToolContext, tool
 from geode.tools.errors import ToolFailure
 
-__all__ = ["computer", "x_environment"]
+__all__ = ["computer", "display_check", "x_environment"]
 
 Action = Literal["screenshot", "click", "type", "key", "scroll", "mouse_move"]
 _BUTTONS = {"left": "1", "middle": "2", "right": "3"}
@@ -52,6 +52,26 @@ def x_environment(ctx: ToolContext) -> dict[str, str]:
     if xauth := os.environ.get("XAUTHORITY"):
         env["XAUTHORITY"] = xauth
     return env
+
+
+async def display_check() -> tuple[bool, str]:
+    """Whether ``computer`` can work in this process (``geode doctor``): xdotool and
+    ImageMagick installed, and ``$DISPLAY`` set and answering. Returns (ok, what or why)."""
+    missing = [pkg for prog, pkg in (("xdotool", "xdotool"), ("import", "imagemagick"))
+               if shutil.which(prog) is None]
+    if missing:
+        return False, f"missing {', '.join(missing)} (apt-get install {' '.join(missing)})"
+    display = os.environ.get("DISPLAY", "")
+    if not display:
+        return False, "no X display: DISPLAY is not set (e.g. run `Xvfb :99 &`, DISPLAY=:99)"
+    env = {"DISPLAY": display, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if xauth := os.environ.get("XAUTHORITY"):
+        env["XAUTHORITY"] = xauth
+    try:
+        size = await _run([_need("xdotool", "xdotool"), "getdisplaygeometry"], env)
+    except (ToolFailure, TimeoutError) as exc:
+        return False, f"X display {display} does not answer: {exc or 'timeout'}"
+    return True, f"X display {display} answers ({size.decode().strip()})"
 
 
 def _need(program: str, package: str) -> str:
