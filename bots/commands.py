@@ -7,11 +7,12 @@ stops, and ``/status`` must describe it while it runs.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bots.bindings import spend_scope
 from bots.events import InboundEvent
@@ -32,7 +33,7 @@ HELP = (
     "Mention me (or reply to me) in a bound chat and I work on it in this thread; "
     "follow-ups in the thread need no mention.\n"
     "/status  session, model, running turn, last result, today's usage\n"
-    "/stop    stop the running turn of this thread\n"
+    "/stop    stop the running (or queued) turn of this thread\n"
     "/new     start a new session in this thread (the old one is kept as its parent)\n"
     "/reset   same as /new\n"
     "/approve, /deny  decide a pending approval request (reply to it, or give its id)\n"
@@ -53,12 +54,21 @@ class ActiveTurn:
     stop_requested: bool = False
     #: "waiting for approval of … since …" while an approval request waits
     waiting: str = ""
+    #: requests ahead of it while it waits for a lane (None: not queued)
+    queued_ahead: int | None = None
+    #: the turn's task while it is queued (``/stop`` ends the wait)
+    queue_task: asyncio.Future[Any] | None = None
+    #: the heartbeat line (elapsed, rounds, current tool, spend) while it runs
+    heartbeat: Callable[[], str] | None = None
 
     def cancel(self) -> None:
-        """Stop the turn; if it has not started yet it stops as soon as it does."""
+        """Stop the turn: a queued one leaves the queue now; one that has not started yet
+        stops as soon as it does."""
         self.stop_requested = True
         if self.session is not None:
             self.session.cancel()
+        elif self.queued_ahead is not None and self.queue_task is not None:
+            self.queue_task.cancel()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,7 +105,10 @@ async def run_command(
         active = ctx.active.get(event.thread_key)
         if active is None:
             return "Nothing is running in this thread."
+        queued = active.queued_ahead is not None and active.session is None
         active.cancel()
+        if queued:
+            return "Removed the queued message of this thread; it will not be answered."
         return f"Stopping the running turn (session {active.session_id})."
     if name in ("new", "reset"):
         previous, new = await ctx.threads.start_new(event, model=binding.model or "")
@@ -165,18 +178,22 @@ async def _status(ctx: CommandContext, event: InboundEvent, binding: BindingSett
     if status.parent_session_id:
         lines.append(f"parent: {status.parent_session_id}")
     active = ctx.active.get(event.thread_key)
-    if active is not None:
+    if active is not None and active.queued_ahead is not None and active.session is None:
+        lines.append(f"queued: waiting for a lane, {active.queued_ahead} ahead")
+    elif active is not None:
         lines.append(
             f"running: turn {active.loop_turn_id or '(starting)'} for "
             f"{time.monotonic() - active.started:.0f}s"
         )
+        if active.heartbeat is not None:
+            lines.append(f"progress: {active.heartbeat()}")
         if active.waiting:
             lines.append(active.waiting)
     else:
         lines.append("running: nothing")
     queued = ctx.queued(event.thread_key)
     if queued:
-        lines.append(f"queued: {queued}")
+        lines.append(f"waiting in this thread: {queued}")
     lines.append(f"last turn: {status.last_termination or '-'}")
     lines += await ctx.host.usage_status(scope=spend_scope(binding), caps=binding)
     return "\n".join(lines)

@@ -45,7 +45,7 @@ from bots.outbound import Deliverer
 from bots.port import PlatformClient, TurnHost
 from bots.senders import SenderPolicy
 from bots.store import EVENTS_CHANNEL, ChannelStore, Cursors, StoredEvent, Thread, Tx
-from bots.turns import TurnDeps, TurnRunner
+from bots.turns import EntryOrder, TurnDeps, TurnRunner
 from geode.redact import redact_text
 from geode.settings import BindingSettings
 
@@ -85,6 +85,7 @@ class ChannelLayer:
         #: test seam: called with a point name; a test raises there to simulate a crash
         self.fault: Callable[[str], None] = fault or _no_fault
         self.active: dict[str, ActiveTurn] = {}
+        self.entry = EntryOrder()
         self.thread_leases = records.thread_leases
         # Collaborators get what they use, at construction (never the layer itself).
         self.dispatcher = Dispatcher(
@@ -105,6 +106,7 @@ class ChannelLayer:
             deliverer=self.deliverer, threads=self.threads, index=self.index,
             thread_leases=self.thread_leases, options=options, active=self.active,
             fault=self._fault_at, approvals=self.approvals, waiters=self.waiters,
+            entry=self.entry,
         ))
         self.commands = CommandContext(threads=self.threads, host=host, active=self.active,
                                        queued=self.processor.pending,
@@ -370,20 +372,26 @@ class ChannelLayer:
             binding = await self.bindings.lookup(stored.event.platform, stored.event.workspace,
                                                  stored.event.channel)
             log.info("recover.turn", event_id=stored.id, row_status=row.status)
-            self.processor.submit(stored.event.thread_key, self._bind(self.turns.recover, stored,
-                                                                       row, binding))
+            self.processor.submit(stored.event.thread_key, self._bind(
+                self.turns.recover, stored, row, binding, order=stored.id))
         for row in await self.outbox.open_rows(c.platform, c.workspace):
             if row.kind == "notice" and (row.target.channel, row.target.thread_root) in threads:
                 self._spawn(self.deliverer.deliver(row))
         self._wake.set()
 
-    def _bind(self, fn: Any, *args: Any) -> Callable[[], Any]:
-        """A processor job; when it ends, a claim deferred at capacity is tried again."""
+    def _bind(self, fn: Any, *args: Any, order: int | None = None) -> Callable[[], Any]:
+        """A processor job; when it ends, a claim deferred at capacity is tried again. A turn
+        job (``order``: its event id) takes its place in the lanes' arrival order as it
+        starts, and gives it up whatever way it ends."""
 
         async def job() -> None:
+            if order is not None:
+                self.entry.register(order)
             try:
                 await fn(*args)
             finally:
+                if order is not None:
+                    self.entry.entered(order)
                 if self._deferred:
                     self._wake.set()
 
@@ -453,7 +461,7 @@ class ChannelLayer:
             log.info("channel.interrupt", thread=ev.thread_key)
             active.cancel()
         self.processor.submit(ev.thread_key, self._bind(self.turns.run, d.stored, row,
-                                                        d.binding))
+                                                        d.binding, order=d.stored.id))
 
     async def _command(self, d: Dispatch, name: str, binding: BindingSettings) -> None:
         try:

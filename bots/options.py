@@ -14,6 +14,9 @@ class LayerOptions(BaseModel):
 
     progress_edit_interval_s: float = 1.0
     typing_interval_s: float = 4.0
+    #: the progress message's heartbeat (elapsed, rounds, tool, tokens) is re-rendered this
+    #: often while a turn runs (edits stay throttled to progress_edit_interval_s)
+    heartbeat_interval_s: float = 15.0
     #: typing starts only for turns running this long (the progress message shows already)
     typing_delay_s: float = 1.0
     ack_emoji: str | None = "👀"

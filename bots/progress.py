@@ -9,6 +9,11 @@ that already says so), then repeats every ``typing_interval_s``. Edits are throt
 ``edit_interval_s`` (Telegram allows roughly one edit per second per chat); the last state
 always lands, unless the final answer replaces it first. A failing indicator never fails
 the turn.
+
+While the turn waits for a lane the message reads "⏳ Queued — N ahead" (edited as it moves).
+Once it runs, its first line is a heartbeat — elapsed time, rounds, the current tool and the
+tokens spent so far — re-rendered every ``heartbeat_interval_s`` even when nothing else
+happens (edits stay throttled to ``edit_interval_s``).
 """
 
 from __future__ import annotations
@@ -24,7 +29,13 @@ from bots.events import ReplyTarget
 from bots.port import DeliveryError, PlatformClient
 from bots.store import Outbox, OutboxRow
 from geode.loop import LoopEvent, model_wait_text
-from geode.loop.events import ModelResponded, ModelWaiting, ToolProposed, ToolResulted
+from geode.loop.events import (
+    ModelResponded,
+    ModelWaiting,
+    ToolProposed,
+    ToolResulted,
+    TurnStarted,
+)
 
 __all__ = ["ProgressReporter"]
 
@@ -41,6 +52,7 @@ class ProgressReporter:
         self, *, connector: PlatformClient, outbox: Outbox, row: OutboxRow, target: ReplyTarget,
         inbound_message_id: str, edit_interval_s: float = 1.0, typing_interval_s: float = 4.0,
         typing_delay_s: float = 0.0, ack_emoji: str | None = "👀", fault: Any = None,
+        heartbeat_interval_s: float = 15.0,
     ) -> None:
         self.connector = connector
         self.outbox = outbox
@@ -56,6 +68,15 @@ class ProgressReporter:
         self.lines: list[str] = []
         #: "waiting for the model (42 s, attempt 2/4)" while a model call is silent
         self.waiting: str | None = None
+        self.heartbeat_interval_s = heartbeat_interval_s
+        #: requests ahead while the turn waits for a lane (None: not queued)
+        self.queued_ahead: int | None = None
+        self.started: float | None = None  # monotonic, once the turn runs
+        self.rounds = 0
+        self.tokens = 0
+        self.tool: str | None = None  # the tool running now
+        self._running = asyncio.Event()
+        self._running.set()
         self._last_edit = 0.0
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -72,6 +93,30 @@ class ProgressReporter:
         await asyncio.gather(*steps)
         self._tasks.append(asyncio.create_task(self._typing_loop()))
         self._tasks.append(asyncio.create_task(self._edit_loop()))
+        self._tasks.append(asyncio.create_task(self._heartbeat_loop()))
+
+    def queued(self, ahead: int | None) -> None:
+        """The turn waits for a lane with ``ahead`` before it (None: it got its lanes)."""
+        if ahead == self.queued_ahead:
+            return
+        self.queued_ahead = ahead
+        if ahead is None:
+            self._running.set()
+            if self.started is None:
+                self.started = time.monotonic()
+        else:
+            self._running.clear()
+        self._dirty.set()
+
+    def heartbeat(self) -> str:
+        """Elapsed time, rounds, the current tool and the tokens spent so far."""
+        elapsed = 0 if self.started is None else int(time.monotonic() - self.started)
+        parts = [_duration(elapsed), f"round {self.rounds}" if self.rounds else "starting"]
+        if self.tool:
+            parts.append(f"🔧 {self.tool}")
+        if self.tokens:
+            parts.append(f"{_tokens(self.tokens)} tokens")
+        return " · ".join(parts)
 
     async def _send_progress(self) -> None:
         # A crash between this send and its record leaves a stray "Working…" message (it
@@ -88,13 +133,27 @@ class ProgressReporter:
 
     async def on_event(self, event: LoopEvent) -> None:
         match event:
+            case TurnStarted():
+                if self.started is None:
+                    self.started = time.monotonic()
+                self._running.set()
+                if self.queued_ahead is None:
+                    return  # the heartbeat shows it; no edit of its own
+                self.queued_ahead = None
             case ModelWaiting():
                 self.waiting = model_wait_text(event.kind, event.data)  # until the model answers
-            case ModelResponded() if self.waiting is not None:
+            case ModelResponded():
+                # counted silently: the next edit (a tool, the heartbeat) shows them
+                self.rounds += 1
+                self.tokens += event.input_tokens + event.output_tokens
+                if self.waiting is None:
+                    return
                 self.waiting = None
             case ToolProposed(name=name):
+                self.tool = name
                 self.lines.append(f"🔧 {name}")
             case ToolResulted(name=name, status=status):
+                self.tool = None
                 mark = {"ok": "✓", "denied": "⛔ denied", "error": "✗"}.get(status, status)
                 for i in range(len(self.lines) - 1, -1, -1):
                     if self.lines[i] == f"🔧 {name}":
@@ -105,9 +164,11 @@ class ProgressReporter:
         self._dirty.set()
 
     def _text(self) -> str:
+        if self.queued_ahead is not None:
+            return f"⏳ Queued — {self.queued_ahead} ahead"
         shown = self.lines[-_MAX_LINES:]
         more = len(self.lines) - len(shown)
-        head = [WORKING] + ([f"… {more} earlier"] if more else [])
+        head = [f"{WORKING} {self.heartbeat()}"] + ([f"… {more} earlier"] if more else [])
         tail = [f"⌛ {self.waiting}"] if self.waiting else []
         return "\n".join(head + shown + tail)
 
@@ -125,7 +186,14 @@ class ProgressReporter:
             await self._quiet(self.connector.edit(self.target, self.message_id,
                                                   self.connector.render_progress(text)))
 
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval_s)
+            if self.queued_ahead is None:
+                self._dirty.set()
+
     async def _typing_loop(self) -> None:
+        await self._running.wait()  # "typing" says it runs: not while queued
         if self.typing_delay_s > 0:
             await asyncio.sleep(self.typing_delay_s)
         while True:
@@ -150,3 +218,15 @@ class ProgressReporter:
         except Exception:
             log.debug("progress.indicator_failed", exc_info=True)
 
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    return f"{seconds // 3600}h {seconds // 60 % 60:02d}m"
+
+
+def _tokens(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)

@@ -40,7 +40,7 @@ from bots.store import OutboxRow, StoredEvent
 from bots.workspaces import binding_workspace, thread_folder
 from geode.daemon.factory import Session, SessionContext
 from geode.daemon.port import OpeningNote, SessionOverrides, WriteFence
-from geode.errors import ConfigError, GeodeError, LaneBusy, ShuttingDown
+from geode.errors import ConfigError, GeodeError, ShuttingDown
 from geode.loop import LoopEvent, TurnResult
 from geode.loop.events import ToolProposed, TurnStarted
 from geode.messages import ImageBlock
@@ -49,7 +49,8 @@ from geode.settings import BindingSettings
 from geode.store.sessions import short_title
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
+    from pathlib import Path
 
     from bots.approvals import ApprovalWaiters
     from bots.options import LayerOptions
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "EntryOrder",
     "TurnDeps",
     "TurnRunner",
     "compose_prompt",
@@ -115,6 +117,33 @@ def friendly_failure(result: TurnResult) -> str:
     return f"⚠️ I could not finish ({reason}{hint})." + (f"\n\n{body}" if body else "")
 
 
+class EntryOrder:
+    """Turns reach the lanes in arrival order (their inbound event ids).
+
+    A job registers its id as it starts (before its first await: jobs the layer starts
+    together, e.g. the queued turns a restart recovers, register in submission order); a
+    turn about to ask for its lanes first waits until every earlier registered one has
+    either entered them (queued or running) or ended. The lanes then keep that order.
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[int, asyncio.Event] = {}
+
+    def register(self, key: int) -> None:
+        self._open.setdefault(key, asyncio.Event())
+
+    async def wait_turn(self, key: int) -> None:
+        for k, ev in sorted(self._open.items()):
+            if k >= key:
+                break
+            await ev.wait()
+
+    def entered(self, key: int) -> None:
+        ev = self._open.pop(key, None)
+        if ev is not None:
+            ev.set()
+
+
 @dataclass(frozen=True, kw_only=True)
 class TurnDeps:
     """What running a channel turn uses (given at construction, never looked up)."""
@@ -135,6 +164,8 @@ class TurnDeps:
     #: approval requests of the binding's ``approve`` tools, and the waits to wake
     approvals: ApprovalRequests
     waiters: ApprovalWaiters
+    #: the order turns enter the lanes in
+    entry: EntryOrder
 
 
 class TurnRunner:
@@ -154,7 +185,7 @@ class TurnRunner:
             connector=deps.client, outbox=deps.outbox, row=row, target=row.target,
             inbound_message_id=event.message_id, edit_interval_s=opts.progress_edit_interval_s,
             typing_interval_s=opts.typing_interval_s, typing_delay_s=opts.typing_delay_s,
-            ack_emoji=opts.ack_emoji,
+            ack_emoji=opts.ack_emoji, heartbeat_interval_s=opts.heartbeat_interval_s,
             fault=deps.fault,
         )
         if resume and row.loop_turn_id:
@@ -162,7 +193,7 @@ class TurnRunner:
             # interrupted call did not run, so a later /approve must not look effective
             await deps.approvals.cancel_turn(row.session_key, row.loop_turn_id)
         active = ActiveTurn(session_id=row.session_key, event_id=stored.id,
-                            started=time.monotonic())
+                            started=time.monotonic(), heartbeat=progress.heartbeat)
         deps.active[event.thread_key] = active
         try:
             await progress.start()
@@ -274,7 +305,17 @@ class TurnRunner:
                     pass
             await progress.on_event(ev)
 
+        def queued(ahead: int) -> None:
+            deps.entry.entered(stored.id)
+            active.queued_ahead = ahead
+            progress.queued(ahead)
+
         async def bind(session: Session) -> None:
+            deps.entry.entered(stored.id)
+            if active.queued_ahead is not None:
+                active.queued_ahead = None
+                active.started = time.monotonic()
+                progress.queued(None)
             active.session = session
             active.model = session.model
             if active.stop_requested:
@@ -283,7 +324,41 @@ class TurnRunner:
         # The binding's own folder: its file tools and sandbox see nothing of other channels.
         workspace = binding_workspace(deps.host.home, binding)
         await asyncio.to_thread(workspace.mkdir, parents=True, exist_ok=True)
-        ctx = SessionContext(
+        ctx = self._context(stored, row, binding, sink, workspace=workspace, active=active,
+                            resume=resume)
+        await deps.entry.wait_turn(stored.id)
+        # A turn that finds the lanes full waits queued, without a bound: its pending outbox
+        # row keeps it across restarts (recovery queues it again under the same arrival id).
+        turn = asyncio.ensure_future(deps.host.run_turn(
+            ctx, prompt, kind="channel", lane_key=row.session_key, on_session=bind,
+            turn_id=row.loop_turn_id or None, resume=resume, images=images,
+            on_queued=queued, queue_order=stored.id))
+        active.queue_task = turn
+        try:
+            result = await turn
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if (active.stop_requested and active.session is None and turn.cancelled()
+                    and task is not None and not task.cancelling()):
+                log.info("turn.unqueued", thread=event.thread_key, event_id=stored.id)
+                return "⏹ Stopped: your queued message was not run."
+            raise
+        except ShuttingDown:
+            raise  # not answered now: recovered on the next start
+        except Exception as exc:
+            return _error_text(exc)
+        finally:
+            active.queue_task = None
+        deps.fault("turn_finished")
+        if result.ok:
+            return result.text or "(no answer)"
+        return friendly_failure(result)
+
+    def _context(self, stored: StoredEvent, row: OutboxRow, binding: BindingSettings,
+                 sink: Callable[[LoopEvent], Awaitable[None]], *, workspace: Path,
+                 active: ActiveTurn, resume: bool) -> SessionContext:
+        event = stored.event
+        return SessionContext(
             mode="DAEMON", workspace=workspace, session_id=row.session_key,
             overrides=session_overrides(binding), user=event.sender, on_event=sink,
             approver=self._approver(binding, event, row, active),
@@ -302,31 +377,6 @@ class TurnRunner:
                          "event_id": stored.id},
             ),
         )
-        try:
-            result = await deps.host.run_turn(ctx, prompt, kind="channel",
-                                                lane_key=row.session_key, on_session=bind,
-                                                turn_id=row.loop_turn_id or None,
-                                                resume=resume, images=images)
-        except asyncio.CancelledError:
-            raise
-        except _StoppedBeforeStart:
-            return "⏹ Stopped."
-        except ShuttingDown:
-            raise  # not answered now: recovered on the next start
-        except LaneBusy as exc:
-            return f"⏳ I am busy right now; please try again in a moment. ({exc})"
-        except ConfigError as exc:
-            return f"⚠️ GEODE is not configured for this: {str(exc).splitlines()[0][:300]}"
-        except GeodeError as exc:
-            return f"⚠️ Something went wrong: {str(exc).splitlines()[0][:300]}"
-        except Exception as exc:
-            log.exception("turn.failed")
-            return (f"⚠️ Something went wrong ({type(exc).__name__}). The operator can find "
-                    "details in the logs.")
-        deps.fault("turn_finished")
-        if result.ok:
-            return result.text or "(no answer)"
-        return friendly_failure(result)
 
     # -- recovery -------------------------------------------------------------------------------
 
@@ -360,6 +410,19 @@ class TurnRunner:
         rerun = f"t-{secrets.token_hex(6)}"
         await deps.outbox.update(row.id, loop_turn_id=rerun)
         await self.run(stored, replace(row, loop_turn_id=rerun), binding)
+
+
+def _error_text(exc: Exception) -> str:
+    """The thread's one line for a turn that raised instead of ending (never a traceback)."""
+    if isinstance(exc, _StoppedBeforeStart):
+        return "⏹ Stopped."
+    if isinstance(exc, ConfigError):
+        return f"⚠️ GEODE is not configured for this: {str(exc).splitlines()[0][:300]}"
+    if isinstance(exc, GeodeError):
+        return f"⚠️ Something went wrong: {str(exc).splitlines()[0][:300]}"
+    log.error("turn.failed", exc_info=exc)
+    return (f"⚠️ Something went wrong ({type(exc).__name__}). The operator can find "
+            "details in the logs.")
 
 
 def session_overrides(binding: BindingSettings) -> SessionOverrides:

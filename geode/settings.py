@@ -137,7 +137,13 @@ class LaneSettings(_Section):
     global_cap: int = 8
     channel_cap: int = 6
     cli_cap: int = 4
+    #: how long a `geode ask` / scheduled run waits for a lane (a channel message waits
+    #: queued as long as it takes: its pending reply is in the store)
     wait_timeout_s: float = 300.0
+    #: a turn running this long moves to the long lane (None: never)
+    long_after_s: float | None = Field(default=60.0, gt=0)
+    #: turns that may run in the long lane at once (outside global_cap)
+    long_cap: int = Field(default=4, ge=1)
 
 
 class SpendCaps(_Section):

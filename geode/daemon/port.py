@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
     from geode.daemon.factory import Session, SessionContext
-    from geode.daemon.lanes import LaneKind
+    from geode.daemon.lanes import LaneKind, QueueObserver
     from geode.loop import TurnResult
     from geode.messages import ImageBlock
     from geode.settings import SpendCaps
@@ -134,6 +134,8 @@ class HarnessPort(Protocol):
         turn_id: str | None = None,
         resume: bool = False,
         images: Sequence[ImageBlock] = (),
+        on_queued: QueueObserver | None = None,
+        queue_order: int | None = None,
     ) -> TurnResult: ...
 
     async def turn_outcome(self, session_id: str, turn_id: str) -> TurnOutcome: ...

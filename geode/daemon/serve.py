@@ -38,7 +38,7 @@ import structlog
 from geode.daemon.factory import Runtime, Session, SessionContext
 from geode.daemon.health import HealthServer
 from geode.daemon.ipc import Connection, HomeLock, IPCServer, RunRequest
-from geode.daemon.lanes import LaneKind, LaneQueue
+from geode.daemon.lanes import LaneKind, LaneQueue, QueueObserver
 from geode.daemon.metrics import DaemonMetrics
 from geode.daemon.port import OnSession, SessionStatus, TurnOutcome
 from geode.daemon.scheduler import Job, JobStore, Scheduler
@@ -297,6 +297,8 @@ class Daemon:
         turn_id: str | None = None,
         resume: bool = False,
         images: Sequence[ImageBlock] = (),
+        on_queued: QueueObserver | None = None,
+        queue_order: int | None = None,
     ) -> TurnResult:
         """Run one turn under the lanes; the entry point for IPC, scheduler and connectors.
 
@@ -310,15 +312,19 @@ class Daemon:
             resume: continue the interrupted turn ``turn_id`` from its last checkpoint
                 (``prompt`` is not used: the user's message is in the chain).
             images: image content sent with the prompt (a channel message's images).
+            on_queued: given, the turn waits for its lanes without a bound (its caller
+                keeps it queued durably) and is told how many wait ahead of it.
+            queue_order: its place among waiting turns of its kind (a durable arrival id).
 
         Raises:
-            LaneBusy: the lanes stayed full for the wait bound.
+            LaneBusy: the lanes stayed full for the wait bound (never with ``on_queued``).
             ShuttingDown: the daemon is draining.
         """
         if self.draining or self.runtime is None:
             raise ShuttingDown()
         key = ctx.session_id or lane_key or f"new-{secrets_token()}"
-        async with self.lanes.acquire(key, kind=kind):
+        async with self.lanes.acquire(key, kind=kind, wait=on_queued is None,
+                                      on_queued=on_queued, order=queue_order):
             if self.draining or self.runtime is None:
                 raise ShuttingDown()
             if ctx.provider is None and self.provider_factory is not None:

@@ -46,7 +46,7 @@ def _assert_clean(lanes: LaneQueue) -> None:
     assert (stats.running, stats.waiting, stats.sessions) == (0, 0, 0)
     assert lanes._global._value == lanes.global_cap  # every global slot is back
     for kind, sem in lanes._kinds.items():
-        assert sem._value == lanes.caps[kind], kind
+        assert sem._free == lanes.caps[kind], kind
 
 
 async def test_same_session_serialises_and_different_sessions_overlap() -> None:
@@ -199,7 +199,7 @@ async def test_a_request_waiting_for_a_person_lends_its_global_slot() -> None:
 
     await asyncio.gather(waiting_turn(), other_thread())
     assert order == ["s2 ran", "s1 resumed"]
-    assert q.stats.running == 0 and q._global._value == 1 and q._kinds["channel"]._value == 1
+    assert q.stats.running == 0 and q._global._value == 1 and q._kinds["channel"]._free == 1
     async with slots_released():  # outside a lane: nothing to lend
         pass
 
@@ -233,3 +233,104 @@ async def test_cancelled_while_taking_its_slot_back_releases_only_what_it_holds(
     assert q.stats.running == 0 and q._global._value == 1
     async with q.acquire("s3"):  # the slot is usable again, exactly once
         assert q._global._value == 0
+
+
+async def test_unbounded_waiters_are_told_their_place_and_served_in_arrival_order() -> None:
+    lanes = LaneQueue(global_cap=4, caps={"channel": 1}, wait_timeout_s=0.01)
+    gate = asyncio.Event()
+    probe = Probe()
+    seen: dict[str, list[int]] = {}
+
+    async def queued(name: str) -> None:
+        def tell(ahead: int) -> None:
+            seen.setdefault(name, []).append(ahead)
+
+        async with lanes.acquire(name, kind="channel", wait=False, on_queued=tell):
+            await probe.body(name)
+
+    holder = asyncio.create_task(_run(lanes, probe, "h", "h", "channel", gate))
+    await asyncio.sleep(0)
+    waiters = [asyncio.create_task(queued(n)) for n in ("w1", "w2", "w3")]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.05)  # past wait_timeout_s: wait=False means no bound
+    assert lanes.stats.waiting == 3
+    assert seen == {"w1": [0], "w2": [1], "w3": [2]}
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(holder, *waiters), 5)
+    assert [o for o in probe.order if o.startswith("+")] == ["+h", "+w1", "+w2", "+w3"]
+    assert seen == {"w1": [0], "w2": [1, 0], "w3": [2, 1, 0]}
+    _assert_clean(lanes)
+
+
+async def test_a_long_turn_moves_to_the_long_lane_and_frees_its_channel_slot() -> None:
+    lanes = LaneQueue(global_cap=1, caps={"channel": 1}, wait_timeout_s=5,
+                      long_after_s=0.01, long_cap=1)
+    long_gate, long2_gate = asyncio.Event(), asyncio.Event()
+    probe = Probe()
+    long_turn = asyncio.create_task(_run(lanes, probe, "long", "long", "channel", long_gate))
+    while lanes.stats.long_running == 0:  # moved after long_after_s
+        await asyncio.sleep(0.01)
+    assert lanes.stats.running == 0
+    # a quick turn runs while the long one still runs
+    await asyncio.wait_for(_run(lanes, probe, "quick", "quick", "channel"), 5)
+    assert probe.order[:3] == ["+long", "+quick", "-quick"]
+    # a second long turn finds the long lane full: it keeps its channel slot meanwhile
+    long2 = asyncio.create_task(_run(lanes, probe, "long2", "long2", "channel", long2_gate))
+    await asyncio.sleep(0.05)
+    assert lanes.stats.running == 1 and lanes.stats.long_running == 1
+    long_gate.set()
+    await long_turn
+    while lanes.stats.long_running == 0:
+        await asyncio.sleep(0.01)
+    assert lanes.stats.running == 0
+    long2_gate.set()
+    await long2
+    _assert_clean(lanes)
+    assert lanes._long._value == 1
+
+
+async def test_waiters_of_a_kind_are_served_by_their_order_key() -> None:
+    lanes = LaneQueue(global_cap=4, caps={"channel": 1}, wait_timeout_s=5)
+    gate = asyncio.Event()
+    probe = Probe()
+    seen: dict[str, list[int]] = {}
+    holder = asyncio.create_task(_run(lanes, probe, "h", "h", "channel", gate))
+    await asyncio.sleep(0)
+
+    async def queued(name: str, order: int) -> None:
+        async with lanes.acquire(name, kind="channel", wait=False, order=order,
+                                 on_queued=lambda n: seen.setdefault(name, []).append(n)):
+            await probe.body(name)
+
+    # they reach the lane out of order (a restart recovers them, the network reorders them)
+    waiters = [asyncio.create_task(queued(n, o)) for n, o in (("c", 30), ("a", 10), ("b", 20))]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert seen["a"][-1] == 0 and seen["b"][-1] == 1 and seen["c"][-1] == 2
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(holder, *waiters), 5)
+    assert [o for o in probe.order if o.startswith("+")] == ["+h", "+a", "+b", "+c"]
+    _assert_clean(lanes)
+
+
+async def test_a_turn_lending_its_slots_that_moves_to_the_long_lane_takes_none_back() -> None:
+    from geode.daemon.lanes import slots_released
+
+    lanes = LaneQueue(global_cap=1, caps={"channel": 1}, wait_timeout_s=5,
+                      long_after_s=0.01, long_cap=1)
+    back = asyncio.Event()
+
+    async def turn() -> None:
+        async with lanes.acquire("s1", kind="channel"):
+            async with slots_released():  # waits for a person past long_after_s
+                await back.wait()
+            assert lanes.stats.running == 0 and lanes.stats.long_running == 1
+
+    task = asyncio.create_task(turn())
+    while lanes.stats.long_running == 0:
+        await asyncio.sleep(0.01)
+    back.set()
+    await task
+    _assert_clean(lanes)
+    assert lanes._long._value == 1
