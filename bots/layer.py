@@ -380,9 +380,10 @@ class ChannelLayer:
         self._wake.set()
 
     def _bind(self, fn: Any, *args: Any, order: int | None = None) -> Callable[[], Any]:
-        """A processor job; when it ends, a claim deferred at capacity is tried again. A turn
-        job (``order``: its event id) takes its place in the lanes' arrival order as it
-        starts, and gives it up whatever way it ends."""
+        """A processor job; when it ends, a claim deferred at capacity is tried again. A
+        recovered turn (``order``: its event id) takes its place in the lanes' arrival order
+        as it starts (recovery starts them together, in order), and gives it up whatever way
+        it ends."""
 
         async def job() -> None:
             if order is not None:
@@ -461,7 +462,7 @@ class ChannelLayer:
             log.info("channel.interrupt", thread=ev.thread_key)
             active.cancel()
         self.processor.submit(ev.thread_key, self._bind(self.turns.run, d.stored, row,
-                                                        d.binding, order=d.stored.id))
+                                                        d.binding))
 
     async def _command(self, d: Dispatch, name: str, binding: BindingSettings) -> None:
         try:

@@ -22,6 +22,7 @@ before it starts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from collections.abc import Sequence
@@ -120,23 +121,29 @@ def friendly_failure(result: TurnResult) -> str:
 class EntryOrder:
     """Turns reach the lanes in arrival order (their inbound event ids).
 
-    A job registers its id as it starts (before its first await: jobs the layer starts
-    together, e.g. the queued turns a restart recovers, register in submission order); a
-    turn about to ask for its lanes first waits until every earlier registered one has
-    either entered them (queued or running) or ended. The lanes then keep that order.
+    The turns a restart recovers start together and race to the lanes (each first asks
+    the store and the platform something). Each registers its id as it starts (before its
+    first await, so in submission order); about to ask for its lanes it first waits until
+    every earlier registered one has entered them (queued or running) or ended, at most
+    ``bound_s`` (a platform holding one back must not hold back the others). The lanes
+    then keep that order. New messages do not register: they queue by their id anyway.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, bound_s: float = 5.0) -> None:
         self._open: dict[int, asyncio.Event] = {}
+        self.bound_s = bound_s
 
     def register(self, key: int) -> None:
         self._open.setdefault(key, asyncio.Event())
 
     async def wait_turn(self, key: int) -> None:
-        for k, ev in sorted(self._open.items()):
-            if k >= key:
-                break
-            await ev.wait()
+        earlier = [ev for k, ev in sorted(self._open.items()) if k < key]
+        if not earlier:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.bound_s):
+                for ev in earlier:
+                    await ev.wait()
 
     def entered(self, key: int) -> None:
         ev = self._open.pop(key, None)
