@@ -331,8 +331,8 @@ class TurnRunner:
         # The binding's own folder: its file tools and sandbox see nothing of other channels.
         workspace = binding_workspace(deps.host.home, binding)
         await asyncio.to_thread(workspace.mkdir, parents=True, exist_ok=True)
-        ctx = self._context(stored, row, binding, sink, workspace=workspace, active=active,
-                            resume=resume)
+        ctx = self._session_context(stored, row, binding, sink, workspace=workspace,
+                                    active=active, resume=resume)
         await deps.entry.wait_turn(stored.id)
         # A turn that finds the lanes full waits queued, without a bound: its pending outbox
         # row keeps it across restarts (recovery queues it again under the same arrival id).
@@ -361,9 +361,11 @@ class TurnRunner:
             return result.text or "(no answer)"
         return friendly_failure(result)
 
-    def _context(self, stored: StoredEvent, row: OutboxRow, binding: BindingSettings,
-                 sink: Callable[[LoopEvent], Awaitable[None]], *, workspace: Path,
-                 active: ActiveTurn, resume: bool) -> SessionContext:
+    def _session_context(
+        self, stored: StoredEvent, row: OutboxRow, binding: BindingSettings,
+        sink: Callable[[LoopEvent], Awaitable[None]], *, workspace: Path, active: ActiveTurn,
+        resume: bool,
+    ) -> SessionContext:
         event = stored.event
         return SessionContext(
             mode="DAEMON", workspace=workspace, session_id=row.session_key,
