@@ -46,6 +46,13 @@ from bots.port import PlatformClient, TurnHost
 from bots.senders import SenderPolicy
 from bots.store import EVENTS_CHANNEL, ChannelStore, Cursors, StoredEvent, Thread, Tx
 from bots.turns import EntryOrder, TurnDeps, TurnRunner
+from geode.hooks.events import (
+    ChannelEvent,
+    MessagesReceived,
+    ThreadLeaseLost,
+    ThreadLeases,
+    ThreadsTakenOver,
+)
 from geode.redact import redact_text
 from geode.settings import BindingSettings
 
@@ -142,7 +149,7 @@ class ChannelLayer:
         ids = await self.inbound.record(events, cursor=cursor)
         self.fault("recorded")
         if ids:
-            self._observe("channel.messages_received", count=len(ids))
+            self._observe(MessagesReceived(platform=self.connector.platform, count=len(ids)))
             self._wake.set()
         return ids
 
@@ -328,12 +335,12 @@ class ChannelLayer:
             # ours and unfinished; recover it like a taken-over thread.
             self._stalled = False
             await self.recover(held)
-        self._observe("channel.thread_leases", held=len(held))
+        self._observe(ThreadLeases(platform=c.platform, held=len(held)))
         keys = {thread_key(c.platform, c.workspace, ch, root) for ch, root in held}
         for key in self.processor.keys():
             if key not in keys:  # taken over while we were stalled: it runs elsewhere now
                 log.warning("thread_leases.lost", thread=key)
-                self._observe("channel.thread_lease_lost")
+                self._observe(ThreadLeaseLost(platform=c.platform))
                 await self.processor.cancel(key)
         await self.thread_leases.release_idle(c.platform, c.workspace)
         await self.take_over()
@@ -343,14 +350,14 @@ class ChannelLayer:
         taken = await self.thread_leases.take_over(c.platform, c.workspace)
         if taken:
             log.info("thread_leases.taken_over", threads=len(taken))
-            self._observe("channel.threads_taken_over", count=len(taken))
+            self._observe(ThreadsTakenOver(platform=c.platform, count=len(taken)))
             await self.recover(taken)
 
-    def _observe(self, event: str, **data: Any) -> None:
+    def _observe(self, event: ChannelEvent) -> None:
         """Tell the daemon's observers (its metrics); they decide nothing."""
         runtime = self.host.runtime
         if runtime is not None:
-            runtime.observers.emit(event, platform=self.connector.platform, **data)
+            runtime.observers.publish(event)
 
     async def recover(self, threads: set[Thread]) -> None:
         """Finish what another run left in ``threads`` (whose leases this replica took)."""

@@ -25,6 +25,7 @@ from bots.events import ReplyTarget
 from bots.format import Chunk
 from bots.port import DeliveryError, PlatformClient
 from bots.store.outbox import PLACEHOLDER, Outbox, OutboxRow
+from geode.hooks.events import ChannelEvent, DeliveryRetried, RateLimited, ReplySent
 
 __all__ = ["Deliverer"]
 
@@ -42,15 +43,15 @@ class Deliverer:
     def __init__(
         self, *, connector: PlatformClient, outbox: Outbox,
         fault: Any = None, max_attempts: int = 5,
-        observe: Callable[..., None] | None = None,
+        observe: Callable[[ChannelEvent], None] | None = None,
     ) -> None:
-        """``observe(event, **data)``: the daemon's metrics (``channel.reply_sent`` with the
-        latency from intake, ``channel.delivery_retried``, ``channel.rate_limited``)."""
+        """``observe(event)``: the daemon's metrics (:class:`ReplySent` with the latency
+        from intake, :class:`DeliveryRetried`, :class:`RateLimited`)."""
         self.connector = connector
         self.outbox = outbox
         self._fault = fault or (lambda point: None)
         self.max_attempts = max_attempts
-        self._observe = observe or (lambda event, **data: None)
+        self._observe = observe or (lambda event: None)
 
     async def deliver(self, row: OutboxRow) -> OutboxRow:
         """Deliver a ``ready`` row (idempotent: safe to call again after any crash)."""
@@ -73,7 +74,7 @@ class Deliverer:
                 ids.append(await self._send_chunk(row.target, chunk))
         except DeliveryError as exc:
             if _rate_limited(exc):
-                self._observe("channel.rate_limited")
+                self._observe(RateLimited(platform=self.connector.platform))
             status = "uncertain" if exc.kind == "unknown" else "failed"
             return await self.outbox.finish(row, status=status, error=str(exc),
                                             values={"message_ids": ids})
@@ -134,13 +135,13 @@ class Deliverer:
             except DeliveryError as exc:
                 attempt += 1
                 if _rate_limited(exc):
-                    self._observe("channel.rate_limited")
+                    self._observe(RateLimited(platform=self.connector.platform))
                 if exc.kind == "fatal" or attempt >= self.max_attempts:
                     log.warning("outbox.delivery_failed", row=row.id, error=str(exc))
                     return await self.outbox.finish(
                         row, status="failed", error=str(exc),
                         values={"attempts": row.attempts + attempt})
-                self._observe("channel.delivery_retried")
+                self._observe(DeliveryRetried(platform=self.connector.platform))
                 await asyncio.sleep(min(30.0, exc.retry_after or 0.2 * 2**attempt))
                 row = await self.outbox.by_id(row.id)
                 ids = list(row.message_ids) or ids
@@ -150,5 +151,5 @@ class Deliverer:
         self, row: OutboxRow, ids: list[str], values: dict[str, Any] | None = None
     ) -> OutboxRow:
         sent, latency = await self.outbox.record_sent(row, ids, values=values)
-        self._observe("channel.reply_sent", latency_s=latency)
+        self._observe(ReplySent(platform=self.connector.platform, latency_s=latency))
         return sent

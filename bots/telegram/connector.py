@@ -52,6 +52,7 @@ from bots.telegram._ratelimit import PerChatRateLimiter, retry_after_seconds
 from bots.telegram._request import HttpBackend, build_request
 from bots.telegram.format import TELEGRAM_LIMIT, chunk_markdown, render_progress
 from geode.errors import ConfigError
+from geode.hooks.events import RateLimited
 from geode.settings import BindingSettings
 
 __all__ = ["TelegramConnector", "TelegramOptions"]
@@ -151,7 +152,7 @@ class TelegramConnector(BaseConnector):
     def _rate_limited(self) -> None:
         runtime = self.host.runtime
         if runtime is not None:  # the daemon's metrics (geode_channel_rate_limited_total)
-            runtime.observers.emit("channel.rate_limited", platform=self.platform)
+            runtime.observers.publish(RateLimited(platform=self.platform))
 
     # -- identity -----------------------------------------------------------------------------
 

@@ -2,15 +2,17 @@
 
 The loop sends its typed events to the Runtime's :class:`~geode.hooks.HookSystem`;
 :meth:`DaemonMetrics.on_loop_event` ``match``es on them (a denied tool result carries the
-check that denied it); :meth:`DaemonMetrics.observe` takes the named events: the spend
-control's ``usage.recorded`` / ``spend.cap_reached`` and the channel layer's lease events.
+check that denied it); :meth:`DaemonMetrics.on_event` ``match``es on the channel layer's
+typed events (:mod:`geode.hooks.events`); :meth:`DaemonMetrics.observe` takes the named
+events: the spend control's ``usage.recorded`` / ``spend.cap_reached`` and the loop's
+``model_call_finished``.
 Both decide nothing and are synchronous (the HookSystem runs them inline).
 
 Model latency is the loop's own measure of each answered model call (retries included).
 
 Per model, ``model_call_finished`` (the loop's observer-only event) feeds calls and errors;
 tokens and cost come from the spend control's ``usage.recorded``. Per platform, the channel
-layer's ``channel.*`` events feed messages received, replies sent (with the latency from the
+layer's events feed messages received, replies sent (with the latency from the
 message's intake to its delivered reply), deliveries retried and rate-limit answers (HTTP 429
 / ``RetryAfter``).
 
@@ -25,6 +27,16 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from geode.hooks.events import (
+    DeliveryRetried,
+    MessagesReceived,
+    ObservedEvent,
+    RateLimited,
+    ReplySent,
+    ThreadLeaseLost,
+    ThreadLeases,
+    ThreadsTakenOver,
+)
 from geode.loop.events import LoopEvent, ModelResponded, ToolResulted, TurnFinished, TurnStarted
 
 __all__ = ["CONTENT_TYPE", "DaemonMetrics"]
@@ -126,13 +138,11 @@ class DaemonMetrics:
                 pass
 
     def observe(self, event: str, data: Mapping[str, Any]) -> None:
-        """The named-event observer (sync, quick): spend and channel lease events."""
+        """The named-event observer (sync, quick): the spend control's and model call events."""
         if event in ("usage.recorded", "spend.cap_reached"):
             self._spend(event, data)
         elif event == "model_call_finished":
             self._model_call(data)
-        elif event.startswith("channel."):
-            self._channel(event, data)
 
     def _spend(self, event: str, data: Mapping[str, Any]) -> None:
         """The spend control's events (``geode.daemon.spend``)."""
@@ -157,23 +167,26 @@ class DaemonMetrics:
         if outcome != "ok":
             self.model_errors.labels(model=model, kind=str(data.get("error") or "unknown")).inc()
 
-    def _channel(self, event: str, data: Mapping[str, Any]) -> None:
-        """The channel layer's events (``bots.layer``, its deliverer)."""
-        platform = str(data.get("platform", "unknown"))
-        if event == "channel.messages_received":
-            self.messages_received.labels(platform=platform).inc(int(data.get("count", 1)))
-        elif event == "channel.reply_sent":
-            self.replies_sent.labels(platform=platform).inc()
-            latency = data.get("latency_s")
-            if latency is not None:
-                self.reply_latency.labels(platform=platform).observe(max(0.0, float(latency)))
-        elif event == "channel.delivery_retried":
-            self.deliveries_retried.labels(platform=platform).inc()
-        elif event == "channel.rate_limited":
-            self.rate_limited.labels(platform=platform).inc()
-        elif event == "channel.thread_leases":
-            self.threads_held.labels(platform=platform).set(int(data.get("held", 0)))
-        elif event == "channel.threads_taken_over":
-            self.thread_takeovers.labels(platform=platform).inc(int(data.get("count", 0)))
-        elif event == "channel.thread_lease_lost":
-            self.thread_leases_lost.labels(platform=platform).inc()
+    def on_event(self, event: ObservedEvent) -> None:
+        """The typed observer (``HookSystem.subscribe_events``) of the channel layer's events
+        (``bots.layer``, its deliverer, the connectors); the executor's are counted from the
+        loop's ``ToolResulted``."""
+        match event:
+            case MessagesReceived(platform=platform, count=count):
+                self.messages_received.labels(platform=platform).inc(count)
+            case ReplySent(platform=platform, latency_s=latency):
+                self.replies_sent.labels(platform=platform).inc()
+                if latency is not None:
+                    self.reply_latency.labels(platform=platform).observe(max(0.0, latency))
+            case DeliveryRetried(platform=platform):
+                self.deliveries_retried.labels(platform=platform).inc()
+            case RateLimited(platform=platform):
+                self.rate_limited.labels(platform=platform).inc()
+            case ThreadLeases(platform=platform, held=held):
+                self.threads_held.labels(platform=platform).set(held)
+            case ThreadsTakenOver(platform=platform, count=count):
+                self.thread_takeovers.labels(platform=platform).inc(count)
+            case ThreadLeaseLost(platform=platform):
+                self.thread_leases_lost.labels(platform=platform).inc()
+            case _:
+                pass

@@ -38,6 +38,7 @@ from geode.executor._schema import check_schema
 from geode.executor._scope import check_scope
 from geode.executor.decisions import Ask, Deny, ToolCall
 from geode.executor.protocols import Approver, ReceiptStore, TimelineSink
+from geode.hooks.events import ToolDenied, ToolEvent, ToolFinished, ToolStarted
 from geode.hooks.registry import HookRegistry
 from geode.hooks.system import HookSystem
 from geode.loop.protocols import TurnInfo
@@ -268,7 +269,7 @@ class ToolExecutor:
         try:
             async with self._locks.hold(cleared.keys):  # 8
                 await self._record(turn, "tool.started", call, keys=cleared.keys)
-                self._observe("tool.started", turn, call)
+                self._observe(ToolStarted(**_ids(turn, call)))
                 started = True
                 outcome = await dispatch(tool, call, cleared.ctx)  # 9
         except asyncio.CancelledError:
@@ -295,7 +296,7 @@ class ToolExecutor:
                                              mode=self.scope.mode)
         withheld = post is not None and post.withheld is not None
         await self._record(turn, "tool.finished", call, status=outcome.status, withheld=withheld)
-        self._observe("tool.finished", turn, call, status=outcome.status)
+        self._observe(ToolFinished(**_ids(turn, call), status=outcome.status))
         return build_result(call, outcome, post, max_chars=self._max_chars)  # 11
 
     # -- records ------------------------------------------------------------------------
@@ -303,7 +304,7 @@ class ToolExecutor:
     async def _deny(self, turn: TurnInfo, call: ToolCall, deny: Deny) -> ToolResultBlock:
         log.info("tool call denied", tool=call.name, check=deny.check, reason=deny.reason)
         await self._record(turn, "tool.denied", call, check=deny.check, reason=deny.reason)
-        self._observe("tool.denied", turn, call, check=deny.check, reason=deny.reason)
+        self._observe(ToolDenied(**_ids(turn, call), check=deny.check, reason=deny.reason))
         return ToolResultBlock.text(call.id, deny.text, is_error=True, status="denied",
                                     check=deny.check)
 
@@ -322,12 +323,15 @@ class ToolExecutor:
         except Exception:
             log.warning("timeline append failed", kind=kind, call_id=call.id, exc_info=True)
 
-    def _observe(self, event: str, turn: TurnInfo, call: ToolCall, **data: Any) -> None:
+    def _observe(self, event: ToolEvent) -> None:
         if self._observers is not None:
-            self._observers.emit(
-                event, session_id=turn.session_id, turn_id=turn.turn_id, call_id=call.id,
-                tool=call.name, **data,
-            )
+            self._observers.publish(event)
+
+
+def _ids(turn: TurnInfo, call: ToolCall) -> dict[str, str]:
+    """The fields every tool event carries."""
+    return {"session_id": turn.session_id, "turn_id": turn.turn_id, "call_id": call.id,
+            "tool": call.name}
 
 
 def _task_result(

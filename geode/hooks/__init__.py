@@ -16,10 +16,11 @@ from geode.hooks.registry import (
     load_entry_point_hooks,
 )
 from geode.hooks.shell import HookCommandError, ShellHook, load_shell_hooks
-from geode.hooks.system import HookSystem, LoopObserverFn, ObserverFn
+from geode.hooks.system import EventObserverFn, HookSystem, LoopObserverFn, ObserverFn
 
 __all__ = [
     "HOOK_POINTS",
+    "EventObserverFn",
     "HookCommandError",
     "HookEvent",
     "HookFn",

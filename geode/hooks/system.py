@@ -4,6 +4,8 @@ An observer gets ``(event, data)`` with a deep, read-only copy of the data, so i
 change what the harness does or sees. A typed observer (:meth:`HookSystem.subscribe_loop`)
 gets ``(session_id, event)`` for the loop's events, frozen dataclasses it ``match``es on;
 name-based observers see those too, as ``(event.kind, {"session_id", **event.data})``.
+:meth:`HookSystem.publish` does the same for the executor's and the chat layer's typed
+events (:mod:`geode.hooks.events`, observed with :meth:`HookSystem.subscribe_events`).
 Its exceptions are logged and dropped. ``emit`` is synchronous (the loop calls it without
 awaiting); async observers are scheduled as tasks and :meth:`HookSystem.drain` waits for
 them (shutdown, tests).
@@ -22,15 +24,18 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import structlog
 
 if TYPE_CHECKING:
+    from geode.hooks.events import ObservedEvent
     from geode.loop.events import LoopEvent
 
-__all__ = ["HookSystem", "LoopObserverFn", "ObserverFn"]
+__all__ = ["EventObserverFn", "HookSystem", "LoopObserverFn", "ObserverFn"]
 
 log = structlog.get_logger(__name__)
 
 ObserverFn: TypeAlias = Callable[[str, Mapping[str, Any]], Awaitable[None] | None]
 #: a typed observer of one session's loop events: ``(session_id, event)``
 LoopObserverFn: TypeAlias = Callable[[str, "LoopEvent"], None]
+#: a typed observer of the executor's and the chat layer's events (``geode.hooks.events``)
+EventObserverFn: TypeAlias = Callable[["ObservedEvent"], None]
 
 
 class HookSystem:
@@ -39,6 +44,7 @@ class HookSystem:
     def __init__(self) -> None:
         self._observers: list[tuple[ObserverFn, re.Pattern[str] | None]] = []
         self._loop_observers: list[LoopObserverFn] = []
+        self._event_observers: list[EventObserverFn] = []
         self._pending: set[asyncio.Task[None]] = set()
 
     def subscribe(self, fn: ObserverFn, *, events: str | None = None) -> ObserverFn:
@@ -54,6 +60,11 @@ class HookSystem:
         self._loop_observers.append(fn)
         return fn
 
+    def subscribe_events(self, fn: EventObserverFn) -> EventObserverFn:
+        """Add a typed observer of the executor's and channel layer's events (sync, quick)."""
+        self._event_observers.append(fn)
+        return fn
+
     def unsubscribe(self, fn: ObserverFn) -> None:
         self._observers = [(f, m) for f, m in self._observers if f is not fn]
 
@@ -67,6 +78,17 @@ class HookSystem:
                             exc_info=True)
         if self._observers:
             self.emit(event.kind, session_id=session_id, **event.data)
+
+    def publish(self, event: ObservedEvent, /) -> None:
+        """Deliver a typed event to the typed observers, then by name to the others."""
+        for fn in list(self._event_observers):
+            try:
+                fn(event)
+            except Exception:  # observation must never break a run
+                log.warning("observer failed", observer=_name(fn), hook_event=event.kind,
+                            exc_info=True)
+        if self._observers:
+            self.emit(event.kind, **event.data)
 
     def emit(self, event: str, /, **data: Any) -> None:
         """Deliver ``event`` to every matching observer; never raises."""

@@ -72,3 +72,28 @@ async def test_a_channel_turns_span_names_its_platform_channel_and_thread(make_s
     assert turn.attributes["geode.thread"] == str(mid)
     assert turn.attributes["gen_ai.conversation.id"] == f"telegram:123456:{CHAT}:{mid}"
     provider.shutdown()
+
+
+async def test_channel_events_reach_the_metrics_as_typed_values(make_stack, fake, monkeypatch):
+    from geode.daemon.metrics import DaemonMetrics
+    from geode.hooks.events import MessagesReceived, ReplySent
+
+    seen: list[object] = []
+    counted = DaemonMetrics.on_event
+
+    def spy(self: DaemonMetrics, event: object) -> None:
+        seen.append(event)
+        counted(self, event)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DaemonMetrics, "on_event", spy)
+    stack = make_stack()
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot typed please", from_user=42)
+    await fake.wait_until(lambda: finals(fake, "answer to: typed please"), within=15)
+    await settled(stack)
+    assert MessagesReceived(platform="telegram", count=1) in seen
+    sent = [e for e in seen if isinstance(e, ReplySent)]
+    assert len(sent) == 1
+    assert sent[0].platform == "telegram"
+    assert isinstance(sent[0].latency_s, float)
+    assert _samples(stack)[("geode_channel_replies_sent_total", TG)] == 1
