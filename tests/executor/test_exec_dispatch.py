@@ -352,6 +352,21 @@ async def test_observers_see_lifecycle_and_cannot_break_it(harness: HarnessFacto
     assert h.events[2][1]["check"] == "scope"
 
 
+async def test_tool_events_reach_typed_observers_as_dataclasses(harness: HarnessFactory) -> None:
+    from geode.hooks.events import ToolDenied, ToolFinished, ToolStarted
+
+    h = harness("DAEMON")
+    typed: list[object] = []
+    h.executor._observers.subscribe_events(typed.append)  # type: ignore[union-attr]
+    await h.run_one("read_file")
+    await h.run_one("run_bash")
+    assert [type(e) for e in typed] == [ToolStarted, ToolFinished, ToolDenied]
+    finished, denied = typed[1], typed[2]
+    assert isinstance(finished, ToolFinished) and finished.status == "done"
+    assert isinstance(denied, ToolDenied) and denied.check == "scope" and denied.tool == "run_bash"
+    assert [e for e, _ in h.events] == ["tool.started", "tool.finished", "tool.denied"]
+
+
 async def test_duplicate_call_ids_run_once(harness: HarnessFactory) -> None:
     h = harness("HEADLESS", allow_tools=["write_file"])
     first, second = await h.run(h.call("write_file", id="same"), h.call("write_file", id="same"))

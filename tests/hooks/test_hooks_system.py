@@ -109,3 +109,22 @@ def test_async_observer_without_a_loop_is_dropped_cleanly() -> None:
     hs.emit("x")  # no running loop: logged, no "never awaited" warning (warnings are errors)
     hs.unsubscribe(obs)
     hs.emit("y")
+
+
+def test_publish_gives_typed_observers_the_dataclass_and_named_ones_kind_and_data() -> None:
+    from geode.hooks.events import ReplySent
+
+    hs = HookSystem()
+    typed: list[object] = []
+    named: list[tuple[str, dict[str, Any]]] = []
+
+    def broken(event: object) -> None:
+        raise RuntimeError("dashboard down")
+
+    hs.subscribe_events(broken)
+    hs.subscribe_events(typed.append)
+    hs.subscribe(lambda e, d: named.append((e, dict(d))), events=r"channel\..*")
+    event = ReplySent(platform="slack", latency_s=1.5)
+    hs.publish(event)
+    assert typed == [event]
+    assert named == [("channel.reply_sent", {"platform": "slack", "latency_s": 1.5})]
