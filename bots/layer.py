@@ -113,7 +113,7 @@ class ChannelLayer:
             deliverer=self.deliverer, threads=self.threads, index=self.index,
             thread_leases=self.thread_leases, options=options, active=self.active,
             fault=self._fault_at, approvals=self.approvals, waiters=self.waiters,
-            entry=self.entry,
+            entry=self.entry, queue=records.queue,
         ))
         self.commands = CommandContext(threads=self.threads, host=host, active=self.active,
                                        queued=self.processor.pending,

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from bots.port import PlatformClient, TurnHost
     from bots.store import (
         ApprovalRequests,
+        ChannelQueue,
         InboundLog,
         MessageIndex,
         Outbox,
@@ -80,6 +81,10 @@ log = structlog.get_logger(__name__)
 
 class _StoppedBeforeStart(Exception):
     """/stop arrived before the turn's session was open."""
+
+
+class _DroppedByOperator(Exception):
+    """``geode queue drop`` took the queued turn before it got its lanes."""
 
 
 def compose_prompt(
@@ -173,6 +178,8 @@ class TurnDeps:
     waiters: ApprovalWaiters
     #: the order turns enter the lanes in
     entry: EntryOrder
+    #: the claim a turn takes as it gets its lanes (``geode queue drop`` may have won it)
+    queue: ChannelQueue
 
 
 class TurnRunner:
@@ -208,15 +215,24 @@ class TurnRunner:
             received = Received()
             if prompt is None and not resume:
                 prompt, received = await self._prompt(stored, binding)
-            text = await self._run_turn(stored, row, binding, prompt or "", progress, active,
-                                        resume=resume, images=received.images)
+            try:
+                text = await self._run_turn(stored, row, binding, prompt or "", progress,
+                                            active, resume=resume, images=received.images)
+            except _DroppedByOperator:
+                text = None
             notices = received.notices
-            if notices:  # what was not read, and why, before the answer
+            if notices and text is not None:  # what was not read, and why, before the answer
                 text = "\n".join(notices) + "\n\n" + text
         finally:
             if deps.active.get(event.thread_key) is active:
                 del deps.active[event.thread_key]
             await progress.close()
+        if text is None:  # dropped by the operator: deliver the notice recorded as its answer
+            log.info("turn.dropped_by_operator", thread=event.thread_key, event_id=stored.id)
+            dropped = await deps.outbox.by_id(row.id)
+            if dropped.status == "ready":
+                await deps.deliverer.deliver(dropped)
+            return
         await self.finish(row, text)
 
     async def finish(self, row: OutboxRow, text: str) -> None:
@@ -327,6 +343,8 @@ class TurnRunner:
             active.model = session.model
             if active.stop_requested:
                 raise _StoppedBeforeStart
+            if not await deps.queue.claim(stored.id):
+                raise _DroppedByOperator  # `geode queue drop` won: it must not run
 
         # The binding's own folder: its file tools and sandbox see nothing of other channels.
         workspace = binding_workspace(deps.host.home, binding)
@@ -350,8 +368,8 @@ class TurnRunner:
                 log.info("turn.unqueued", thread=event.thread_key, event_id=stored.id)
                 return "⏹ Stopped: your queued message was not run."
             raise
-        except ShuttingDown:
-            raise  # not answered now: recovered on the next start
+        except (ShuttingDown, _DroppedByOperator):
+            raise  # not answered now: recovered on the next start / the notice is recorded
         except Exception as exc:
             return _error_text(exc)
         finally:

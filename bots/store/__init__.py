@@ -4,7 +4,8 @@ Inbound events and cursors (:class:`InboundLog`, :class:`Cursors`), leases
 (:class:`Lease`, :class:`ThreadLeases`), threads and the message index
 (:class:`ThreadSessions`, :class:`MessageIndex`), the outbox (:class:`Outbox`), pairing
 codes (:class:`PairingStore`), stored bindings (:class:`StoredBindings`) and approval
-requests (:class:`ApprovalRequests`), each with
+requests (:class:`ApprovalRequests`), the operator's view of queued turns
+(:class:`ChannelQueue`), each with
 named operations; :class:`ChannelStore` builds them on the harness's store and holds the
 units of work that span several tables (accepting a turn). The tables are on
 :data:`CHANNEL_METADATA`, handed to the harness by the composition root.
@@ -23,16 +24,19 @@ from bots.store.inbound import EVENTS_CHANNEL, Cursors, InboundLog, StoredEvent
 from bots.store.leases import Lease, Thread, ThreadLeaseLost, ThreadLeases
 from bots.store.outbox import PLACEHOLDER, Outbox, OutboxRow
 from bots.store.pairing import CODE_TTL_S, PairingRecord, PairingStore
+from bots.store.queue import DROPPED_NOTICE, ChannelQueue, QueuedMessage
 from bots.store.threads import MessageIndex, ThreadSessions, ThreadState
 
 __all__ = [
     "CHANNEL_METADATA",
     "CODE_TTL_S",
+    "DROPPED_NOTICE",
     "EVENTS_CHANNEL",
     "PLACEHOLDER",
     "ApprovalRecord",
     "ApprovalRequests",
     "ApprovalStatus",
+    "ChannelQueue",
     "ChannelStore",
     "Cursors",
     "Decision",
@@ -43,6 +47,7 @@ __all__ = [
     "OutboxRow",
     "PairingRecord",
     "PairingStore",
+    "QueuedMessage",
     "StoredBindings",
     "StoredEvent",
     "Thread",

@@ -16,6 +16,7 @@ from bots.store.inbound import InboundLog
 from bots.store.leases import Lease, ThreadLeases
 from bots.store.outbox import Outbox, OutboxRow
 from bots.store.pairing import PairingStore
+from bots.store.queue import ChannelQueue
 from bots.store.threads import MessageIndex, ThreadSessions, ThreadState
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class ChannelStore:
         self.pairing = PairingStore(store=store, max_new_per_hour=pairing_max_new_per_hour)
         self.bindings = StoredBindings(store=store)
         self.approvals = ApprovalRequests(store=store)
+        self.queue = ChannelQueue(store=store)
         self.thread_leases = ThreadLeases(store=store, owner=owner, ttl_s=lease_ttl_s)
 
     @property

@@ -52,7 +52,7 @@ def _root(
 # In the order ``geode --help`` lists them.
 _COMMAND_MODULES = ("cmd_channels", "cmd_info", "cmd_init", "cmd_mcp", "cmd_run", "cmd_serve",
                     "cmd_ask", "cmd_repl", "cmd_schedule", "cmd_sessions", "cmd_usage",
-                    "cmd_db")
+                    "cmd_db", "cmd_queue")
 
 
 def _register() -> None:

@@ -193,3 +193,92 @@ async def test_progress_heartbeat_and_status_show_elapsed_rounds_tool_and_tokens
                                       for s in fake.sent), within=15)
     go.set()
     await fake.wait_until(lambda: finals(fake, "done"), within=15)
+
+
+DROPPED = "⏹ An operator removed your queued message; it was not run."
+
+
+def _queue_cli(stack: Any, monkeypatch: pytest.MonkeyPatch, *args: str) -> Any:
+    """``geode queue ARGS`` on the stack's store (in a thread: the command runs its own
+    event loop), as a separate operator process would."""
+    import sys
+
+    from typer.testing import CliRunner
+
+    from geode.cli.app import _register, app
+    from geode.logging import configure_logging
+
+    _register()
+    monkeypatch.setenv("GEODE_HOME", str(stack.home))
+    monkeypatch.setenv("GEODE_STORE__URL", stack.store_url)
+    try:
+        return CliRunner().invoke(app, ["queue", *args])
+    finally:
+        configure_logging(stream=sys.stderr)
+
+
+async def _one_queued(make_stack: Any, fake: Any, store_url: str | None) -> tuple[Any, Gated]:
+    provider = Gated()
+    kw: dict[str, Any] = {"store_url": store_url} if store_url else {}
+    stack = make_stack(provider=provider, lanes={"global_cap": 8, "channel_cap": 1}, **kw)
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot job 1", from_user=42)
+    await fake.wait_until(lambda: provider.entered == 1, within=15)
+    fake.user_says(CHAT, "@geode_bot job 2", from_user=42)
+    await fake.wait_until(lambda: QUEUED.format(0) in visible(fake), within=15)
+    return stack, provider
+
+
+async def _listed(stack: Any, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    import json
+
+    out = await asyncio.to_thread(_queue_cli, stack, monkeypatch, "list", "--json")
+    assert out.exit_code == 0, out.output
+    return list(json.loads(out.output))
+
+
+async def test_queue_drop_while_serving_never_runs_it_and_tells_the_thread_once(
+    store_url, make_stack, fake, monkeypatch
+):
+    stack, provider = await _one_queued(make_stack, fake, store_url)
+    queued = await _listed(stack, monkeypatch)
+    assert [(q["platform"], q["channel"], q["position"]) for q in queued] == [
+        ("telegram", str(CHAT), 1)]
+    text = await asyncio.to_thread(_queue_cli, stack, monkeypatch, "list")
+    assert str(queued[0]["id"]) in text.output and str(CHAT) in text.output
+    dropped = await asyncio.to_thread(_queue_cli, stack, monkeypatch, "drop",
+                                      str(queued[0]["id"]))
+    assert dropped.exit_code == 0, dropped.output
+    assert await _listed(stack, monkeypatch) == []
+    again = await asyncio.to_thread(_queue_cli, stack, monkeypatch, "drop", str(queued[0]["id"]))
+    assert again.exit_code == 1
+    provider.go.set()  # job 1 ends: job 2 would get its lane now, and must not run
+    await fake.wait_until(lambda: finals(fake, "answer to: job 1") and finals(fake, DROPPED),
+                          within=15)
+    # the next message in that thread is answered
+    thread_msg = next(m for m in fake.messages_in(CHAT, from_bot=True)
+                      if m.plain_text == DROPPED)
+    fake.user_says(CHAT, "job 3", from_user=42, reply_to=thread_msg.message_id)
+    await fake.wait_until(lambda: finals(fake, "answer to: job 3"), within=15)
+    await asyncio.sleep(0.3)
+    assert asked(provider) == ["job 1", "job 3"]  # the model never saw job 2
+    assert len(finals(fake, DROPPED)) == 1
+
+
+async def test_queue_drop_while_stopped_is_told_once_at_the_next_start(
+    store_url, make_stack, fake, monkeypatch
+):
+    stack, provider = await _one_queued(make_stack, fake, store_url)
+    await stack.crash()  # job 1 mid-call, job 2 queued: only the store keeps them
+    queued = await _listed(stack, monkeypatch)
+    job2 = [q for q in queued if q["position"] == len(queued)]
+    assert job2, queued
+    dropped = await asyncio.to_thread(_queue_cli, stack, monkeypatch, "drop", str(job2[0]["id"]))
+    assert dropped.exit_code == 0, dropped.output
+    provider.go.set()
+    await stack.start()
+    await fake.wait_until(lambda: finals(fake, "answer to: job 1") and finals(fake, DROPPED),
+                          within=30)
+    await asyncio.sleep(0.3)
+    assert "job 2" not in asked(provider)
+    assert len(finals(fake, DROPPED)) == 1
