@@ -146,7 +146,8 @@ class Outbox:
             platform=platform, workspace=workspace, target=target, status="pending",
             chunks=[], loop_turn_id=loop_turn_id,
         ))
-        conn.execute(*_event_update(event_id, status="running", decision="turn",
+        # decision "turn.queued" until it gets its lanes (``bots.store.queue``): then "turn"
+        conn.execute(*_event_update(event_id, status="running", decision="turn.queued",
                                     session_id=session_id))
         pk = result.inserted_primary_key
         assert pk is not None

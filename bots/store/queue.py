@@ -1,8 +1,8 @@
 """The channel queue as an operator sees it: accepted turns still waiting for their lanes.
 
-A channel turn is accepted with its event's decision ``turn`` and a ``pending`` outbox row.
-When the daemon gives it its lanes it *claims* it (decision ``turn`` -> ``turn.run``, one
-conditional UPDATE); ``geode queue drop`` takes the same row the other way (``turn`` ->
+A channel turn is accepted with its event's decision ``turn.queued`` and a ``pending`` outbox
+row. When the daemon gives it its lanes it *claims* it (decision ``turn.queued`` -> ``turn``,
+one conditional UPDATE); ``geode queue drop`` takes the same row the other way (->
 ``turn.dropped``) and, in the same transaction, records the thread's notice as the row's
 final answer (``pending`` -> ``ready``). Both are conditional updates of one row, so on
 SQLite and PostgreSQL alike exactly one of them wins: a dropped message never runs, and a
@@ -28,12 +28,13 @@ if TYPE_CHECKING:
 
     from geode.store import Store
 
-__all__ = ["DROPPED_NOTICE", "ChannelQueue", "QueuedMessage"]
+__all__ = ["DROPPED_NOTICE", "QUEUED_DECISION", "ChannelQueue", "QueuedMessage"]
 
 _E = events_table
 _O = outbox_table
 DROPPED_NOTICE = "⏹ An operator removed your queued message; it was not run."
-_ACCEPTED, _RUNNING, _DROPPED = "turn", "turn.run", "turn.dropped"
+QUEUED_DECISION = "turn.queued"
+_ACCEPTED, _RUNNING, _DROPPED = QUEUED_DECISION, "turn", "turn.dropped"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,7 +113,8 @@ class ChannelQueue:
         def tx(conn: Connection) -> bool:
             if conn.execute(claim.values(decision=_RUNNING, updated_at=utcnow())).rowcount == 1:
                 return True
-            # claimed before (a resumed turn), or not a queued turn at all: only a drop stops it
+            # claimed before (a resumed turn, one accepted by an older version): only a drop
+            # stops it
             return bool(conn.execute(decision).scalar() != _DROPPED)
 
         return bool(await self._store.run_write(tx))
