@@ -44,9 +44,16 @@ async def test_a_write_in_one_binding_is_not_readable_from_another(make_stack, f
 
     fake.user_says(CHAT2, "@geode_bot read it", from_user=42)
     fake.user_says(CHAT2, "@geode_bot peek next door", from_user=42)
+
+    def answers_in_two() -> list[str]:
+        return [m.plain_text for m in fake.messages_in(CHAT2, from_bot=True)
+                if m.plain_text.startswith("result:")]
+
+    # settled() alone can return before the poller fetched the two messages (nothing recorded
+    # yet means nothing unfinished): wait for both answers first, then for the rest to settle
+    await fake.wait_until(lambda: len(answers_in_two()) >= 2, within=10)
     await settled(stack)
-    answers = [m.plain_text for m in fake.messages_in(CHAT2, from_bot=True)
-               if m.plain_text.startswith("result:")]
+    answers = answers_in_two()
     assert len(answers) == 2, answers
     assert not any("planted" in a for a in answers), answers
     # the same read in the writing channel does see it (the refusal above is the folder's)
