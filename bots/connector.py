@@ -72,6 +72,10 @@ class BaseConnector(ABC):
         self.owner = instance_name()
         #: identity inside the platform (Telegram: the bot id); part of session ids
         self.workspace = ""
+        #: the channel records (built at :meth:`start` on the daemon's store): the intake
+        #: lease comes from here, never from the layer
+        self.records: ChannelStore | None = None
+        #: the layer this connector feeds (platform code uses :attr:`intake` only)
         self.layer: ChannelLayer | None = None
         #: test seam: called with a pipeline point name (a test raises there = a crash)
         self.fault: Callable[[str], None] | None = fault
@@ -96,7 +100,10 @@ class BaseConnector(ABC):
         records = ChannelStore(store=runtime.store, owner=self.owner,
                                lease_ttl_s=self.options.lease_ttl_s,
                                pairing_max_new_per_hour=self.options.pairing_max_new_per_hour)
-        self.layer = ChannelLayer(connector=self, records=records, host=self.host,
+        self.records = records
+        # The layer gets this connector's platform I/O as the PlatformClient port (send,
+        # edit, render, identity), nothing of its lifecycle or intake.
+        self.layer = ChannelLayer(client=self, records=records, host=self.host,
                                   bindings=self.bindings, options=self.options,
                                   fault=self.fault)
         await self.connect()
@@ -134,8 +141,8 @@ class BaseConnector(ABC):
         self, *, lease_name: str, ttl_s: float, work: Callable[[], Awaitable[None]] | None = None
     ) -> asyncio.Task[None]:
         """Create :attr:`lease` (store lease ``lease_name``) and run :meth:`supervise` on it."""
-        assert self.layer is not None
-        self.lease = self.layer.records.lease(name=lease_name, ttl_s=ttl_s)
+        assert self.records is not None
+        self.lease = self.records.lease(name=lease_name, ttl_s=ttl_s)
         return asyncio.create_task(self.supervise(period=max(0.05, ttl_s / 3), work=work),
                                    name=f"{self.platform}-main")
 
@@ -150,7 +157,7 @@ class BaseConnector(ABC):
         again after ``period``. Processing is not tied to this lease (every replica
         processes the threads it holds).
         """
-        assert self.lease is not None and self.layer is not None
+        assert self.lease is not None
         while True:
             if not await self.lease.try_acquire():
                 if not self.standby:

@@ -62,12 +62,18 @@ log = structlog.get_logger(__name__)
 
 
 class ChannelLayer:
-    """See the module docstring. Built by :meth:`BaseConnector.start`."""
+    """See the module docstring. Built by :meth:`BaseConnector.start`.
+
+    Its collaborators are ports, given at construction: ``client`` (the platform's I/O and
+    identity, :class:`~bots.port.PlatformClient`; never the connector's lifecycle),
+    ``records`` (the channel store), ``host`` (the harness, :class:`~bots.port.TurnHost`)
+    and the ``fault`` seam. Platform code sees the layer only as :class:`~bots.port.Intake`.
+    """
 
     def __init__(
         self,
         *,
-        connector: PlatformClient,
+        client: PlatformClient,
         records: ChannelStore,
         host: TurnHost,
         bindings: Sequence[BindingSettings],
@@ -75,7 +81,7 @@ class ChannelLayer:
         processor: BaseEventProcessor | None = None,
         fault: Callable[[str], None] | None = None,
     ) -> None:
-        self.connector = connector
+        self.client = client
         self.records = records
         self.host = host
         self.options = options
@@ -99,17 +105,17 @@ class ChannelLayer:
             ctx=DispatchContext(
                 owner=self.owner, inbound=self.inbound, bindings=self.bindings,
                 threads=self.threads, senders=self.senders,
-                bot_user_id=connector.bot_user_id, bot_username=connector.bot_username,
+                bot_user_id=client.bot_user_id, bot_username=client.bot_username,
                 ignore=self.ignore, pairing_notice=self.pairing_notice,
             ),
             route=self.route,
         )
-        self.deliverer = Deliverer(connector=connector, outbox=self.outbox,
+        self.deliverer = Deliverer(client=client, outbox=self.outbox,
                                    fault=self._fault_at, observe=self._observe)
         self.approvals = records.approvals
         self.waiters = ApprovalWaiters()
         self.turns = TurnRunner(deps=TurnDeps(
-            client=connector, host=host, inbound=self.inbound, outbox=self.outbox,
+            client=client, host=host, inbound=self.inbound, outbox=self.outbox,
             deliverer=self.deliverer, threads=self.threads, index=self.index,
             thread_leases=self.thread_leases, options=options, active=self.active,
             fault=self._fault_at, approvals=self.approvals, waiters=self.waiters,
@@ -149,7 +155,7 @@ class ChannelLayer:
         ids = await self.inbound.record(events, cursor=cursor)
         self.fault("recorded")
         if ids:
-            self._observe(MessagesReceived(platform=self.connector.platform, count=len(ids)))
+            self._observe(MessagesReceived(platform=self.client.platform, count=len(ids)))
             self._wake.set()
         return ids
 
@@ -213,7 +219,7 @@ class ChannelLayer:
         if was:
             # Nothing of ours runs any more: whatever is unfinished is recovered by the
             # replica (or the next run) that takes the threads.
-            c = self.connector
+            c = self.client
             try:
                 await self.thread_leases.release_all(c.platform, c.workspace)
             except Exception:
@@ -249,7 +255,7 @@ class ChannelLayer:
             await self._pump_batches()
 
     async def _pump_batches(self) -> None:
-        c = self.connector
+        c = self.client
         limit = 100
         while True:
             room = self.options.max_concurrent_threads - self.processor.busy
@@ -280,7 +286,7 @@ class ChannelLayer:
         """PostgreSQL: wake the pump as soon as any replica records an event of this bot (a
         thread this replica holds may have a new message); ``pump_interval_s`` is the
         fallback while the listening connection is down."""
-        c = self.connector
+        c = self.client
         bot = f"{c.platform}:{c.workspace}"
         failures = 0
         while True:
@@ -323,12 +329,12 @@ class ChannelLayer:
                 if time.monotonic() - last_renewed > ttl and not self._stalled:
                     # Our leases may have been taken over by now: stop running threads
                     # another replica may be recovering (it starts them again).
-                    log.error("thread_leases.expired", platform=self.connector.platform)
+                    log.error("thread_leases.expired", platform=self.client.platform)
                     self._stalled = True
                     await self.processor.aclose()
 
     async def heartbeat_once(self) -> None:
-        c = self.connector
+        c = self.client
         held = await self.thread_leases.renew(c.platform, c.workspace)
         if self._stalled:
             # Back after a stall that stopped our turns: what nobody took over is still
@@ -346,7 +352,7 @@ class ChannelLayer:
         await self.take_over()
 
     async def take_over(self) -> None:
-        c = self.connector
+        c = self.client
         taken = await self.thread_leases.take_over(c.platform, c.workspace)
         if taken:
             log.info("thread_leases.taken_over", threads=len(taken))
@@ -365,7 +371,7 @@ class ChannelLayer:
             await self._recover(threads)
 
     async def _recover(self, threads: set[Thread]) -> None:
-        c = self.connector
+        c = self.client
         for stored in await self.inbound.unfinished(c.platform, c.workspace):
             if (stored.event.channel, stored.event.thread_root) not in threads:
                 continue
@@ -424,7 +430,7 @@ class ChannelLayer:
         queued = await self.outbox.add_notice(
             session_key=ev.thread_key, turn_key=f"ev{d.stored.id}", event_id=d.stored.id,
             platform=ev.platform, workspace=ev.workspace, target=ev.target(),
-            chunks=self.connector.render(redact_text(text)),
+            chunks=self.client.render(redact_text(text)),
             decision=decision, conn=conn,
         )
         if queued and conn is None:
@@ -479,7 +485,7 @@ class ChannelLayer:
             text = f"⚠️ /{name} failed ({type(exc).__name__})."
         if d.event.extra.get("action"):  # a click on a button: answer it where it was made
             try:
-                await self.connector.answer_action(d.event, text)
+                await self.client.answer_action(d.event, text)
             except Exception:
                 log.warning("action.answer_failed", command=name, exc_info=True)
         await self.notice(d, text, decision=f"command:{name}")

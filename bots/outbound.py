@@ -38,16 +38,16 @@ def _rate_limited(exc: DeliveryError) -> bool:
 
 
 class Deliverer:
-    """Sends outbox rows through a connector, reconcilably."""
+    """Sends outbox rows through the platform client, reconcilably."""
 
     def __init__(
-        self, *, connector: PlatformClient, outbox: Outbox,
+        self, *, client: PlatformClient, outbox: Outbox,
         fault: Any = None, max_attempts: int = 5,
         observe: Callable[[ChannelEvent], None] | None = None,
     ) -> None:
         """``observe(event)``: the daemon's metrics (:class:`ReplySent` with the latency
         from intake, :class:`DeliveryRetried`, :class:`RateLimited`)."""
-        self.connector = connector
+        self.client = client
         self.outbox = outbox
         self._fault = fault or (lambda point: None)
         self.max_attempts = max_attempts
@@ -74,7 +74,7 @@ class Deliverer:
                 ids.append(await self._send_chunk(row.target, chunk))
         except DeliveryError as exc:
             if _rate_limited(exc):
-                self._observe(RateLimited(platform=self.connector.platform))
+                self._observe(RateLimited(platform=self.client.platform))
             status = "uncertain" if exc.kind == "unknown" else "failed"
             return await self.outbox.finish(row, status=status, error=str(exc),
                                             values={"message_ids": ids})
@@ -83,18 +83,18 @@ class Deliverer:
 
     async def _send_chunk(self, target: ReplyTarget, chunk: Chunk) -> str:
         try:
-            return await self.connector.send(target, chunk)
+            return await self.client.send(target, chunk)
         except DeliveryError as exc:
             if exc.kind != "markup":
                 raise
             log.info("outbox.markup_rejected_plain_fallback")
-            return await self.connector.send(target, chunk, plain=True)
+            return await self.client.send(target, chunk, plain=True)
 
     async def _edit_chunk(self, target: ReplyTarget, message_id: str, chunk: Chunk) -> str:
         """Edit, falling back to plain text; returns the id now holding the chunk."""
         for plain in (False, True):
             try:
-                await self.connector.edit(target, message_id, chunk, plain=plain)
+                await self.client.edit(target, message_id, chunk, plain=plain)
                 return message_id
             except DeliveryError as exc:
                 if exc.kind == "not_modified":
@@ -118,7 +118,7 @@ class Deliverer:
                 # Placeholders first, each recorded before the next: every final chunk is then
                 # delivered by an edit of a recorded message (idempotent on retry).
                 while len(ids) < len(row.chunks):
-                    mid = await self.connector.send(row.target, Chunk(formatted=PLACEHOLDER,
+                    mid = await self.client.send(row.target, Chunk(formatted=PLACEHOLDER,
                                                                        fallback=PLACEHOLDER))
                     self._fault("placeholder_sent_before_record")
                     ids.append(mid)
@@ -135,13 +135,13 @@ class Deliverer:
             except DeliveryError as exc:
                 attempt += 1
                 if _rate_limited(exc):
-                    self._observe(RateLimited(platform=self.connector.platform))
+                    self._observe(RateLimited(platform=self.client.platform))
                 if exc.kind == "fatal" or attempt >= self.max_attempts:
                     log.warning("outbox.delivery_failed", row=row.id, error=str(exc))
                     return await self.outbox.finish(
                         row, status="failed", error=str(exc),
                         values={"attempts": row.attempts + attempt})
-                self._observe(DeliveryRetried(platform=self.connector.platform))
+                self._observe(DeliveryRetried(platform=self.client.platform))
                 await asyncio.sleep(min(30.0, exc.retry_after or 0.2 * 2**attempt))
                 row = await self.outbox.by_id(row.id)
                 ids = list(row.message_ids) or ids
@@ -151,5 +151,5 @@ class Deliverer:
         self, row: OutboxRow, ids: list[str], values: dict[str, Any] | None = None
     ) -> OutboxRow:
         sent, latency = await self.outbox.record_sent(row, ids, values=values)
-        self._observe(ReplySent(platform=self.connector.platform, latency_s=latency))
+        self._observe(ReplySent(platform=self.client.platform, latency_s=latency))
         return sent

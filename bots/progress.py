@@ -49,12 +49,12 @@ class ProgressReporter:
     """One turn's progress indicators."""
 
     def __init__(
-        self, *, connector: PlatformClient, outbox: Outbox, row: OutboxRow, target: ReplyTarget,
+        self, *, client: PlatformClient, outbox: Outbox, row: OutboxRow, target: ReplyTarget,
         inbound_message_id: str, edit_interval_s: float = 1.0, typing_interval_s: float = 4.0,
         typing_delay_s: float = 0.0, ack_emoji: str | None = "👀", fault: Any = None,
         heartbeat_interval_s: float = 15.0,
     ) -> None:
-        self.connector = connector
+        self.client = client
         self.outbox = outbox
         self.row = row
         self.target = target
@@ -86,7 +86,7 @@ class ProgressReporter:
         """Ack and progress message (recorded) together; then the typing and edit loops."""
         steps = []
         if self.ack_emoji:
-            steps.append(self._quiet(self.connector.react(self.target, self.inbound_message_id,
+            steps.append(self._quiet(self.client.react(self.target, self.inbound_message_id,
                                                           self.ack_emoji)))
         if self.message_id is None:
             steps.append(self._send_progress())
@@ -122,8 +122,8 @@ class ProgressReporter:
         # A crash between this send and its record leaves a stray "Working…" message (it
         # carries no answer; the restarted turn sends a new one): no id, nothing to reconcile.
         try:
-            mid = await self.connector.send(self.target,
-                                            self.connector.render_progress(WORKING))
+            mid = await self.client.send(self.target,
+                                            self.client.render_progress(WORKING))
         except DeliveryError as exc:
             log.info("progress.send_failed", error=str(exc))
             return
@@ -183,8 +183,8 @@ class ProgressReporter:
                 continue
             text = self._text()
             self._last_edit = time.monotonic()
-            await self._quiet(self.connector.edit(self.target, self.message_id,
-                                                  self.connector.render_progress(text)))
+            await self._quiet(self.client.edit(self.target, self.message_id,
+                                                  self.client.render_progress(text)))
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -197,7 +197,7 @@ class ProgressReporter:
         if self.typing_delay_s > 0:
             await asyncio.sleep(self.typing_delay_s)
         while True:
-            await self._quiet(self.connector.typing(self.target))
+            await self._quiet(self.client.typing(self.target))
             await asyncio.sleep(self.typing_interval_s)
 
     async def close(self) -> None:

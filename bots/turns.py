@@ -196,7 +196,7 @@ class TurnRunner:
         event = stored.event
         opts = deps.options
         progress = ProgressReporter(
-            connector=deps.client, outbox=deps.outbox, row=row, target=row.target,
+            client=deps.client, outbox=deps.outbox, row=row, target=row.target,
             inbound_message_id=event.message_id, edit_interval_s=opts.progress_edit_interval_s,
             typing_interval_s=opts.typing_interval_s, typing_delay_s=opts.typing_delay_s,
             ack_emoji=opts.ack_emoji, heartbeat_interval_s=opts.heartbeat_interval_s,

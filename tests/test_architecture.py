@@ -6,7 +6,10 @@
 * SQLAlchemy is imported in ``bots/`` only by ``bots/store/`` (connectors and the layer
   ask the store by name for a unit of work);
 * production code (``geode/``, ``bots/``) never imports test helpers: ``tests``,
-  ``geode.testing`` (outside itself) or a ``testing`` module of ``bots``.
+  ``geode.testing`` (outside itself) or a ``testing`` module of ``bots``;
+* the layer side of ``bots/`` (everything but the connector base, the platform folders and
+  the fakes) never imports a connector: it holds the platform only as the
+  :class:`bots.port.PlatformClient` port it is given, never the connector that built it.
 """
 
 from __future__ import annotations
@@ -137,5 +140,29 @@ def test_production_code_never_imports_test_helpers(package: str) -> None:
         if not _is_test_helper(module)  # the helpers may import each other
         for name, line in _imports(path, module)
         if _is_test_helper(name)
+    ]
+    assert offenders == []
+
+
+_PLATFORMS = ("bots.telegram", "bots.slack", "bots.discord")
+
+
+def _connector_side(module: str) -> bool:
+    return (
+        module in ("bots", "bots.connector")
+        or any(module == p or module.startswith(f"{p}.") for p in _PLATFORMS)
+        or _is_test_helper(module)
+    )
+
+
+def test_the_layer_side_never_imports_a_connector() -> None:
+    known = _modules("bots")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for module, path in known.items()
+        if not _connector_side(module)
+        for name, line in _imports(path, module)
+        if (target := _resolve(name, known)) is not None and _connector_side(target)
+        and not _is_test_helper(target)
     ]
     assert offenders == []
