@@ -32,7 +32,14 @@ from bots.events import Attachment, InboundEvent, ReplyTarget
 from bots.format import Chunk
 from bots.layer import ChannelLayer
 from bots.options import LayerOptions
-from bots.port import AttachmentRefused, DeliveryError, DeliveryErrorKind, Intake, TurnHost
+from bots.port import (
+    AttachmentRefused,
+    DeliveryError,
+    DeliveryErrorKind,
+    Intake,
+    TurnHost,
+    UploadTooLarge,
+)
 from bots.store import ChannelStore, Lease
 from geode.settings import BindingSettings
 
@@ -243,6 +250,41 @@ class BaseConnector(ABC):
     async def answer_action(self, event: InboundEvent, text: str) -> None:
         """Answer a click on a native control (nothing to do without them)."""
         return None
+
+    # -- files out ----------------------------------------------------------------------------
+
+    def upload_limit(self, *, image: bool) -> int:
+        """The largest file (bytes) :meth:`upload` takes here; 0: this platform cannot."""
+        return 0
+
+    async def upload(
+        self, target: ReplyTarget, *, filename: str, data: bytes, caption: str | None = None,
+        image: bool = False,
+    ) -> str:
+        """Post a file into the thread; returns the platform's message (or file) id.
+
+        The size is checked against :meth:`upload_limit` before anything leaves.
+
+        Raises:
+            UploadTooLarge: over the limit (a ``fatal`` :class:`DeliveryError`).
+            DeliveryError: translated platform failure.
+        """
+        limit = self.upload_limit(image=image)
+        if limit <= 0:
+            raise DeliveryError("fatal", f"{self.platform} connector cannot upload files")
+        if len(data) > limit:
+            raise UploadTooLarge(filename=filename, size=len(data), limit=limit,
+                                 platform=self.platform.capitalize(),
+                                 what="photos" if image else "files")
+        return await self.post_file(target, filename=filename, data=data, caption=caption,
+                                    image=image)
+
+    async def post_file(
+        self, target: ReplyTarget, *, filename: str, data: bytes, caption: str | None,
+        image: bool,
+    ) -> str:
+        """The platform's upload (size already checked). Default: cannot."""
+        raise DeliveryError("fatal", f"{self.platform} connector cannot upload files")
 
     @abstractmethod
     def render(self, markdown: str) -> list[Chunk]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
 
-__all__ = ["Chunk", "markdown_parser", "pack_blocks", "utf16_len"]
+__all__ = ["Chunk", "human_size", "markdown_parser", "pack_blocks", "utf16_len"]
 
 #: CommonMark + tables + strikethrough, raw HTML off (every renderer parses with it)
 markdown_parser = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
@@ -24,6 +24,14 @@ markdown_parser = MarkdownIt("commonmark", {"html": False}).enable(["strikethrou
 def utf16_len(text: str) -> int:
     """Length as Telegram and Discord count it (UTF-16 code units)."""
     return len(text.encode("utf-16-le")) // 2
+
+
+def human_size(n: int) -> str:
+    """A byte count as people read it (``12 KB``, ``3.5 MB``; binary units)."""
+    for unit, shift in (("GB", 30), ("MB", 20), ("KB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.3g} {unit}"
+    return f"{n} bytes"
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from bots.events import Attachment, InboundEvent, ReplyTarget
-from bots.format import Chunk
+from bots.format import Chunk, human_size
 from geode.daemon.port import HarnessPort
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ __all__ = [
     "Intake",
     "PlatformClient",
     "TurnHost",
+    "UploadTooLarge",
 ]
 
 DeliveryErrorKind = Literal["markup", "not_modified", "not_found", "retry", "unknown", "fatal"]
@@ -57,6 +58,22 @@ class DeliveryError(Exception):
         super().__init__(message or kind)
         self.kind = kind
         self.retry_after = retry_after
+
+
+class UploadTooLarge(DeliveryError):
+    """A file over the platform's upload limit, refused before any byte was sent (never
+    retried); the message names the file, its size and the limit."""
+
+    def __init__(self, *, filename: str, size: int, limit: int, platform: str,
+                 what: str = "files") -> None:
+        super().__init__(
+            "fatal",
+            f"{filename} is {human_size(size)}: {platform} takes {what} up to "
+            f"{human_size(limit)}",
+        )
+        self.filename = filename
+        self.size = size
+        self.limit = limit
 
 
 class AttachmentRefused(Exception):
@@ -87,6 +104,19 @@ class PlatformClient(Protocol):
 
     async def answer_action(self, event: InboundEvent, text: str) -> None:
         """Answer a click on a control (``event.extra["action"]``) the platform's way."""
+        ...
+
+    async def upload(
+        self, target: ReplyTarget, *, filename: str, data: bytes, caption: str | None = None,
+        image: bool = False,
+    ) -> str:
+        """Post a file into the thread (``image``: as a photo where the platform makes the
+        difference); returns the platform's message (or file) id.
+
+        Raises:
+            UploadTooLarge: over the platform's limit (checked before anything is sent).
+            DeliveryError: translated platform failure.
+        """
         ...
 
     async def typing(self, target: ReplyTarget) -> None: ...

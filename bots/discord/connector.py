@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import random
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -89,6 +90,9 @@ class DiscordOptions(LayerOptions):
     catch_up_max_pages: int = 20
     #: earlier messages of a thread fetched as context on the bot's first mention in it
     thread_history_max: int = 50
+    #: the largest file the bot may attach (Discord's default is 10 MiB; boosted servers
+    #: allow more)
+    max_upload_mb: float = 10.0
 
 
 class _Client(discord.Client):
@@ -681,6 +685,28 @@ class DiscordConnector(BaseConnector):
                     raise last from exc
         assert last is not None
         raise last
+
+    def upload_limit(self, *, image: bool) -> int:
+        return int(self.opts.max_upload_mb * (1 << 20))
+
+    async def post_file(
+        self, target: ReplyTarget, *, filename: str, data: bytes, caption: str | None,
+        image: bool,
+    ) -> str:
+        """A message with the file as its attachment (multipart ``POST
+        /channels/{id}/messages``), in the thread the replies go to."""
+        assert self.client is not None
+        text = (caption or "")[:DISCORD_LIMIT] or None
+        try:
+            cid, _ = await self._route(target, create=True)
+            channel = self.client.get_partial_messageable(int(cid))
+            msg = await self._rest(channel.send(
+                text, file=discord.File(io.BytesIO(data), filename=filename),
+                allowed_mentions=_NO_MENTIONS))
+        except (discord.DiscordException, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise _map_error(exc, sending=True) from exc
+        self._where_sent[str(msg.id)] = cid
+        return str(msg.id)
 
     async def react(self, target: ReplyTarget, message_id: str, emoji: str | None) -> None:
         assert self.client is not None

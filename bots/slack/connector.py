@@ -97,7 +97,10 @@ SCOPES = frozenset({
     "commands",            # /geode
     "assistant:write",     # assistant.threads.setStatus (optional: falls back)
     "files:read",          # files.info and url_private (attachments in)
+    "files:write",         # files.getUploadURLExternal / .completeUploadExternal (files out)
 })
+#: files_upload_v2's limit (Slack's: 1 GB a file)
+UPLOAD_LIMIT = 1 << 30
 EVENTS = frozenset({"app_mention", "message.channels", "message.groups", "message.im"})
 
 SLACK_HELP = (
@@ -475,6 +478,31 @@ class SlackConnector(BaseConnector):
             raise AttachmentRefused("it has no download address (an external file?)")
         return await stream_to_file(url, dest, max_bytes=max_bytes,
                                     headers={"Authorization": f"Bearer {self.bot_token}"})
+
+    def upload_limit(self, *, image: bool) -> int:
+        return UPLOAD_LIMIT
+
+    async def post_file(
+        self, target: ReplyTarget, *, filename: str, data: bytes, caption: str | None,
+        image: bool,
+    ) -> str:
+        """``files_upload_v2`` into the thread (get an upload URL, POST the bytes, complete
+        the upload with channel + thread_ts); returns the file id (Slack shares the file in
+        the thread as a message of its own, whose ts the completion does not give)."""
+        assert self.client is not None
+        try:
+            resp = await self.client.files_upload_v2(
+                filename=filename, content=data, title=filename, channel=target.channel,
+                thread_ts=target.thread_root if valid_ts(target.thread_root) else None,
+                initial_comment=caption or None,
+            )
+        except (SlackApiError, SlackClientError, ClientError, TimeoutError) as exc:
+            raise _map_error(exc, sending=True) from exc
+        info = resp.get("file")
+        fid = info.get("id") if isinstance(info, dict) else None
+        if not isinstance(fid, str) or not fid:
+            raise DeliveryError("unknown", "files.completeUploadExternal gave no file id")
+        return fid
 
     async def react(self, target: ReplyTarget, message_id: str, emoji: str | None) -> None:
         assert self.client is not None

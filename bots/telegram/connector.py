@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import structlog
 from aiohttp import web
+from telegram import InputFile, ReplyParameters
 from telegram.error import (
     BadRequest,
     Conflict,
@@ -60,6 +61,10 @@ __all__ = ["TelegramConnector", "TelegramOptions"]
 log = structlog.get_logger(__name__)
 
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
+#: Bot API upload limits (MiB): documents, photos; captions in characters
+DOCUMENT_LIMIT_MB = 50
+PHOTO_LIMIT_MB = 10
+CAPTION_LIMIT = 1024
 
 
 class TelegramOptions(LayerOptions):
@@ -416,6 +421,34 @@ class TelegramConnector(BaseConnector):
             raise AttachmentRefused(TOO_LARGE)
         url = f"{self.bot.base_file_url}/{info['file_path']}"  # PTB's, token included
         return await stream_to_file(url, dest, max_bytes=max_bytes)
+
+    def upload_limit(self, *, image: bool) -> int:
+        return (PHOTO_LIMIT_MB if image else DOCUMENT_LIMIT_MB) << 20
+
+    async def post_file(
+        self, target: ReplyTarget, *, filename: str, data: bytes, caption: str | None,
+        image: bool,
+    ) -> str:
+        """``sendPhoto`` (``image``) or ``sendDocument``, in the thread as :meth:`send`
+        replies (topic, reply to the message that asked)."""
+        assert self.bot is not None
+        route = self._route(target)
+        reply = None
+        if target.reply_to is not None and target.reply_to.lstrip("-").isdigit():
+            reply = ReplyParameters(message_id=int(target.reply_to),
+                                    allow_sending_without_reply=True)
+        text = caption[:CAPTION_LIMIT] if caption else None
+        upload = InputFile(data, filename=filename)
+        try:
+            if image:
+                msg = await self.bot.send_photo(photo=upload, caption=text,
+                                                reply_parameters=reply, **route)
+            else:
+                msg = await self.bot.send_document(document=upload, caption=text,
+                                                   reply_parameters=reply, **route)
+        except TelegramError as exc:
+            raise _map_error(exc, sending=True) from exc
+        return str(msg.message_id)
 
     async def react(self, target: ReplyTarget, message_id: str, emoji: str | None) -> None:
         assert self.bot is not None

@@ -44,7 +44,9 @@ Connection faults: :meth:`drop_connection`, :meth:`invalidate_session`, :meth:`r
 queued for a RESUME deterministically), ``srv.ack_heartbeats = False`` (zombie connection).
 Records: ``sent``, ``edits``, ``deleted``, ``reactions``, ``typing``, ``threads_created``,
 ``command_syncs``, ``interaction_responses``, ``requests``, ``connections``, ``identifies``,
-``resumes``, ``heartbeats``; :meth:`messages_in` gives a channel's final state.
+``resumes``, ``heartbeats``, ``uploads`` (files the bot attached, with their bytes, served back
+on the fake CDN; a message's files over ``max_upload_bytes`` are 413 / 40005);
+:meth:`messages_in` gives a channel's final state.
 
 How to point discord.py at it: discord.py 2.x builds REST URLs from the class attribute
 ``discord.http.Route.BASE`` and, for a plain ``discord.Client``, connects to the class attribute
@@ -76,7 +78,7 @@ from typing import Any
 import structlog
 from aiohttp import WSMsgType, web
 
-__all__ = ["FakeDiscord", "InteractionResponse", "SentMessage"]
+__all__ = ["FakeDiscord", "InteractionResponse", "SentMessage", "UploadedFile"]
 
 log = structlog.get_logger(__name__)
 
@@ -106,6 +108,25 @@ class SentMessage:
     content: str
     reference: int | None = None
     attachments: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class UploadedFile:
+    """A file the bot attached to a message it created (multipart ``files[n]``)."""
+
+    channel_id: int
+    message_id: int
+    filename: str
+    data: bytes
+    content_type: str | None
+    content: str  # the message's text (the caption)
+
+
+@dataclass(frozen=True)
+class _Part:
+    filename: str
+    data: bytes
+    content_type: str | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +219,8 @@ class FakeDiscord:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.api_version = api_version
         self.ack_heartbeats = True
+        #: the largest total of attachments one message may carry (Discord's 10 MiB default)
+        self.max_upload_bytes = 10 << 20
         self._ids = itertools.count(1)
         self._last_id = 0
         self.bot_id = self._snowflake()
@@ -232,6 +255,8 @@ class FakeDiscord:
         #: (id, name) of each download
         self._cdn: dict[str, bytes] = {}
         self.downloads: list[str] = []
+        #: files the bot attached to its messages (bytes included), in order
+        self.uploads: list[UploadedFile] = []
         self.connections: list[JSON] = []
         self.identifies = 0
         self.resumes = 0
@@ -251,7 +276,8 @@ class FakeDiscord:
 
     async def start(self) -> None:
         """Listen on 127.0.0.1 on a free port."""
-        app = web.Application(middlewares=[self._middleware])
+        # bodies up to the upload limit and some (aiohttp's default is 1 MiB)
+        app = web.Application(middlewares=[self._middleware], client_max_size=64 << 20)
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/resume-gateway", self._gateway)
         self._add_rest_routes(app)
@@ -780,17 +806,20 @@ class FakeDiscord:
         r.add_post(p + "/webhooks/{app}/{token}", self._webhook_followup)
         r.add_patch(p + "/webhooks/{app}/{token}/messages/{mid}", self._webhook_edit)
 
-    async def _body(self, request: web.Request) -> tuple[JSON, list[str]]:
-        """JSON body, or multipart ``payload_json`` plus the uploaded file names."""
+    async def _body(self, request: web.Request) -> tuple[JSON, list[_Part]]:
+        """JSON body, or multipart ``payload_json`` plus the uploaded files."""
         if request.content_type.startswith("multipart/"):
             payload: JSON = {}
-            files: list[str] = []
+            files: list[_Part] = []
             form = await request.post()
             for name, value in form.items():
                 if name == "payload_json":
                     payload = json.loads(str(value))
-                elif hasattr(value, "filename"):
-                    files.append(str(value.filename))
+                elif isinstance(value, web.FileField):
+                    files.append(_Part(str(value.filename), value.file.read(),
+                                       value.content_type))
+            if sum(len(f.data) for f in files) > self.max_upload_bytes:
+                raise _ApiError(413, 40005, "Request entity too large")
             return payload, files
         if not request.can_read_body:
             return {}, []
@@ -848,7 +877,7 @@ class FakeDiscord:
         *,
         mentions: list[JSON] | None = None,
         reference: JSON | None = None,
-        attachments: list[str] | None = None,
+        attachments: list[_Part] | None = None,
         extra: JSON | None = None,
         store: bool = True,
     ) -> JSON:
@@ -860,8 +889,8 @@ class FakeDiscord:
             "author": self.users[author_id], "content": content, "timestamp": _iso(mid),
             "edited_timestamp": None, "tts": False, "mention_everyone": False,
             "mentions": mentions or [], "mention_roles": [], "attachments": [
-                {"id": str(self._snowflake()), "filename": f, "size": 0,
-                 "url": f"https://cdn.invalid/{f}", "proxy_url": f"https://cdn.invalid/{f}"}
+                self.add_attachment(f.data, f.filename,
+                                    f.content_type or "application/octet-stream")
                 for f in attachments or []
             ], "embeds": [], "reactions": [], "pinned": False, "type": 0, "flags": 0,
             "components": [], "member": {k: v for k, v in self._member_payload(author_id).items()
@@ -886,7 +915,7 @@ class FakeDiscord:
             chan["total_message_sent"] += 1
         return msg
 
-    def _check_content(self, body: JSON, files: list[str]) -> str:
+    def _check_content(self, body: JSON, files: list[_Part]) -> str:
         content = body.get("content")
         text = "" if content is None else str(content)
         if len(text) > MAX_CONTENT:
@@ -897,7 +926,7 @@ class FakeDiscord:
         return text
 
     async def _create_bot_message(
-        self, channel_id: int, body: JSON, files: list[str], extra: JSON | None = None
+        self, channel_id: int, body: JSON, files: list[_Part], extra: JSON | None = None
     ) -> JSON:
         text = self._check_content(body, files)
         msg = self._store_message(channel_id, self.bot_id, text,
@@ -906,8 +935,12 @@ class FakeDiscord:
         if body.get("embeds"):
             msg["embeds"] = body["embeds"]
         ref = msg.get("message_reference")
+        for f in files:
+            self.uploads.append(UploadedFile(channel_id=channel_id, message_id=int(msg["id"]),
+                                             filename=f.filename, data=f.data,
+                                             content_type=f.content_type, content=text))
         self.sent.append(SentMessage(channel_id=channel_id, message_id=int(msg["id"]),
-                                     content=text, attachments=tuple(files),
+                                     content=text, attachments=tuple(f.filename for f in files),
                                      reference=int(ref["message_id"]) if ref else None))
         await self._dispatch("MESSAGE_CREATE", msg)
         return msg

@@ -6,6 +6,10 @@ unchanged against :attr:`FakeSlack.base_url`:
 - Web API methods ``auth.test``, ``chat.postMessage``, ``chat.update``, ``chat.delete``,
   ``reactions.add`` / ``reactions.remove``, ``conversations.history`` / ``.replies`` / ``.info``
   (with ``oldest``/``latest``/``inclusive``/``limit``/``cursor``), ``users.info``,
+  ``files.info`` (+ ``url_private``), the upload flow of ``files_upload_v2``
+  (``files.getUploadURLExternal``, a POST of the bytes to its ``upload_url``,
+  ``files.completeUploadExternal``: the file is shared in the channel / thread as a message
+  with ``files``; recorded in :attr:`FakeSlack.uploads` with its bytes),
   ``assistant.threads.setStatus`` and ``apps.connections.open`` (app token only; returns a
   loopback ``ws://`` URL). Tokens come from the ``Authorization`` header or a ``token`` param;
   an unknown one is ``invalid_auth``. Bodies may be JSON, form-encoded or query strings.
@@ -31,7 +35,7 @@ How to script it::
         await slack.wait_until(lambda: slack.posts)
         slack.fail_next("chat.postMessage", status=429, retry_after=1)
 
-Not simulated: OAuth / multiple workspaces, Block Kit validation beyond shape, files, Slack's
+Not simulated: OAuth / multiple workspaces, Block Kit validation beyond shape, Slack's
 own timed retries of unacknowledged events (call :meth:`FakeSlack.redeliver` or reconnect).
 """
 
@@ -43,6 +47,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import mimetypes
 import secrets
 import time
 import uuid
@@ -61,7 +66,14 @@ log = structlog.get_logger(__name__)
 
 JSONDict = dict[str, Any]
 
-__all__ = ["FakeSlack", "SlackCall", "SlackHttpResult", "SlackPost", "sign_slack_request"]
+__all__ = [
+    "FakeSlack",
+    "SlackCall",
+    "SlackHttpResult",
+    "SlackPost",
+    "SlackUpload",
+    "sign_slack_request",
+]
 
 _MAX_TEXT = 40_000
 _MAX_BLOCKS = 50
@@ -94,6 +106,20 @@ class SlackPost:
     text: str
     thread_ts: str | None = None
     blocks: list[Any] | None = None
+
+
+@dataclass(kw_only=True)
+class SlackUpload:
+    """A file the app uploaded and shared (``files.completeUploadExternal`` took effect)."""
+
+    file_id: str
+    filename: str
+    title: str
+    data: bytes
+    channel: str
+    thread_ts: str | None
+    initial_comment: str | None
+    ts: str  # the message that shares it
 
 
 @dataclass(kw_only=True)
@@ -182,6 +208,10 @@ class FakeSlack(LoopbackFake):
         #: and the ids of each download
         self._files: dict[str, tuple[JSONDict, bytes]] = {}
         self.downloads: list[str] = []
+        #: uploads shared into a conversation, in order (bytes included)
+        self.uploads: list[SlackUpload] = []
+        #: file id -> (filename, declared length, bytes POSTed to its upload_url or None)
+        self._staged: dict[str, tuple[str, int, bytes | None]] = {}
         self._channels: dict[str, JSONDict] = {}
         self._users: dict[str, JSONDict] = {}
         self._messages: dict[str, dict[str, JSONDict]] = {}
@@ -207,6 +237,8 @@ class FakeSlack(LoopbackFake):
             "conversations.info": self._conversation_info,
             "users.info": self._users_info,
             "files.info": self._files_info,
+            "files.getUploadURLExternal": self._get_upload_url,
+            "files.completeUploadExternal": self._complete_upload,
             "assistant.threads.setStatus": self._set_status,
             "apps.connections.open": self._connections_open,
         }
@@ -219,10 +251,11 @@ class FakeSlack(LoopbackFake):
 
     async def start(self) -> None:
         """Listen on a random loopback port."""
-        app = web.Application()
+        app = web.Application(client_max_size=64 << 20)  # uploads (aiohttp: 1 MiB)
         app.router.add_route("*", "/api/{method}", self._dispatch)
         app.router.add_get("/socket-mode", self._socket_mode)
         app.router.add_get("/files-pri/{fid}/{name}", self._file_download)
+        app.router.add_post("/upload/v1/{fid}", self._file_upload)
         await self._serve(app)
         log.debug("fake_slack.started", port=self._port)
 
@@ -656,12 +689,13 @@ class FakeSlack(LoopbackFake):
         self._wake()
         return web.json_response({"ok": True, **result})
 
-    def add_file(self, content: bytes, name: str, mimetype: str = "text/plain") -> JSONDict:
+    def add_file(self, content: bytes, name: str, mimetype: str = "text/plain", *,
+                 fid: str | None = None, title: str | None = None) -> JSONDict:
         """A file as a message's ``files`` entry carries it (served by ``files.info`` and
         its ``url_private``); put it in ``user_posts(extra={"files": [...]})``."""
-        fid = f"F{next(self._rr):08d}{uuid.uuid4().hex[:4].upper()}"
+        fid = fid or f"F{next(self._rr):08d}{uuid.uuid4().hex[:4].upper()}"
         url = f"http://127.0.0.1:{self._port}/files-pri/{fid}/{name}"
-        info: JSONDict = {"id": fid, "name": name, "title": name, "mimetype": mimetype,
+        info: JSONDict = {"id": fid, "name": name, "title": title or name, "mimetype": mimetype,
                           "filetype": name.rsplit(".", 1)[-1], "size": len(content),
                           "url_private": url, "url_private_download": url + "?download=1"}
         self._files[fid] = (info, content)
@@ -681,6 +715,74 @@ class FakeSlack(LoopbackFake):
         if fid not in self._files:
             return web.Response(status=404)
         return web.Response(body=self._files[fid][1])
+
+    async def _get_upload_url(self, params: JSONDict) -> JSONDict:
+        filename = str(params.get("filename") or "")
+        try:
+            length = int(params.get("length") or 0)
+        except ValueError:
+            raise _SlackError("invalid_arguments") from None
+        if not filename or length <= 0:
+            raise _SlackError("invalid_arguments")
+        if length > 1 << 30:
+            raise _SlackError("file_too_large")
+        fid = f"F{next(self._rr):08d}{uuid.uuid4().hex[:4].upper()}"
+        self._staged[fid] = (filename, length, None)
+        return {"upload_url": f"http://127.0.0.1:{self._port}/upload/v1/{fid}", "file_id": fid}
+
+    async def _file_upload(self, request: web.Request) -> web.Response:
+        fid = request.match_info["fid"]
+        if fid not in self._staged:
+            return web.Response(status=404, text="unknown upload")
+        data = await request.read()
+        filename, length, _ = self._staged[fid]
+        self._staged[fid] = (filename, length, data)
+        self._wake()
+        return web.Response(status=200, text=f"OK - {len(data)}")
+
+    async def _complete_upload(self, params: JSONDict) -> JSONDict:
+        raw = params.get("files")
+        try:
+            items = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            raise _SlackError("invalid_arguments") from None
+        if not isinstance(items, list) or not items:
+            raise _SlackError("invalid_arguments")
+        channel = self._channel(params, "channel_id") if params.get("channel_id") else None
+        thread_ts = str(params["thread_ts"]) if params.get("thread_ts") else None
+        comment = str(params["initial_comment"]) if params.get("initial_comment") else None
+        done: list[JSONDict] = []
+        shared: list[JSONDict] = []  # the files entries of the sharing message
+        for item in items:
+            fid = str(item.get("id") or "") if isinstance(item, dict) else ""
+            staged = self._staged.get(fid)
+            if staged is None:
+                raise _SlackError("file_not_found")
+            filename, length, data = staged
+            if data is None or len(data) != length:
+                raise _SlackError("file_upload_size_mismatch" if data else "file_not_found")
+            title = str(item.get("title") or filename)
+            del self._staged[fid]
+            mime = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+            shared.append(self.add_file(data, filename, mime, fid=fid, title=title))
+            done.append({"id": fid, "title": title})
+        if channel is not None:
+            msg: JSONDict = {
+                "type": "message", "user": self.bot_user_id, "bot_id": self.bot_id,
+                "app_id": self.app_id, "text": comment or "", "ts": self._new_ts(),
+                "team": self.team_id, "upload": True,
+                "files": shared,
+            }
+            self._store(channel, msg, thread_ts)
+            for f in done:
+                info, data = self._files[f["id"]]
+                info.setdefault("shares", {}).setdefault("public", {}).setdefault(
+                    channel, []).append({"ts": msg["ts"], "thread_ts": thread_ts})
+                self.uploads.append(SlackUpload(
+                    file_id=f["id"], filename=str(info["name"]), title=f["title"], data=data,
+                    channel=channel, thread_ts=thread_ts, initial_comment=comment,
+                    ts=msg["ts"]))
+        return {"files": done}
 
     def _check_token(self, method: str, token: str | None) -> None:
         if not token:

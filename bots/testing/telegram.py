@@ -12,7 +12,9 @@ What is simulated: one bot (``getMe``) and the chats it is in, served over real 
   "can't parse entities"; MarkdownV2/Markdown are accepted unchecked), ``editMessageText``
   ("message is not modified" when nothing changed), ``deleteMessage``, ``setMessageReaction``,
   ``sendChatAction``, ``getFile`` (+ file download under :attr:`base_file_url`), ``getChat``,
-  ``getChatMember``, ``setWebhook`` / ``deleteWebhook`` / ``getWebhookInfo``. Replies via
+  ``getChatMember``, ``setWebhook`` / ``deleteWebhook`` / ``getWebhookInfo``, ``sendDocument`` /
+  ``sendPhoto`` with a multipart file (50 MB / 10 MB, recorded with their bytes in
+  :attr:`~FakeTelegramServer.uploads`; the file is then served by ``getFile``). Replies via
   ``reply_parameters`` or ``reply_to_message_id``; forum topics via ``message_thread_id``.
 - While a webhook is set, queued updates are POSTed to it (header
   ``X-Telegram-Bot-Api-Secret-Token``) in order; a non-2xx answer is retried, like Telegram.
@@ -33,7 +35,7 @@ status answered), :attr:`~FakeTelegramServer.sent` (sendMessage / editMessageTex
 effect), :meth:`~FakeTelegramServer.messages_in` (the visible chat after edits and deletes).
 
 Not simulated: MarkdownV2 validation, flood limits by themselves (inject them with
-:meth:`~FakeTelegramServer.fail_next`), media sending beyond recording the call, inline mode,
+:meth:`~FakeTelegramServer.fail_next`), media other than documents and photos, inline mode,
 payments. Error descriptions follow the Bot API's wording where known; a few are approximations.
 """
 
@@ -69,6 +71,7 @@ __all__ = [
     "SentMessage",
     "TelegramCall",
     "TelegramEntityError",
+    "TelegramUpload",
     "parse_telegram_html",
 ]
 
@@ -80,6 +83,8 @@ _STRING_PARAMS = frozenset(
     "ip_address".split()
 )
 _MAX_TEXT = 4096  # UTF-16 code units of the parsed text, as Telegram counts
+DOCUMENT_LIMIT = 50 << 20  # the Bot API's upload limits
+PHOTO_LIMIT = 10 << 20
 
 
 @dataclass(kw_only=True)
@@ -105,6 +110,20 @@ class SentMessage:
     message_thread_id: int | None = None
     reply_to_message_id: int | None = None
     reply_markup: Any = None
+
+
+@dataclass(kw_only=True)
+class TelegramUpload:
+    """A ``sendDocument`` / ``sendPhoto`` that took effect (the file's bytes included)."""
+
+    method: str
+    chat_id: ChatId
+    message_id: int
+    filename: str
+    data: bytes
+    caption: str | None = None
+    message_thread_id: int | None = None
+    reply_to_message_id: int | None = None
 
 
 @dataclass(kw_only=True)
@@ -178,6 +197,8 @@ class FakeTelegramServer(LoopbackFake):
         self.webhook_retry_delay = webhook_retry_delay
         self.calls: list[TelegramCall] = []
         self.sent: list[SentMessage] = []
+        #: sendDocument / sendPhoto that took effect, with the file's bytes
+        self.uploads: list[TelegramUpload] = []
         self.deleted: list[tuple[ChatId, int]] = []
         self.chat_actions: list[JSONDict] = []
         self.reactions: list[JSONDict] = []
@@ -202,6 +223,8 @@ class FakeTelegramServer(LoopbackFake):
             "getme": self._get_me,
             "getupdates": self._get_updates,
             "sendmessage": self._send_message,
+            "senddocument": self._send_document,
+            "sendphoto": self._send_photo,
             "editmessagetext": self._edit_message_text,
             "deletemessage": self._delete_message,
             "setmessagereaction": self._set_message_reaction,
@@ -230,7 +253,7 @@ class FakeTelegramServer(LoopbackFake):
 
     async def start(self) -> None:
         """Listen on a random loopback port."""
-        app = web.Application()
+        app = web.Application(client_max_size=64 << 20)  # 50 MB uploads (aiohttp: 1 MiB)
         app.router.add_route("*", "/bot{token}/{method}", self._dispatch)
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         await self._serve(app)
@@ -710,23 +733,8 @@ class FakeTelegramServer(LoopbackFake):
         chat_id = self._chat(params)
         parse_mode = params.get("parse_mode") or None
         plain, entities = self._check_text(params.get("text"), parse_mode)
-        thread_id = _opt_int(params.get("message_thread_id"))
-        reply = params.get("reply_parameters")
-        reply_to = _opt_int(reply.get("message_id") if isinstance(reply, dict) else None)
-        reply_to = reply_to or _opt_int(params.get("reply_to_message_id"))
-        allow_missing = bool(
-            (isinstance(reply, dict) and reply.get("allow_sending_without_reply"))
-            or params.get("allow_sending_without_reply")
-        )
+        thread_id, reply_to = self._placement(chat_id, params)
         chat_messages = self._messages[chat_id]
-        if reply_to is not None and reply_to not in chat_messages:
-            if not allow_missing:
-                raise _bad("message to be replied not found")
-            reply_to = None
-        if thread_id is not None and self._chats[chat_id].get("is_forum"):
-            root = chat_messages.get(thread_id)
-            if root is None or "forum_topic_created" not in root.raw:
-                raise _bad("message thread not found")
         mid = self._new_message_id(chat_id)
         raw: JSONDict = {
             "message_id": mid,
@@ -771,6 +779,84 @@ class FakeTelegramServer(LoopbackFake):
                 reply_markup=params.get("reply_markup"),
             )
         )
+        return raw
+
+    def _placement(self, chat_id: ChatId, params: JSONDict) -> tuple[int | None, int | None]:
+        """(topic, message replied to) of a bot message, checked as Telegram does."""
+        thread_id = _opt_int(params.get("message_thread_id"))
+        reply = params.get("reply_parameters")
+        reply_to = _opt_int(reply.get("message_id") if isinstance(reply, dict) else None)
+        reply_to = reply_to or _opt_int(params.get("reply_to_message_id"))
+        allow_missing = bool(
+            (isinstance(reply, dict) and reply.get("allow_sending_without_reply"))
+            or params.get("allow_sending_without_reply")
+        )
+        chat_messages = self._messages.setdefault(chat_id, {})
+        if reply_to is not None and reply_to not in chat_messages:
+            if not allow_missing:
+                raise _bad("message to be replied not found")
+            reply_to = None
+        if thread_id is not None and self._chats[chat_id].get("is_forum"):
+            root = chat_messages.get(thread_id)
+            if root is None or "forum_topic_created" not in root.raw:
+                raise _bad("message thread not found")
+        return thread_id, reply_to
+
+    async def _send_document(self, params: JSONDict) -> JSONDict:
+        return await self._send_file("sendDocument", "document", params)
+
+    async def _send_photo(self, params: JSONDict) -> JSONDict:
+        return await self._send_file("sendPhoto", "photo", params)
+
+    async def _send_file(self, method: str, field_name: str, params: JSONDict) -> JSONDict:
+        chat_id = self._chat(params)
+        part = params.get(field_name)
+        if not isinstance(part, dict) or not isinstance(part.get("content"), bytes):
+            # a file_id or URL of an existing file: not simulated
+            raise _bad(f"there is no {field_name} in the request")
+        data: bytes = part["content"]
+        filename = str(part.get("filename") or field_name)
+        limit = (PHOTO_LIMIT if field_name == "photo" else DOCUMENT_LIMIT)
+        if len(data) > limit:
+            raise _ApiError(413, "Request Entity Too Large")
+        if not data:
+            raise _bad("file must be non-empty")
+        caption = params.get("caption")
+        caption = str(caption) if caption else None
+        if caption is not None and len(caption) > 1024:
+            raise _bad("message caption is too long")
+        thread_id, reply_to = self._placement(chat_id, params)
+        chat_messages = self._messages[chat_id]
+        fid = self.add_file(data, file_path=f"{field_name}s/{filename}")
+        file_info: JSONDict = {"file_id": fid, "file_unique_id": f"U{fid}",
+                               "file_size": len(data)}
+        mid = self._new_message_id(chat_id)
+        raw: JSONDict = {
+            "message_id": mid,
+            "from": self._bot_user(),
+            "chat": dict(self._chats[chat_id]),
+            "date": int(time.time()),
+        }
+        if field_name == "photo":
+            raw["photo"] = [{**file_info, "width": 1, "height": 1}]
+        else:
+            raw["document"] = {**file_info, "file_name": filename}
+        if caption is not None:
+            raw["caption"] = caption
+        if thread_id is not None:
+            raw["message_thread_id"] = thread_id
+            raw["is_topic_message"] = True
+        if reply_to is not None:
+            raw["reply_to_message"] = _without_reply(chat_messages[reply_to].raw)
+        chat_messages[mid] = ChatMessage(
+            chat_id=chat_id, message_id=mid, from_bot=True, user_id=self.bot_id,
+            text=caption or "", plain_text=caption or "", message_thread_id=thread_id,
+            reply_to_message_id=reply_to, date=raw["date"], raw=raw,
+        )
+        self.uploads.append(TelegramUpload(
+            method=method, chat_id=chat_id, message_id=mid, filename=filename, data=data,
+            caption=caption, message_thread_id=thread_id, reply_to_message_id=reply_to,
+        ))
         return raw
 
     async def _edit_message_text(self, params: JSONDict) -> JSONDict | bool:

@@ -1,0 +1,61 @@
+"""Files out on Slack: ``PlatformClient.upload`` is slack_sdk's ``files_upload_v2`` (upload
+URL, the bytes, completion into the channel + thread_ts); the fake shares the file in the
+thread as a message of the bot."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from slack_helpers import ALICE, CH, SlackStack, slack_binding
+
+from bots.events import ReplyTarget
+from bots.port import UploadTooLarge
+from bots.slack.connector import UPLOAD_LIMIT
+from bots.testing.slack import FakeSlack
+from geode.providers.scripted import ScriptedProvider
+
+CSV = b"region,revenue\nnorth,42\n"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack() as srv:
+        srv.add_channel(CH)
+        yield srv
+
+
+@pytest.fixture
+async def stack(home: Path, fake: FakeSlack) -> AsyncIterator[SlackStack]:
+    s = SlackStack(home=home, fake=fake, provider=ScriptedProvider(["ok"], repeat_last=True),
+                   bindings=[slack_binding()])
+    yield s
+    await s.stop()
+
+
+async def test_a_file_is_uploaded_into_the_thread_with_its_bytes(stack, fake):
+    connector = await stack.start()
+    root = await fake.user_posts(CH, "no mention: no turn", user=ALICE)
+    target = ReplyTarget(channel=CH, thread_root=root)
+
+    fid = await connector.upload(target, filename="report.csv", data=CSV, caption="Q4")
+
+    [up] = fake.uploads
+    assert (up.file_id, up.filename, up.data) == (fid, "report.csv", CSV)
+    assert (up.channel, up.thread_ts, up.initial_comment) == (CH, root, "Q4")
+    # the three steps of files_upload_v2, in order
+    methods = [c.method for c in fake.calls if c.method.startswith("files.")]
+    assert methods == ["files.getUploadURLExternal", "files.completeUploadExternal"]
+    shared = [m for m in fake.messages_in(CH, thread_ts=root) if m.get("files")]
+    assert [f["id"] for m in shared for f in m["files"]] == [fid]
+
+
+async def test_over_the_limit_nothing_is_sent(stack, fake, monkeypatch):
+    connector = await stack.start()
+    monkeypatch.setattr("bots.slack.connector.UPLOAD_LIMIT", 4)
+    assert UPLOAD_LIMIT == 1 << 30  # Slack's real limit; lowered here to keep the test small
+    with pytest.raises(UploadTooLarge, match=r"big\.bin is 5 bytes"):
+        await connector.upload(ReplyTarget(channel=CH, thread_root="1.0"),
+                               filename="big.bin", data=b"12345")
+    assert not [c for c in fake.calls if c.method.startswith("files.")]
