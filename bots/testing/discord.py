@@ -6,7 +6,9 @@ What is simulated (enough for a bot written with discord.py to run unchanged):
   users/@me, application info, gateway/bot, channels, message history (``after`` / ``before`` /
   ``around`` / ``limit``, newest first like Discord), send/edit/delete, reactions, typing, threads
   (from a message: the thread takes the message's id, as on Discord), active threads, application
-  commands, interaction callbacks and webhook follow-ups. Responses carry exactly
+  commands, interaction callbacks (incl. DEFERRED_UPDATE_MESSAGE and UPDATE_MESSAGE for a
+  click) and webhook follow-ups. Message components (buttons) are stored with a bot's message
+  and replaced by an edit that sends ``components``. Responses carry exactly
   ``Content-Type: application/json`` (discord.py compares it verbatim). Discord's errors that matter
   to a connector are reproduced: content over 2,000 characters (50035), empty message (50006),
   unknown channel/message (10003/10008), editing another user's message (50005), a second thread on
@@ -37,7 +39,9 @@ How to script it::
 A default guild (``srv.guild_id``) with a text channel (``srv.channel_id``) and a human member
 (``srv.user_id``) exist; add more with :meth:`add_guild`, :meth:`add_text_channel`,
 :meth:`add_user`; users post with :meth:`user_says`, open threads with :meth:`create_thread` and run
-slash commands with :meth:`slash_command`.
+slash commands with :meth:`slash_command`, click a message's button with :meth:`user_clicks`
+(:meth:`redeliver_interaction` dispatches an interaction again; :meth:`buttons` shows a
+message's buttons now).
 Connection faults: :meth:`drop_connection`, :meth:`invalidate_session`, :meth:`request_reconnect`,
 :meth:`expire_sessions`,
 :meth:`hold_gateway` / :meth:`release_gateway` (hold new gateway handshakes, so that events can be
@@ -202,6 +206,30 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
 
 def _no_content() -> web.Response:
     return web.Response(status=204)
+
+
+def _check_components(rows: Any) -> list[JSON]:
+    """Discord's checks on message components that a bot can get wrong: action rows (type 1)
+    of at most 5 buttons (type 2), each with a style 1-5, a label of at most 80 characters and
+    a ``custom_id`` of 1-100 characters (a link button, style 5, has a ``url`` instead)."""
+    bad = _ApiError(400, 50035, "Invalid Form Body: components")
+    if not isinstance(rows, list) or len(rows) > 5:
+        raise bad
+    for row in rows:
+        if not isinstance(row, dict) or row.get("type") != 1:
+            raise bad
+        items = row.get("components")
+        if not isinstance(items, list) or not 1 <= len(items) <= 5:
+            raise bad
+        for b in items:
+            if not isinstance(b, dict) or b.get("type") != 2 or b.get("style") not in range(1, 6):
+                raise bad
+            if len(str(b.get("label") or "")) > 80:
+                raise bad
+            key = "url" if b["style"] == 5 else "custom_id"
+            if not isinstance(b.get(key), str) or not 1 <= len(b[key]) <= 100:
+                raise bad
+    return rows
 
 
 class FakeDiscord:
@@ -528,9 +556,65 @@ class FakeDiscord:
             "attachment_size_limit": 26214400,
         }
         self._interactions[token] = {"id": iid, "channel_id": channel_id, "user_id": uid,
-                                     "acked": False, "original": None}
+                                     "acked": False, "original": None, "payload": payload}
         await self._dispatch("INTERACTION_CREATE", payload)
         return iid
+
+    def buttons(self, message_id: int) -> list[JSON]:
+        """The buttons a message shows now (empty once an edit removed its components)."""
+        msg = self._find_message(message_id)
+        return [b for row in msg.get("components") or [] for b in row.get("components", [])
+                if b.get("type") == 2]
+
+    def _find_message(self, message_id: int) -> JSON:
+        for msgs in self._messages.values():
+            if message_id in msgs:
+                return msgs[message_id]
+        raise ValueError(f"no message {message_id}")
+
+    async def user_clicks(
+        self, message_id: int, label: str, *, user_id: int | None = None
+    ) -> int:
+        """A user clicks the button labelled ``label`` on a message: dispatches a
+        MESSAGE_COMPONENT INTERACTION_CREATE (type 3) with a new interaction id and token, the
+        message as it is now and ``data.custom_id``. Returns the interaction id.
+
+        Raises:
+            ValueError: the message shows no such button (nothing a user could click).
+        """
+        msg = self._find_message(message_id)
+        button = next((b for b in self.buttons(message_id) if b.get("label") == label
+                       and not b.get("disabled")), None)
+        if button is None or "custom_id" not in button:
+            raise ValueError(f"message {message_id} has no button {label!r} to click")
+        cid, gid = int(msg["channel_id"]), int(msg["guild_id"])
+        uid = user_id if user_id is not None else self.user_id
+        iid, token = self._snowflake(), f"itoken-{next(self._ids)}"
+        member = {**self._member_payload(uid), "permissions": str(_PERMS | _THREAD_PERMS)}
+        payload = {
+            "id": str(iid), "application_id": str(self.bot_id), "type": 3, "token": token,
+            "version": 1, "guild_id": str(gid), "channel_id": str(cid),
+            "channel": self._channel(cid), "member": member,
+            "guild": {"id": str(gid), "locale": "en-US", "features": []},
+            "message": json.loads(json.dumps(msg)),
+            "data": {"custom_id": button["custom_id"], "component_type": 2},
+            "app_permissions": str(_PERMS | _THREAD_PERMS), "locale": "en-US",
+            "guild_locale": "en-US", "entitlements": [], "context": 0,
+            "authorizing_integration_owners": {"0": str(gid)},
+            "attachment_size_limit": 26214400,
+        }
+        # The interaction's "original response" is the message that carries the button.
+        self._interactions[token] = {"id": iid, "channel_id": cid, "user_id": uid,
+                                     "acked": False, "original": message_id,
+                                     "component": True, "payload": payload}
+        await self._dispatch("INTERACTION_CREATE", payload)
+        return iid
+
+    async def redeliver_interaction(self, interaction_id: int) -> None:
+        """Dispatch an interaction's INTERACTION_CREATE again, same id and token (a
+        redelivery, e.g. after a RESUME that replayed it)."""
+        state = next(s for s in self._interactions.values() if s["id"] == interaction_id)
+        await self._dispatch("INTERACTION_CREATE", state["payload"])
 
     # -- scripting: faults -------------------------------------------------------------------
 
@@ -934,6 +1018,8 @@ class FakeDiscord:
                                   extra=extra)
         if body.get("embeds"):
             msg["embeds"] = body["embeds"]
+        if body.get("components"):
+            msg["components"] = _check_components(body["components"])
         ref = msg.get("message_reference")
         for f in files:
             self.uploads.append(UploadedFile(channel_id=channel_id, message_id=int(msg["id"]),
@@ -964,6 +1050,8 @@ class FakeDiscord:
             msg["content"] = content
         if "embeds" in body:
             msg["embeds"] = body["embeds"] or []
+        if "components" in body:
+            msg["components"] = _check_components(body["components"] or [])
         msg["edited_timestamp"] = _iso(self._snowflake())
         self.edits.append((cid, mid, body.get("content")))
         await self._dispatch("MESSAGE_UPDATE", msg)
@@ -1132,14 +1220,29 @@ class FakeDiscord:
             raise _ApiError(404, 10062, "Unknown interaction")
         if state["acked"]:
             raise _ApiError(400, 40060, "Interaction has already been acknowledged.")
-        state["acked"] = True
         body, files = await self._body(request)
         kind, data = int(body.get("type", 0)), body.get("data") or {}
+        if kind not in (1, 4, 5, 6, 7, 8, 9):
+            raise _ApiError(400, 50035, "Invalid Form Body: type")
+        state["acked"] = True
         ephemeral = bool(int(data.get("flags") or 0) & 64)
         self.interaction_responses.append(InteractionResponse(
             interaction_id=state["id"], kind="callback", type=kind,
             content=data.get("content"), ephemeral=ephemeral))
         resource: JSON = {"type": kind}
+        if kind in (6, 7) and not state.get("component"):
+            raise _ApiError(400, 50035, "Invalid Form Body: type: this interaction cannot "
+                                        "update a message")
+        if kind == 7:  # UPDATE_MESSAGE: edit the message the clicked component is on
+            msg = self._message(state["channel_id"], state["original"])
+            if "content" in data:
+                msg["content"] = str(data["content"] or "")
+            if "components" in data:
+                msg["components"] = _check_components(data["components"] or [])
+            msg["edited_timestamp"] = _iso(self._snowflake())
+            self.edits.append((state["channel_id"], state["original"], data.get("content")))
+            await self._dispatch("MESSAGE_UPDATE", msg)
+            resource["message"] = msg
         if kind == 4 and not ephemeral:
             msg = await self._create_bot_message(state["channel_id"], data, files,
                                                  extra={"type": 20})
@@ -1148,7 +1251,8 @@ class FakeDiscord:
         if "with_response" not in request.query:
             return _no_content()
         return _json({"interaction": {
-            "id": str(state["id"]), "type": 2, "response_message_id": (
+            "id": str(state["id"]), "type": 3 if state.get("component") else 2,
+            "response_message_id": (
                 str(state["original"]) if state["original"] else None),
             "response_message_loading": kind == 5, "response_message_ephemeral": ephemeral,
         }, "resource": resource})
@@ -1185,6 +1289,8 @@ class FakeDiscord:
         msg = self._message(cid, target)
         if "content" in body:
             msg["content"] = str(body["content"] or "")
+        if "components" in body:
+            msg["components"] = _check_components(body["components"] or [])
         msg["edited_timestamp"] = _iso(self._snowflake())
         self.edits.append((cid, target, body.get("content")))
         await self._dispatch("MESSAGE_UPDATE", msg)
