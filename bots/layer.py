@@ -488,6 +488,13 @@ class ChannelLayer:
                 await self.client.answer_action(d.event, text)
             except Exception:
                 log.warning("action.answer_failed", command=name, exc_info=True)
+            else:
+                if d.event.extra.get("answer") == "private":
+                    # The clicker alone saw the answer (Discord's ephemeral follow-up): the
+                    # thread needs no notice; the request message itself shows the outcome.
+                    await self.inbound.set_status(d.stored.id, "done",
+                                                  decision=f"command:{name}")
+                    return
         await self.notice(d, text, decision=f"command:{name}")
 
 

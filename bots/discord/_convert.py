@@ -8,6 +8,9 @@ Threads: a message in a thread belongs to the thread (session root = the thread 
 for a thread started from a message is that message's id, a Discord invariant); a top-level
 message roots its own thread unless it replies to a message the index knows
 (reply-in-place mode, where the reply chain is the thread).
+
+Approval buttons: :func:`approval_components` builds a request's action row and
+:func:`parse_action` reads a click's ``custom_id`` back (anything else is not ours).
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from bots.events import Attachment, InboundEvent
 __all__ = [
     "DISCORD_EPOCH_MS",
     "Draft",
+    "approval_components",
     "convert_message",
     "message_key",
+    "parse_action",
     "snowflake",
     "snowflake_seconds",
 ]
@@ -145,3 +150,29 @@ def convert_message(
         extra=extra,
     )
     return Draft(event=event, needs_root=not in_thread and reply_to is not None)
+
+
+#: ``custom_id`` of the approval buttons (``bots.approvals``): ``geode:approve:K7Q2XM``
+_ACTION = re.compile(r"^geode:(approve|deny):([A-Z0-9]{4,16})$")
+_BUTTON = 2  # component type
+_SUCCESS, _DANGER = 3, 4  # button styles: green, red
+
+
+def approval_components(short_id: str) -> list[dict[str, Any]]:
+    """The action row of an approval request: Approve (green) and Deny (red)."""
+    return [{"type": 1, "components": [
+        {"type": _BUTTON, "style": _SUCCESS, "label": "Approve",
+         "custom_id": f"geode:approve:{short_id}", "emoji": {"name": "✅"}},
+        {"type": _BUTTON, "style": _DANGER, "label": "Deny",
+         "custom_id": f"geode:deny:{short_id}", "emoji": {"name": "🚫"}},
+    ]}]
+
+
+def parse_action(data: Any) -> tuple[str, str] | None:
+    """(``approve`` | ``deny``, short id) of a MESSAGE_COMPONENT interaction's ``data`` when
+    it is a click on one of our approval buttons; None for anything else."""
+    if not isinstance(data, dict) or data.get("component_type") != _BUTTON:
+        return None
+    custom_id = data.get("custom_id")
+    m = _ACTION.match(custom_id) if isinstance(custom_id, str) else None
+    return None if m is None else (m.group(1), m.group(2))

@@ -48,7 +48,13 @@ from bots._aio import reap
 from bots._download import stream_to_file
 from bots.commands import COMMANDS
 from bots.connector import BaseConnector
-from bots.discord._convert import convert_message, snowflake, snowflake_seconds
+from bots.discord._convert import (
+    approval_components,
+    convert_message,
+    parse_action,
+    snowflake,
+    snowflake_seconds,
+)
 from bots.discord._history import fetch_thread_history
 from bots.discord.format import DISCORD_LIMIT, chunk_fenced_markdown, render_progress
 from bots.events import Attachment, InboundEvent, ReplyTarget
@@ -324,7 +330,14 @@ class DiscordConnector(BaseConnector):
         exactly then, when the final answer replaces them) leaves the bucket exhausted, and
         the next request on that route (the final edit) waits 30 s. Shielded, the request
         always finishes and releases the bucket.
+
+        Refused once the client is closed (a shielded edit still running as the connector
+        stops, e.g. a cancelled approval's outcome): discord.py's endpoints are restored
+        to Discord's own after that, and the call must not go anywhere.
         """
+        if self.client is None or self.client.is_closed():
+            coro.close()
+            raise DeliveryError("retry", "the Discord connector is stopped")
         task = asyncio.ensure_future(coro)
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
@@ -543,7 +556,11 @@ class DiscordConnector(BaseConnector):
     # -- slash commands ----------------------------------------------------------------------------
 
     async def on_interaction(self, interaction: discord.Interaction[Any]) -> None:
-        """A slash command: recorded like a message (``/name``), then acknowledged."""
+        """A slash command: recorded like a message (``/name``), then acknowledged. A click
+        on a button goes to :meth:`on_click`."""
+        if interaction.type is discord.InteractionType.component:
+            await self.on_click(interaction)
+            return
         if interaction.type is not discord.InteractionType.application_command:
             return
         data: dict[str, Any] = dict(interaction.data or {})
@@ -580,6 +597,113 @@ class DiscordConnector(BaseConnector):
         # Acknowledged only after the record (Discord allows 3 s); the answer follows.
         with contextlib.suppress(discord.HTTPException):
             await interaction.response.defer(thinking=True)
+
+    # -- approval buttons --------------------------------------------------------------------------
+
+    async def send_approval(self, target: ReplyTarget, chunk: Chunk, *, short_id: str) -> str:
+        """The request with an action row of two buttons, Approve and Deny (custom ids
+        ``geode:approve:<short id>`` / ``geode:deny:<short id>``). A click comes back as a
+        gateway INTERACTION_CREATE (:meth:`on_click`), whichever process receives it: the
+        buttons are plain message components, not a discord.py View living in memory."""
+        assert self.client is not None
+        try:
+            cid, ref = await self._route(target, create=True)
+            payload: dict[str, Any] = {
+                "content": chunk.formatted, "allowed_mentions": _NO_MENTIONS.to_dict(),
+                "components": approval_components(short_id),
+            }
+            if ref is not None:
+                payload["message_reference"] = {"message_id": ref, "channel_id": cid,
+                                                "fail_if_not_exists": False}
+            route = discord.http.Route("POST", "/channels/{channel_id}/messages",
+                                       channel_id=int(cid))
+            data = await self._rest(self.client.http.request(route, json=payload))
+        except (discord.DiscordException, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise _map_error(exc, sending=True) from exc
+        mid = snowflake(data.get("id")) if isinstance(data, dict) else None
+        if mid is None:
+            raise DeliveryError("unknown", "Discord answered the request without a message id")
+        self._where_sent[mid] = cid
+        return mid
+
+    async def on_click(self, interaction: discord.Interaction[Any]) -> None:
+        """A click on an approval button (MESSAGE_COMPONENT): recorded as the ``/approve ID``
+        / ``/deny ID`` command of the user who clicked, in the request message's thread, then
+        acknowledged as a deferred update (Discord allows 3 s; nothing changes yet). The
+        command decides (the store's conditional update: a double click decides once), the
+        request message is edited to show the outcome without its buttons, and the clicker
+        gets the command's answer as an ephemeral follow-up (:meth:`answer_action`), e.g.
+        "Only X, Y may approve". Its dedupe key is the interaction's id: an interaction
+        delivered twice is recorded once."""
+        action = parse_action(interaction.data)
+        message, user = interaction.message, interaction.user
+        if (action is None or message is None or interaction.channel_id is None
+                or user is None or snowflake(getattr(user, "id", None)) is None):
+            log.info("discord.click_not_ours", interaction=interaction.id)
+            with contextlib.suppress(discord.HTTPException):
+                await interaction.response.send_message(
+                    "⚠️ This button is not one GEODE understands.", ephemeral=True)
+            return
+        verb, short_id = action
+        cid, mid = str(interaction.channel_id), str(message.id)
+        parent = await self._parent_of(cid)
+        if not await self._bound(parent or cid):
+            with contextlib.suppress(discord.HTTPException):
+                await interaction.response.send_message(
+                    "This channel is not bound to GEODE.", ephemeral=True)
+            return
+        iid = str(interaction.id)
+        extra: dict[str, Any] = {
+            "guild": str(interaction.guild_id or ""), "action": "button",
+            # the command's answer goes to the clicker alone (the layer posts no notice)
+            "answer": "private",
+            "component": {"token": interaction.token, "expires": time.time() + 14 * 60},
+        }
+        if parent:  # the request was posted in a Discord thread: the turn's thread
+            extra["thread_id"] = cid
+            root = cid
+        else:  # answered in place: the reply chain the request message is filed under
+            root = await self.intake.thread_of("discord", self.bot_id, cid, mid) or mid
+        event = InboundEvent(
+            platform="discord", workspace=self.bot_id, channel=parent or cid,
+            thread_root=root, message_id=mid, sender=str(user.id),
+            sender_name=user.display_name, sender_is_bot=bool(user.bot),
+            dedupe_key=f"discord:{self.bot_id}:interaction:{iid}",
+            text=f"/{verb} {short_id}", mentions_bot=True, reply_to=mid, reply_to_bot=True,
+            date=snowflake_seconds(iid), extra=extra,
+        )
+        try:
+            await self.submit([(event, "received")])
+        except Exception:
+            log.exception("discord.click_record_failed")
+            with contextlib.suppress(discord.HTTPException):
+                await interaction.response.send_message(
+                    "⚠️ Not recorded; please click again.", ephemeral=True)
+            return
+        # Acknowledged only after the record; a redelivered interaction was acknowledged
+        # before (40060), which changes nothing.
+        with contextlib.suppress(discord.HTTPException):
+            await interaction.response.defer()
+
+    async def answer_action(self, event: InboundEvent, text: str) -> None:
+        """The answer to a click, as an ephemeral follow-up of its interaction (flags 64:
+        only the clicker sees it). Raises :class:`DeliveryError` when that is not possible
+        any more (the token lives 15 minutes): the layer then answers in the thread."""
+        comp = event.extra.get("component")
+        if not isinstance(comp, dict):
+            return
+        assert self.client is not None
+        token = comp.get("token")
+        if not isinstance(token, str) or float(comp.get("expires", 0)) <= time.time():
+            raise DeliveryError("fatal", "the click's interaction has expired")
+        hook = discord.Webhook.from_state(
+            data={"id": int(self.app_id), "type": 3, "token": token},
+            state=self.client._connection)
+        try:
+            await self._rest(hook.send(self.render(text)[0].formatted, ephemeral=True,
+                                       allowed_mentions=_NO_MENTIONS))
+        except (discord.DiscordException, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise _map_error(exc, sending=True) from exc
 
     # -- sending -----------------------------------------------------------------------------------
 
@@ -675,7 +799,10 @@ class DiscordConnector(BaseConnector):
             msg = self.client.get_partial_messageable(int(cid)).get_partial_message(
                 int(message_id))
             try:
-                await self._rest(msg.edit(content=text, allowed_mentions=_NO_MENTIONS))
+                # view=None: no components. GEODE's only ones are an approval request's
+                # buttons, and the edit of a request shows its outcome (no more clicks).
+                await self._rest(msg.edit(content=text, allowed_mentions=_NO_MENTIONS,
+                                          view=None))
                 self._where_sent[message_id] = cid
                 return
             except (discord.DiscordException, aiohttp.ClientError, TimeoutError,

@@ -47,9 +47,11 @@ class DStack(DaemonHost):
     fault: Callable[[str], None] | None = None
     daemon: Daemon | None = None
     connector: DiscordConnector | None = None
+    #: None: SQLite in ``home``
+    store_url: str | None = None
 
     async def start(self, *, wait_ready: bool = True) -> DiscordConnector:
-        daemon = self.new_daemon()
+        daemon = self.new_daemon(store_url=self.store_url)
         opts = DiscordOptions(
             api_base=self.fake.api_base, gateway_url=self.fake.gateway_url,
             guild_ready_timeout_s=0.05, identify_delay_s=0.0, progress_edit_interval_s=0.0,

@@ -1,0 +1,234 @@
+"""Approvals with Discord buttons (real discord.py against the wire-level fake, real store):
+the request carries an action row Approve / Deny; a click arrives as a gateway
+INTERACTION_CREATE (MESSAGE_COMPONENT), is acknowledged as a deferred update and decides
+like ``/approve`` / ``/deny``; the clicker's answer is an ephemeral follow-up; the outcome
+edit removes the buttons."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from _discord_stack import (  # noqa: F401  (fixtures)
+    DStack,
+    dbinding,
+    dfake,
+    make_dstack,
+    texts_in,
+    wait_shown,
+)
+from sqlalchemy import select
+
+from bots.events import ReplyTarget
+from bots.port import DeliveryError
+from bots.store._tables import events_table, outbox_table
+from bots.testing.discord import FakeDiscord, InteractionResponse
+from bots.workspaces import binding_workspace
+from geode.providers.base import ModelRequest
+from geode.providers.scripted import ScriptedProvider, ToolCall
+
+WRITE = {"path": "notes.txt", "content": "hello\nworld\n"}
+
+
+def proposes(name: str, args: dict[str, Any]) -> object:
+    def respond(request: ModelRequest) -> object:
+        last = request.messages[-1]
+        if last.role == "user" and "(id " in (last.text or ""):
+            return ToolCall(name, args)
+        return "done"
+
+    return respond
+
+
+def _tool_results(provider: ScriptedProvider) -> list[str]:
+    return [text for req in provider.calls for m in req.messages
+            for block in getattr(m, "content", []) or []
+            if (text := getattr(block, "text_content", None))]
+
+
+def _binding(fake: FakeDiscord, **kw: Any) -> Any:
+    kw.setdefault("approve", ["write_file"])
+    kw.setdefault("approvers", [str(fake.bob)])  # type: ignore[attr-defined]
+    return dbinding(fake, tools=["read_file"], **kw)
+
+
+def _request(fake: FakeDiscord, where: int) -> dict[str, Any] | None:
+    found = [m for m in fake.messages_in(where)
+             if m["author"]["id"] == str(fake.bot_id) and "Approval needed" in m["content"]]
+    return found[-1] if found else None
+
+
+async def _posted(fake: FakeDiscord, where: int) -> dict[str, Any]:
+    await fake.wait_for(lambda: where in fake.channels and _request(fake, where) is not None,
+                        timeout=10)
+    req = _request(fake, where)
+    assert req is not None
+    return req
+
+
+def _answers(fake: FakeDiscord, iid: int) -> list[InteractionResponse]:
+    return [r for r in fake.interaction_responses if r.interaction_id == iid]
+
+
+def _followups(fake: FakeDiscord, iid: int) -> list[InteractionResponse]:
+    return [r for r in _answers(fake, iid) if r.kind == "followup"]
+
+
+async def _decided(stack: DStack, fake: FakeDiscord, iid: int, *,
+                   within: float = 10.0) -> tuple[str, str, int]:
+    """(status, decision, notices queued for it) of the click's recorded event, once the
+    layer finished it (a notice is queued in the same transaction that finishes it)."""
+    key = f"discord:{fake.bot_id}:interaction:{iid}"
+    e, o = events_table.c, outbox_table.c
+    async with asyncio.timeout(within):
+        while True:
+            async with stack.store.read() as conn:
+                row = (await conn.execute(select(e.id, e.status, e.decision)
+                                          .where(e.dedupe_key == key))).first()
+                if row is not None and row.status not in ("received", "processing", "running"):
+                    notices = len((await conn.execute(
+                        select(o.id).where(o.event_id == row.id))).all())
+                    return str(row.status), str(row.decision), notices
+            await asyncio.sleep(0.02)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest) -> str | None:
+    if request.param == "sqlite":
+        return None
+    return str(request.getfixturevalue("pg_store_url"))
+
+
+async def test_buttons_approve_once_a_stranger_changes_nothing_a_double_click_decides_once(
+    store_url, make_dstack, dfake  # noqa: F811 (fixtures)
+):
+    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    stack = make_dstack(provider=provider, bindings=[_binding(dfake)], store_url=store_url)
+    await stack.start()
+    ws = binding_workspace(stack.home, stack.bindings[0])
+    bob = dfake.bob  # type: ignore[attr-defined]
+    root = await dfake.user_says(dfake.channel_id, "write the notes", mention_bot=True)
+    req = await _posted(dfake, root)
+    mid = int(req["id"])
+    short = req["content"].split("(", 1)[1].split(")", 1)[0]
+    assert [(b["label"], b["style"], b["custom_id"]) for b in dfake.buttons(mid)] == [
+        ("Approve", 3, f"geode:approve:{short}"), ("Deny", 4, f"geode:deny:{short}")]
+
+    # alice may talk to the bot but is not an approver: an ephemeral answer, nothing changes
+    iid = await dfake.user_clicks(mid, "Approve")
+    await dfake.wait_for(lambda: bool(_followups(dfake, iid)), timeout=10)
+    (ack, answer) = _answers(dfake, iid)
+    assert (ack.kind, ack.type) == ("callback", 6)  # deferred update, after the record
+    assert answer.ephemeral and f"Only {bob} may approve" in (answer.content or "")
+    # answered privately: no notice in the thread
+    assert await _decided(stack, dfake, iid) == ("done", "command:approve", 0)
+    assert not (ws / "notes.txt").exists()
+    assert len(dfake.buttons(mid)) == 2
+    assert dfake.messages_in(root)[-1]["id"] == str(mid)  # nothing posted in the thread
+    assert (await stack.connector.layer.approvals.by_short_id(short)).status == "pending"
+
+    # bob double-clicks: two interactions, one decision
+    first, second = await asyncio.gather(dfake.user_clicks(mid, "Approve", user_id=bob),
+                                         dfake.user_clicks(mid, "Approve", user_id=bob))
+    await wait_shown(dfake, "done")
+    await dfake.wait_for(lambda: bool(_followups(dfake, first) and _followups(dfake, second)),
+                         timeout=10)
+    texts = [(_followups(dfake, i)[0].content or "") for i in (first, second)]
+    assert all(_followups(dfake, i)[0].ephemeral for i in (first, second))
+    assert sum("approved by bob" in t and "already" not in t for t in texts) == 1, texts
+    assert sum("already" in t for t in texts) == 1, texts
+    for i in (first, second):
+        assert await _decided(stack, dfake, i) == ("done", "command:approve", 0)
+    assert (ws / "notes.txt").read_text() == "hello\nworld\n"
+    assert texts_in(dfake, root).count("done") == 1
+    # the request now shows the outcome, who decided, and no buttons
+    shown = next(m for m in dfake.messages_in(root) if m["id"] == str(mid))
+    assert shown["content"].startswith(f"✅ write_file ({short}): approved by bob ({bob})")
+    assert shown["components"] == [] and dfake.buttons(mid) == []
+    with pytest.raises(ValueError, match="no button"):
+        await dfake.user_clicks(mid, "Approve", user_id=bob)
+
+    # the first click's INTERACTION_CREATE delivered again: recorded once, decided once
+    followups = len(dfake.interaction_responses)
+    path = f"/interactions/{first}/"
+    callbacks = sum(1 for _, p in dfake.requests if p.startswith(path))
+    await dfake.redeliver_interaction(first)
+    await dfake.wait_for(
+        lambda: sum(1 for _, p in dfake.requests if p.startswith(path)) > callbacks, timeout=10)
+    # it was recorded (or found recorded) before the acknowledgement was tried
+    async with stack.store.read() as conn:
+        clicks = (await conn.execute(select(events_table.c.dedupe_key).where(
+            events_table.c.dedupe_key.like(f"discord:{dfake.bot_id}:interaction:%")))).all()
+    assert len(clicks) == 3  # alice's, and bob's two: the redelivery added no event
+    assert len(dfake.interaction_responses) == followups  # no new answer, no second ack
+    session = f"discord:{dfake.bot_id}:{dfake.channel_id}:{root}"
+    rows = await stack.store.timeline.list(session)
+    decided = [r.payload for r in rows if r.kind == "approval.decided"]
+    assert [(d["outcome"], d["by"]) for d in decided] == [("approved", f"bob ({bob})")]
+    assert sum(1 for r in rows if r.kind == "tool.started") == 1
+
+
+async def test_deny_button_has_no_effect_and_tells_the_model_who_denied(make_dstack, dfake):  # noqa: F811 (fixtures)
+    # a channel where threads are refused: the request is answered in place (reply chain)
+    inline = dfake.add_text_channel(dfake.guild_id, "no-threads", threads_allowed=False)
+    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    stack = make_dstack(provider=provider, bindings=[_binding(dfake, channel=inline)])
+    await stack.start()
+    bob = dfake.bob  # type: ignore[attr-defined]
+    await dfake.user_says(inline, "write the notes", mention_bot=True)
+    req = await _posted(dfake, inline)
+    mid = int(req["id"])
+    iid = await dfake.user_clicks(mid, "Deny", user_id=bob)
+    await wait_shown(dfake, "done")
+    assert not list((stack.home / "workspaces").rglob("notes.txt"))
+    told = [t for t in _tool_results(provider) if t.startswith("denied by approval: ")]
+    assert told and f"denied by bob ({bob})" in told[-1]
+    shown = next(m for m in dfake.messages_in(inline) if m["id"] == str(mid))
+    assert shown["content"].startswith("🚫 write_file (") and dfake.buttons(mid) == []
+    await dfake.wait_for(lambda: bool(_followups(dfake, iid)), timeout=10)
+    assert "denied by bob" in (_followups(dfake, iid)[0].content or "")
+
+
+async def test_no_click_in_time_expires_and_the_buttons_go(make_dstack, dfake):  # noqa: F811 (fixtures)
+    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    stack = make_dstack(provider=provider,
+                        bindings=[_binding(dfake, approval_timeout_s=1)])
+    await stack.start()
+    root = await dfake.user_says(dfake.channel_id, "write the notes", mention_bot=True)
+    mid = int((await _posted(dfake, root))["id"])
+    await wait_shown(dfake, "done", timeout=15)
+    assert not list((stack.home / "workspaces").rglob("notes.txt"))
+    assert any("expired" in t for t in _tool_results(provider))
+    shown = next(m for m in dfake.messages_in(root) if m["id"] == str(mid))
+    assert shown["content"].startswith("⌛ write_file (") and dfake.buttons(mid) == []
+
+
+async def test_a_click_after_a_restart_reaches_the_new_process(make_dstack, dfake):  # noqa: F811 (fixtures)
+    """The buttons are plain components handled by ``on_interaction``, not a View that lived
+    in the old process's memory: the restarted connector records and answers the click."""
+    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    stack = make_dstack(provider=provider, bindings=[_binding(dfake)])
+    await stack.start()
+    root = await dfake.user_says(dfake.channel_id, "write the notes", mention_bot=True)
+    req = await _posted(dfake, root)
+    short = req["content"].split("(", 1)[1].split(")", 1)[0]
+    await stack.crash()
+    await stack.start()
+    iid = await dfake.user_clicks(int(req["id"]), "Approve",
+                                  user_id=dfake.bob)  # type: ignore[attr-defined]
+    await dfake.wait_for(lambda: bool(_followups(dfake, iid)), timeout=10)
+    assert _answers(dfake, iid)[0].type == 6
+    answer = _followups(dfake, iid)[0]
+    assert answer.ephemeral and f"write_file ({short})" in (answer.content or "")
+
+
+async def test_a_stopped_connector_sends_nothing(make_dstack, dfake):  # noqa: F811 (fixtures)
+    """An edit still running as the connector stops (the cancelled request's outcome, shielded)
+    is refused: discord.py's endpoints point at Discord's own again by then."""
+    stack = make_dstack()
+    connector = await stack.start()
+    await stack.stop()
+    target = ReplyTarget(channel=str(dfake.channel_id), thread_root="1")
+    with pytest.raises(DeliveryError):
+        await connector.edit(target, "1", connector.render("outcome")[0])
