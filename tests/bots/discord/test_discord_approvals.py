@@ -232,3 +232,26 @@ async def test_a_stopped_connector_sends_nothing(make_dstack, dfake):  # noqa: F
     target = ReplyTarget(channel=str(dfake.channel_id), thread_root="1")
     with pytest.raises(DeliveryError):
         await connector.edit(target, "1", connector.render("outcome")[0])
+
+
+async def test_a_click_that_is_not_an_approval_records_nothing(make_dstack, dfake):  # noqa: F811 (fixtures)
+    stack = make_dstack()
+    await stack.start()
+    row = [{"type": 1, "components": [
+        {"type": 2, "style": 1, "label": "Other", "custom_id": "someone:else:1"},
+        {"type": 2, "style": 3, "label": "Approve", "custom_id": "geode:approve:ABCDEF"}]}]
+    foreign = await dfake._create_bot_message(dfake.channel_id, {"content": "x",
+                                                                 "components": row}, [])
+    elsewhere = await dfake._create_bot_message(dfake.other_channel, {  # type: ignore[attr-defined]
+        "content": "y", "components": row}, [])
+    not_ours = await dfake.user_clicks(int(foreign["id"]), "Other")
+    unbound = await dfake.user_clicks(int(elsewhere["id"]), "Approve")
+    await dfake.wait_for(lambda: bool(_answers(dfake, not_ours) and _answers(dfake, unbound)),
+                         timeout=10)
+    for iid, says in ((not_ours, "not one GEODE understands"), (unbound, "not bound")):
+        (answer,) = _answers(dfake, iid)
+        assert (answer.kind, answer.type, answer.ephemeral) == ("callback", 4, True)
+        assert says in (answer.content or "")
+    async with stack.store.read() as conn:
+        assert (await conn.execute(select(events_table.c.id).where(
+            events_table.c.dedupe_key.like("%:interaction:%")))).all() == []
