@@ -9,7 +9,11 @@
   ``geode.testing`` (outside itself) or a ``testing`` module of ``bots``;
 * the layer side of ``bots/`` (everything but the connector base, the platform folders and
   the fakes) never imports a connector: it holds the platform only as the
-  :class:`bots.port.PlatformClient` port it is given, never the connector that built it.
+  :class:`bots.port.PlatformClient` port it is given, never the connector that built it;
+* events are typed values end to end: outside ``geode.hooks`` (which also serves name-based
+  observers: shell hooks, plugins) and the test helpers, nothing emits an event by name
+  (``.emit(...)``) or subscribes to names (``.subscribe(...)``); observers ``match`` on
+  the event classes (``subscribe_loop`` / ``subscribe_events``).
 """
 
 from __future__ import annotations
@@ -164,5 +168,24 @@ def test_the_layer_side_never_imports_a_connector() -> None:
         for name, line in _imports(path, module)
         if (target := _resolve(name, known)) is not None and _connector_side(target)
         and not _is_test_helper(target)
+    ]
+    assert offenders == []
+
+
+def _named_event_calls(path: Path) -> Iterator[tuple[str, int]]:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("emit", "subscribe")):
+            yield node.func.attr, node.lineno
+
+
+@pytest.mark.parametrize("package", ["geode", "bots"])
+def test_events_are_emitted_and_observed_by_type_never_by_name(package: str) -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line} .{attr}(...)"
+        for module, path in _modules(package).items()
+        if not (module == "geode.hooks" or module.startswith("geode.hooks."))
+        and not _is_test_helper(module)
+        for attr, line in _named_event_calls(path)
     ]
     assert offenders == []

@@ -4,52 +4,71 @@ Rows: ``tool_denied`` (which check, why), ``tool_finished`` (status), ``final_re
 (termination, rounds). Payloads are redacted and hashed by the ledger; the argument
 values themselves are not written, only their names, so a row can be correlated with
 the timeline without copying what a tool was given.
+
+The events arrive typed (the executor's :class:`~geode.hooks.events.ToolDenied` /
+:class:`~geode.hooks.events.ToolFinished`, the loop's :class:`~geode.loop.events.TurnFinished`);
+each row is appended by a task the :class:`~geode.hooks.HookSystem` runs (``drain`` waits).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from geode.hooks.events import ObservedEvent, ToolDenied, ToolFinished
+from geode.loop.events import ObservedLoopEvent, TurnFinished
 from geode.store.ledger import EvidenceLedger
+
+if TYPE_CHECKING:
+    from geode.hooks.system import HookSystem
 
 __all__ = ["LedgerObserver"]
 
 log = structlog.get_logger(__name__)
-
-_EVENTS = r"^(tool\.denied|tool\.finished|turn_finished)$"
 
 
 class LedgerObserver:
     def __init__(self, ledger: EvidenceLedger) -> None:
         self.ledger = ledger
 
-    def attach(self, observers: Any) -> None:
-        observers.subscribe(self, events=_EVENTS)
+    def attach(self, observers: HookSystem) -> None:
+        observers.subscribe_events(self.on_event)
+        observers.subscribe_loop(self.on_loop_event)
 
-    async def __call__(self, event: str, data: Any) -> None:
-        session_id = str(data.get("session_id") or "")
-        if not session_id:
-            return
+    def on_event(self, event: ObservedEvent) -> Awaitable[None] | None:
+        match event:
+            case ToolFinished(status=status):
+                outcome = status
+                payload: dict[str, Any] = {"status": status}
+            case ToolDenied(check=check, reason=reason):
+                outcome = check
+                payload = {"check": check, "reason": reason}
+            case _:
+                return None
+        if not event.session_id:
+            return None
+        return self._append(
+            event.kind, session_id=event.session_id, turn_id=event.turn_id,
+            kind=event.kind.replace(".", "_"), summary=f"{event.tool}: {outcome}",
+            payload={"call_id": event.call_id, "tool": event.tool, **payload},
+        )
+
+    def on_loop_event(self, session_id: str, event: ObservedLoopEvent) -> Awaitable[None] | None:
+        if not isinstance(event, TurnFinished) or not session_id:
+            return None
+        return self._append(
+            event.kind, session_id=session_id, turn_id=event.turn_id, kind="final_result",
+            summary=f"{event.termination} after {event.rounds} round(s)",
+            payload={"termination": event.termination, "rounds": event.rounds,
+                     "detail": event.detail},
+        )
+
+    async def _append(self, event: str, *, session_id: str, turn_id: str, kind: str,
+                      summary: str, payload: dict[str, Any]) -> None:
         try:
-            if event == "turn_finished":
-                await self.ledger.append(
-                    session_id=session_id,
-                    turn_id=str(data.get("turn_id", "")),
-                    kind="final_result",
-                    summary=f"{data.get('termination')} after {data.get('rounds')} round(s)",
-                    payload={k: data.get(k) for k in ("termination", "rounds", "detail")},
-                )
-            else:
-                kind = event.replace(".", "_")
-                payload = {k: data.get(k) for k in ("call_id", "tool", "status", "check", "reason")}
-                await self.ledger.append(
-                    session_id=session_id,
-                    turn_id=str(data.get("turn_id", "")),
-                    kind=kind,
-                    summary=f"{data.get('tool')}: {data.get('status') or data.get('check')}",
-                    payload={k: v for k, v in payload.items() if v is not None},
-                )
+            await self.ledger.append(session_id=session_id, turn_id=turn_id, kind=kind,
+                                     summary=summary, payload=payload)
         except Exception:
             log.warning("ledger append failed", event=event, exc_info=True)

@@ -1,29 +1,24 @@
 """Prometheus metrics of a running daemon, fed by the Runtime's observation hooks.
 
-The loop sends its typed events to the Runtime's :class:`~geode.hooks.HookSystem`;
-:meth:`DaemonMetrics.on_loop_event` ``match``es on them (a denied tool result carries the
-check that denied it); :meth:`DaemonMetrics.on_event` ``match``es on the channel layer's
-typed events (:mod:`geode.hooks.events`); :meth:`DaemonMetrics.observe` takes the named
-events: the spend control's ``usage.recorded`` / ``spend.cap_reached`` and the loop's
-``model_call_finished``.
-Both decide nothing and are synchronous (the HookSystem runs them inline).
+Every event reaches them typed (frozen dataclasses they ``match`` on, never an event name):
+:meth:`DaemonMetrics.on_loop_event` takes the loop's (a denied tool result carries the check
+that denied it; :class:`~geode.loop.events.ModelCallFinished`, observer-only, feeds calls and
+errors per model), :meth:`DaemonMetrics.on_event` the channel layer's and the spend control's
+(:mod:`geode.hooks.events`: :class:`~geode.hooks.events.UsageRecorded` feeds tokens and cost,
+:class:`~geode.hooks.events.SpendCapReached` the refused calls). Both decide nothing and are
+synchronous (the HookSystem runs them inline).
 
 Model latency is the loop's own measure of each answered model call (retries included).
 
-Per model, ``model_call_finished`` (the loop's observer-only event) feeds calls and errors;
-tokens and cost come from the spend control's ``usage.recorded``. Per platform, the channel
-layer's events feed messages received, replies sent (with the latency from the
-message's intake to its delivered reply), deliveries retried and rate-limit answers (HTTP 429
-/ ``RetryAfter``).
+Per platform, the channel layer's events feed messages received, replies sent (with the
+latency from the message's intake to its delivered reply), deliveries retried and rate-limit
+answers (HTTP 429 / ``RetryAfter``).
 
 Each daemon owns a :class:`~prometheus_client.CollectorRegistry` (not the global one), so
 several daemons (tests) never collide.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -33,11 +28,20 @@ from geode.hooks.events import (
     ObservedEvent,
     RateLimited,
     ReplySent,
+    SpendCapReached,
     ThreadLeaseLost,
     ThreadLeases,
     ThreadsTakenOver,
+    UsageRecorded,
 )
-from geode.loop.events import LoopEvent, ModelResponded, ToolResulted, TurnFinished, TurnStarted
+from geode.loop.events import (
+    ModelCallFinished,
+    ModelResponded,
+    ObservedLoopEvent,
+    ToolResulted,
+    TurnFinished,
+    TurnStarted,
+)
 
 __all__ = ["CONTENT_TYPE", "DaemonMetrics"]
 
@@ -120,7 +124,7 @@ class DaemonMetrics:
         if outcome == "busy":
             self.lane_busy.labels(kind=kind).inc()
 
-    def on_loop_event(self, session_id: str, event: LoopEvent) -> None:
+    def on_loop_event(self, session_id: str, event: ObservedLoopEvent) -> None:
         """The typed loop observer (``HookSystem.subscribe_loop``; sync, quick)."""
         match event:
             case TurnStarted():
@@ -134,44 +138,27 @@ class DaemonMetrics:
             case TurnFinished(termination=termination):
                 self.turns_running.dec()
                 self.turns.labels(termination=termination).inc()
+            case ModelCallFinished(model=model, outcome=outcome, error=error):
+                model, outcome = model or "unknown", outcome or "unknown"
+                self.model_calls.labels(model=model, outcome=outcome).inc()
+                if outcome != "ok":
+                    self.model_errors.labels(model=model, kind=error or "unknown").inc()
             case _:
                 pass
 
-    def observe(self, event: str, data: Mapping[str, Any]) -> None:
-        """The named-event observer (sync, quick): the spend control's and model call events."""
-        if event in ("usage.recorded", "spend.cap_reached"):
-            self._spend(event, data)
-        elif event == "model_call_finished":
-            self._model_call(data)
-
-    def _spend(self, event: str, data: Mapping[str, Any]) -> None:
-        """The spend control's events (``geode.daemon.spend``)."""
-        labels = {"binding": str(data.get("binding", "")),
-                  "platform": str(data.get("platform", ""))}
-        if event == "spend.cap_reached":
-            self.spend_caps_reached.labels(cap=str(data.get("cap", "")), **labels).inc()
-            return
-        model = str(data.get("model", ""))
-        for direction in ("input", "output"):
-            self.model_tokens.labels(model=model, direction=direction, **labels).inc(
-                int(data.get(f"{direction}_tokens", 0)))
-        cost = data.get("cost_usd")
-        if cost is not None:
-            self.model_cost.labels(model=model, **labels).inc(float(cost))
-
-    def _model_call(self, data: Mapping[str, Any]) -> None:
-        """The loop's ``model_call_finished`` (tokens and cost come from ``usage.recorded``)."""
-        model = str(data.get("model") or "unknown")
-        outcome = str(data.get("outcome") or "unknown")
-        self.model_calls.labels(model=model, outcome=outcome).inc()
-        if outcome != "ok":
-            self.model_errors.labels(model=model, kind=str(data.get("error") or "unknown")).inc()
-
     def on_event(self, event: ObservedEvent) -> None:
         """The typed observer (``HookSystem.subscribe_events``) of the channel layer's events
-        (``bots.layer``, its deliverer, the connectors); the executor's are counted from the
-        loop's ``ToolResulted``."""
+        (``bots.layer``, its deliverer, the connectors) and the spend control's; the
+        executor's are counted from the loop's ``ToolResulted``."""
         match event:
+            case UsageRecorded(binding=binding, platform=platform, model=model, cost_usd=cost):
+                labels = {"binding": binding, "model": model, "platform": platform}
+                self.model_tokens.labels(direction="input", **labels).inc(event.input_tokens)
+                self.model_tokens.labels(direction="output", **labels).inc(event.output_tokens)
+                if cost is not None:
+                    self.model_cost.labels(**labels).inc(cost)
+            case SpendCapReached(cap=cap, binding=binding, platform=platform):
+                self.spend_caps_reached.labels(cap=cap, binding=binding, platform=platform).inc()
             case MessagesReceived(platform=platform, count=count):
                 self.messages_received.labels(platform=platform).inc(count)
             case ReplySent(platform=platform, latency_s=latency):

@@ -52,10 +52,6 @@ __all__ = ["Connector", "Daemon", "ProviderFactory"]
 
 log = structlog.get_logger(__name__)
 
-#: the named events the metrics count (loop and channel events reach them typed,
-#: ``subscribe_loop`` / ``subscribe_events``)
-_NAMED_METRICS = r"usage\.recorded|spend\.cap_reached|model_call_finished"
-
 #: builds a fresh model adapter per session (``--demo``, GEODE_SCRIPTED_MODEL)
 ProviderFactory = Callable[[], BaseProvider]
 
@@ -147,7 +143,6 @@ class Daemon:
                 kw["mcp"] = MCPServerManager.from_settings(self.settings, self.secrets)
             self.runtime = await Runtime.create(settings=self.settings, secrets=self.secrets,
                                                 **kw)
-            self.runtime.observers.subscribe(self.metrics.observe, events=_NAMED_METRICS)
             self.runtime.observers.subscribe_loop(self.metrics.on_loop_event)
             self.runtime.observers.subscribe_events(self.metrics.on_event)
             self.model_status = self._check_model(self.runtime)

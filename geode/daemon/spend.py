@@ -29,6 +29,7 @@ from zoneinfo import ZoneInfo
 
 import structlog
 
+from geode.hooks.events import SpendCapReached, UsageRecorded
 from geode.loop.protocols import Observer, SpendRefusal, TurnInfo
 from geode.messages import Usage
 from geode.settings import BudgetSettings, SpendCaps
@@ -170,9 +171,9 @@ class SpendControl:
         log.warning("spend.cap_reached", cap=refusal.cap, scope=refusal.scope,
                     used=refusal.used, limit=refusal.limit)
         if self.observer is not None:
-            self.observer.emit("spend.cap_reached", session_id=turn.session_id,
-                               cap=refusal.cap, binding=self.identity.binding,
-                               platform=self.identity.platform)
+            self.observer.publish(SpendCapReached(
+                session_id=turn.session_id, cap=refusal.cap, binding=self.identity.binding,
+                platform=self.identity.platform))
         if self.timeline is not None:
             await self.timeline.append(
                 session_id=turn.session_id, turn_id=turn.turn_id, kind="spend.cap_reached",
@@ -199,11 +200,10 @@ class SpendControl:
             # would not un-spend it. The caps undercount by this call (logged loudly).
             log.exception("spend.record_failed", model=model)
         if self.observer is not None:
-            self.observer.emit(
-                "usage.recorded", session_id=turn.session_id, binding=ident.binding,
-                platform=ident.platform, model=model, input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens, cost_usd=cost_usd,
-            )
+            self.observer.publish(UsageRecorded(
+                session_id=turn.session_id, binding=ident.binding, platform=ident.platform,
+                model=model, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                cost_usd=cost_usd))
 
 
 async def usage_status_lines(

@@ -1,6 +1,7 @@
 """OpenTelemetry traces of turns, model calls and tool calls (the optional ``otel`` extra).
 
-An observer of the Runtime's lifecycle events, like the metrics: it decides nothing. Per turn
+A typed observer of the Runtime's loop events (``match`` on their classes), like the metrics:
+it decides nothing. Per turn
 one ``invoke_agent geode`` span; inside it one ``chat {model}`` span per model call (GenAI
 semantic conventions: ``gen_ai.request.model``, ``gen_ai.usage.input_tokens`` /
 ``output_tokens``, ``gen_ai.response.finish_reasons``, ``error.type``) and one
@@ -22,16 +23,28 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
+
+from geode.loop.events import (
+    ModelCallFinished,
+    ModelCallStarted,
+    ModelRetrying,
+    ObservedLoopEvent,
+    ToolProposed,
+    ToolResulted,
+    TurnFinished,
+    TurnStarted,
+)
+
+if TYPE_CHECKING:
+    from geode.hooks.system import HookSystem
 
 __all__ = ["TurnTracer", "attach_tracing", "service_resource", "tracer_provider_from_env"]
 
 log = structlog.get_logger(__name__)
 
-_EVENTS = (r"^(turn_started|turn_finished|model_call_started|model_call_finished|model_retry"
-           r"|tool_call|tool_result)$")
 #: the provider GEODE set up from the environment (once per process)
 _CONFIGURED: Any = None
 
@@ -111,7 +124,7 @@ def _otlp_exporter(env: Mapping[str, str]) -> Any:
 
 
 class TurnTracer:
-    """Turns the lifecycle events of one Runtime into spans (a sync observer)."""
+    """Turns the typed loop events of one Runtime into spans (a sync loop observer)."""
 
     def __init__(self, provider: Any) -> None:
         from geode import __version__
@@ -121,56 +134,53 @@ class TurnTracer:
         self._models: dict[str, Any] = {}  # session_id -> the running model call's span
         self._tools: dict[tuple[str, str], Any] = {}  # (session_id, call id) -> span
 
-    def attach(self, observers: Any) -> None:
-        observers.subscribe(self, events=_EVENTS)
+    def attach(self, observers: HookSystem) -> None:
+        observers.subscribe_loop(self)
 
-    def __call__(self, event: str, data: Mapping[str, Any]) -> None:
+    def __call__(self, session_id: str, event: ObservedLoopEvent) -> None:
         try:
-            self._on(event, data)
+            self._on(session_id, event)
         except Exception:  # observation never breaks a turn
-            log.debug("otel.observer_failed", event_name=event, exc_info=True)
+            log.debug("otel.observer_failed", event_name=event.kind, exc_info=True)
 
-    def _on(self, event: str, data: Mapping[str, Any]) -> None:
-        sid = str(data.get("session_id", ""))
-        if event == "turn_started":
-            self._turn_started(sid, data)
-        elif event == "model_call_started":
-            model = str(data.get("model", ""))
-            self._models[sid] = self._child(sid, f"chat {model}", {
-                "gen_ai.operation.name": "chat", "gen_ai.request.model": model,
-                "gen_ai.provider.name": str(data.get("provider", "")),
-                "gen_ai.conversation.id": sid, "geode.round": int(data.get("round", 0)),
-            })
-        elif event == "model_retry":
-            span = self._models.get(sid)
-            if span is not None:
-                span.add_event("retry", {"error.type": str(data.get("error") or ""),
-                                         "geode.attempt": int(data.get("attempt", 0))})
-        elif event == "model_call_finished":
-            self._model_finished(sid, data)
-        elif event == "tool_call":
-            name = str(data.get("name", ""))
-            self._tools[(sid, str(data.get("id", "")))] = self._child(sid, f"execute_tool {name}", {
-                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
-                "gen_ai.tool.call.id": str(data.get("id", "")), "gen_ai.conversation.id": sid,
-            })
-        elif event == "tool_result":
-            span = self._tools.pop((sid, str(data.get("id", ""))), None)
-            if span is not None:
-                status = str(data.get("status", "ok"))
-                span.set_attribute("geode.tool.status", status)
-                if status != "ok":
-                    self._fail(span, status)
-                span.end()
-        elif event == "turn_finished":
-            self._turn_finished(sid, data)
+    def _on(self, sid: str, event: ObservedLoopEvent) -> None:
+        match event:
+            case TurnStarted():
+                self._turn_started(sid, event)
+            case ModelCallStarted(model=model, provider=provider, round=rnd):
+                self._models[sid] = self._child(sid, f"chat {model}", {
+                    "gen_ai.operation.name": "chat", "gen_ai.request.model": model,
+                    "gen_ai.provider.name": provider, "gen_ai.conversation.id": sid,
+                    "geode.round": rnd,
+                })
+            case ModelRetrying(error=error, attempt=attempt):
+                span = self._models.get(sid)
+                if span is not None:
+                    span.add_event("retry", {"error.type": error, "geode.attempt": attempt})
+            case ModelCallFinished():
+                self._model_finished(sid, event)
+            case ToolProposed(id=call_id, name=name):
+                self._tools[(sid, call_id)] = self._child(sid, f"execute_tool {name}", {
+                    "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+                    "gen_ai.tool.call.id": call_id, "gen_ai.conversation.id": sid,
+                })
+            case ToolResulted(id=call_id, status=status):
+                span = self._tools.pop((sid, call_id), None)
+                if span is not None:
+                    span.set_attribute("geode.tool.status", status)
+                    if status != "ok":
+                        self._fail(span, status)
+                    span.end()
+            case TurnFinished():
+                self._turn_finished(sid, event)
+            case _:
+                pass
 
-    def _turn_started(self, sid: str, data: Mapping[str, Any]) -> None:
+    def _turn_started(self, sid: str, event: TurnStarted) -> None:
         attrs: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent",
                                  "gen_ai.agent.name": "geode", "gen_ai.conversation.id": sid,
-                                 "geode.session_id": sid,
-                                 "geode.turn_id": str(data.get("turn_id", "")),
-                                 "geode.resumed": bool(data.get("resumed", False))}
+                                 "geode.session_id": sid, "geode.turn_id": event.turn_id,
+                                 "geode.resumed": event.resumed}
         # the channel layer binds the thread for the whole turn (bots.dispatcher)
         bound = structlog.contextvars.get_contextvars()
         for key in ("platform", "channel", "thread"):
@@ -181,22 +191,22 @@ class TurnTracer:
             old.end()
         self._turns[sid] = self._tracer.start_span("invoke_agent geode", attributes=attrs)
 
-    def _model_finished(self, sid: str, data: Mapping[str, Any]) -> None:
+    def _model_finished(self, sid: str, event: ModelCallFinished) -> None:
         span = self._models.pop(sid, None)
         if span is None:
             return
-        span.set_attribute("gen_ai.usage.input_tokens", int(data.get("input_tokens") or 0))
-        span.set_attribute("gen_ai.usage.output_tokens", int(data.get("output_tokens") or 0))
-        span.set_attribute("geode.attempts", int(data.get("attempts") or 1))
-        if data.get("stop_reason"):
-            span.set_attribute("gen_ai.response.finish_reasons", [str(data["stop_reason"])])
-        if data.get("cost_usd"):
-            span.set_attribute("geode.cost_usd", float(data["cost_usd"]))
-        if data.get("outcome") != "ok":
-            self._fail(span, str(data.get("error") or "error"))
+        span.set_attribute("gen_ai.usage.input_tokens", event.input_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", event.output_tokens)
+        span.set_attribute("geode.attempts", event.attempts or 1)
+        if event.stop_reason:
+            span.set_attribute("gen_ai.response.finish_reasons", [event.stop_reason])
+        if event.cost_usd:
+            span.set_attribute("geode.cost_usd", event.cost_usd)
+        if event.outcome != "ok":
+            self._fail(span, event.error or "error")
         span.end()
 
-    def _turn_finished(self, sid: str, data: Mapping[str, Any]) -> None:
+    def _turn_finished(self, sid: str, event: TurnFinished) -> None:
         # a cancelled turn can leave a model or tool span open: close them with it
         for key in [k for k in self._tools if k[0] == sid]:
             self._tools.pop(key).end()
@@ -206,11 +216,10 @@ class TurnTracer:
         span = self._turns.pop(sid, None)
         if span is None:
             return
-        termination = str(data.get("termination", ""))
-        span.set_attribute("geode.termination", termination)
-        span.set_attribute("geode.rounds", int(data.get("rounds") or 0))
-        if termination != "natural":  # the only success (geode.loop.SUCCESS_REASONS)
-            self._fail(span, termination)
+        span.set_attribute("geode.termination", event.termination)
+        span.set_attribute("geode.rounds", event.rounds)
+        if event.termination != "natural":  # the only success (geode.loop.SUCCESS_REASONS)
+            self._fail(span, event.termination)
         span.end()
 
     def _child(self, sid: str, name: str, attrs: dict[str, Any]) -> Any:
@@ -228,7 +237,7 @@ class TurnTracer:
         span.set_status(Status(StatusCode.ERROR, error_type))
 
 
-def attach_tracing(observers: Any, provider: Any | None = None) -> TurnTracer | None:
+def attach_tracing(observers: HookSystem, provider: Any | None = None) -> TurnTracer | None:
     """Trace this Runtime's turns when OpenTelemetry is configured; else do nothing."""
     provider = provider if provider is not None else tracer_provider_from_env()
     if provider is None:

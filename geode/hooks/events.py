@@ -1,6 +1,7 @@
-"""The observer-only events of the executor and the chat layer: unions of frozen dataclasses.
+"""The observer-only events of the executor, the chat layer and the spend control: unions of
+frozen dataclasses (on the shared base :class:`geode._events.TypedEvent`).
 
-The loop's events live in :mod:`geode.loop.events`; these are the other two vocabularies the
+The loop's events live in :mod:`geode.loop.events`; these are the other vocabularies the
 daemon's observers (metrics, evidence) see. They live here, in ``geode``, so the daemon can
 ``match`` on the channel layer's events without importing ``bots`` (``bots`` imports this
 module and constructs them). :meth:`geode.hooks.HookSystem.publish` hands them typed to
@@ -10,9 +11,10 @@ names and payloads stay what they were.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeAlias
+from typing import ClassVar, TypeAlias
+
+from geode._events import TypedEvent
 
 __all__ = [
     "ChannelEvent",
@@ -21,6 +23,8 @@ __all__ = [
     "ObservedEvent",
     "RateLimited",
     "ReplySent",
+    "SpendCapReached",
+    "SpendEvent",
     "ThreadLeaseLost",
     "ThreadLeases",
     "ThreadsTakenOver",
@@ -28,23 +32,15 @@ __all__ = [
     "ToolEvent",
     "ToolFinished",
     "ToolStarted",
+    "UsageRecorded",
 ]
-
-
-class _Observed:
-    kind: ClassVar[str]
-
-    @property
-    def data(self) -> dict[str, Any]:
-        """The event's fields (what name-based observers get with :attr:`kind`)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
 
 # -- the chat layer (bots) ------------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)
-class MessagesReceived(_Observed):
+class MessagesReceived(TypedEvent):
     """Platform events recorded by the layer's intake."""
 
     kind: ClassVar[str] = "channel.messages_received"
@@ -53,7 +49,7 @@ class MessagesReceived(_Observed):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReplySent(_Observed):
+class ReplySent(TypedEvent):
     """A reply delivered; ``latency_s`` from its message's intake (None when unknown)."""
 
     kind: ClassVar[str] = "channel.reply_sent"
@@ -62,7 +58,7 @@ class ReplySent(_Observed):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DeliveryRetried(_Observed):
+class DeliveryRetried(TypedEvent):
     """A reply delivery tried again after a failure."""
 
     kind: ClassVar[str] = "channel.delivery_retried"
@@ -70,7 +66,7 @@ class DeliveryRetried(_Observed):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RateLimited(_Observed):
+class RateLimited(TypedEvent):
     """A rate-limit answer (HTTP 429, ``RetryAfter``) to one of the layer's sends."""
 
     kind: ClassVar[str] = "channel.rate_limited"
@@ -78,7 +74,7 @@ class RateLimited(_Observed):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ThreadLeases(_Observed):
+class ThreadLeases(TypedEvent):
     """The thread leases this replica holds after a renewal."""
 
     kind: ClassVar[str] = "channel.thread_leases"
@@ -87,7 +83,7 @@ class ThreadLeases(_Observed):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ThreadsTakenOver(_Observed):
+class ThreadsTakenOver(TypedEvent):
     """Threads taken over from a stopped or dead replica."""
 
     kind: ClassVar[str] = "channel.threads_taken_over"
@@ -96,7 +92,7 @@ class ThreadsTakenOver(_Observed):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ThreadLeaseLost(_Observed):
+class ThreadLeaseLost(TypedEvent):
     """A thread another replica took while this one ran it."""
 
     kind: ClassVar[str] = "channel.thread_lease_lost"
@@ -113,7 +109,7 @@ ChannelEvent: TypeAlias = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolStarted(_Observed):
+class ToolStarted(TypedEvent):
     """A cleared tool call is dispatched."""
 
     kind: ClassVar[str] = "tool.started"
@@ -124,7 +120,7 @@ class ToolStarted(_Observed):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolFinished(_Observed):
+class ToolFinished(TypedEvent):
     """A dispatched tool call ended with ``status`` (the executor's outcome status)."""
 
     kind: ClassVar[str] = "tool.finished"
@@ -136,7 +132,7 @@ class ToolFinished(_Observed):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolDenied(_Observed):
+class ToolDenied(TypedEvent):
     """A tool call refused by ``check`` before it ran."""
 
     kind: ClassVar[str] = "tool.denied"
@@ -150,5 +146,37 @@ class ToolDenied(_Observed):
 
 ToolEvent: TypeAlias = ToolStarted | ToolFinished | ToolDenied
 
+
+# -- the spend control (geode.daemon.spend) -------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class UsageRecorded(TypedEvent):
+    """A model call's usage, as written to the usage ledger (``cost_usd`` None: no price)."""
+
+    kind: ClassVar[str] = "usage.recorded"
+    session_id: str
+    #: ``platform:channel`` of the channel binding; "" outside channels
+    binding: str
+    platform: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpendCapReached(TypedEvent):
+    """A model call refused by spend cap ``cap`` before it was made."""
+
+    kind: ClassVar[str] = "spend.cap_reached"
+    session_id: str
+    cap: str
+    binding: str
+    platform: str
+
+
+SpendEvent: TypeAlias = UsageRecorded | SpendCapReached
+
 #: what :meth:`geode.hooks.HookSystem.publish` carries
-ObservedEvent: TypeAlias = ChannelEvent | ToolEvent
+ObservedEvent: TypeAlias = ChannelEvent | ToolEvent | SpendEvent

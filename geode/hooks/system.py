@@ -1,14 +1,15 @@
 """Observation hooks: lifecycle events for metrics, logs and dashboards. They decide nothing.
 
-An observer gets ``(event, data)`` with a deep, read-only copy of the data, so it cannot
-change what the harness does or sees. A typed observer (:meth:`HookSystem.subscribe_loop`)
-gets ``(session_id, event)`` for the loop's events, frozen dataclasses it ``match``es on;
-name-based observers see those too, as ``(event.kind, {"session_id", **event.data})``.
-:meth:`HookSystem.publish` does the same for the executor's and the chat layer's typed
-events (:mod:`geode.hooks.events`, observed with :meth:`HookSystem.subscribe_events`).
-Its exceptions are logged and dropped. ``emit`` is synchronous (the loop calls it without
-awaiting); async observers are scheduled as tasks and :meth:`HookSystem.drain` waits for
-them (shutdown, tests).
+A typed observer (:meth:`HookSystem.subscribe_loop`) gets ``(session_id, event)`` for the
+loop's events (its stream and the observer-only model call events), frozen dataclasses it
+``match``es on; :meth:`HookSystem.publish` hands the executor's, the chat layer's and the
+spend control's typed events (:mod:`geode.hooks.events`) to :meth:`HookSystem.subscribe_events`
+observers. A name-based observer (shell hooks, user plugins) sees every one of them too, as
+``(event.kind, data)`` (``session_id`` first for loop events) with a read-only copy of the
+data, so it cannot change what the harness does or sees. Observers' exceptions are logged and
+dropped. Delivery is synchronous (the loop calls it without awaiting); what an observer
+returns to await is scheduled as a task and :meth:`HookSystem.drain` waits for them
+(shutdown, tests).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import copy
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -25,7 +27,7 @@ import structlog
 
 if TYPE_CHECKING:
     from geode.hooks.events import ObservedEvent
-    from geode.loop.events import LoopEvent
+    from geode.loop.events import ObservedLoopEvent
 
 __all__ = ["EventObserverFn", "HookSystem", "LoopObserverFn", "ObserverFn"]
 
@@ -33,9 +35,10 @@ log = structlog.get_logger(__name__)
 
 ObserverFn: TypeAlias = Callable[[str, Mapping[str, Any]], Awaitable[None] | None]
 #: a typed observer of one session's loop events: ``(session_id, event)``
-LoopObserverFn: TypeAlias = Callable[[str, "LoopEvent"], None]
-#: a typed observer of the executor's and the chat layer's events (``geode.hooks.events``)
-EventObserverFn: TypeAlias = Callable[["ObservedEvent"], None]
+LoopObserverFn: TypeAlias = Callable[[str, "ObservedLoopEvent"], Awaitable[None] | None]
+#: a typed observer of the executor's, the chat layer's and the spend control's events
+#: (``geode.hooks.events``)
+EventObserverFn: TypeAlias = Callable[["ObservedEvent"], Awaitable[None] | None]
 
 
 class HookSystem:
@@ -56,37 +59,31 @@ class HookSystem:
         return fn
 
     def subscribe_loop(self, fn: LoopObserverFn) -> LoopObserverFn:
-        """Add a typed observer of the loop's events (sync, quick; its failures are logged)."""
+        """Add a typed observer of the loop's events (sync and quick, or async: then it runs
+        as a task, like a named one; its failures are logged)."""
         self._loop_observers.append(fn)
         return fn
 
     def subscribe_events(self, fn: EventObserverFn) -> EventObserverFn:
-        """Add a typed observer of the executor's and channel layer's events (sync, quick)."""
+        """Add a typed observer of the executor's, the channel layer's and the spend
+        control's events (sync and quick, or async as :meth:`subscribe_loop`)."""
         self._event_observers.append(fn)
         return fn
 
     def unsubscribe(self, fn: ObserverFn) -> None:
         self._observers = [(f, m) for f, m in self._observers if f is not fn]
 
-    def loop_event(self, session_id: str, event: LoopEvent, /) -> None:
+    def loop_event(self, session_id: str, event: ObservedLoopEvent, /) -> None:
         """Deliver a loop event to the typed observers, then by name to the others."""
         for fn in list(self._loop_observers):
-            try:
-                fn(session_id, event)
-            except Exception:  # observation must never break a run
-                log.warning("observer failed", observer=_name(fn), hook_event=event.kind,
-                            exc_info=True)
+            self._call(fn, event.kind, partial(fn, session_id, event))
         if self._observers:
             self.emit(event.kind, session_id=session_id, **event.data)
 
     def publish(self, event: ObservedEvent, /) -> None:
         """Deliver a typed event to the typed observers, then by name to the others."""
         for fn in list(self._event_observers):
-            try:
-                fn(event)
-            except Exception:  # observation must never break a run
-                log.warning("observer failed", observer=_name(fn), hook_event=event.kind,
-                            exc_info=True)
+            self._call(fn, event.kind, partial(fn, event))
         if self._observers:
             self.emit(event.kind, **event.data)
 
@@ -95,23 +92,27 @@ class HookSystem:
         for fn, matcher in list(self._observers):
             if matcher is not None and matcher.fullmatch(event) is None:
                 continue
-            try:
-                result = fn(event, _read_only_copy(data))
-                if inspect.isawaitable(result):
-                    try:
-                        asyncio.get_running_loop()
-                    except RuntimeError:
-                        if inspect.iscoroutine(result):
-                            result.close()  # no loop to run it on; drop it cleanly
-                        raise
-                    task = asyncio.ensure_future(self._guard(fn, event, result))
-                    self._pending.add(task)
-                    task.add_done_callback(self._pending.discard)
-            except Exception:  # observation must never break a run
-                log.warning("observer failed", observer=_name(fn), hook_event=event,
-                            exc_info=True)
+            self._call(fn, event, partial(_observe_copy, fn, event, data))
 
-    async def _guard(self, fn: ObserverFn, event: str, result: Awaitable[None]) -> None:
+    def _call(self, fn: object, event: str, call: Callable[[], object]) -> None:
+        """Run one observer (``call``); an awaitable it returns becomes a task :meth:`drain`
+        waits for. Whatever fails is logged and dropped: observation never breaks a run."""
+        try:
+            result = call()
+            if inspect.isawaitable(result):
+                try:
+                    asyncio.get_running_loop()
+                except RuntimeError:
+                    if inspect.iscoroutine(result):
+                        result.close()  # no loop to run it on; drop it cleanly
+                    raise
+                task = asyncio.ensure_future(self._guard(fn, event, result))
+                self._pending.add(task)
+                task.add_done_callback(self._pending.discard)
+        except Exception:
+            log.warning("observer failed", observer=_name(fn), hook_event=event, exc_info=True)
+
+    async def _guard(self, fn: object, event: str, result: Awaitable[object]) -> None:
         try:
             await result
         except Exception:  # observation must never break a run
@@ -124,6 +125,10 @@ class HookSystem:
 
 
 _SCALARS = (str, int, float, bool, type(None))
+
+
+def _observe_copy(fn: ObserverFn, event: str, data: dict[str, Any]) -> Awaitable[None] | None:
+    return fn(event, _read_only_copy(data))  # each observer its own copy
 
 
 def _read_only_copy(data: dict[str, Any]) -> Mapping[str, Any]:

@@ -1,11 +1,10 @@
 from __future__ import annotations
 
 import secrets
-from typing import Any
 
 import structlog
 
-from geode.loop.events import LoopEvent
+from geode.loop.events import LoopEvent, ModelCallEvent
 from geode.loop.protocols import TurnInfo
 from geode.loop.state import RunDeps, RunState
 
@@ -26,12 +25,12 @@ def turn_info(deps: RunDeps, state: RunState, correlation_id: str = "") -> TurnI
     )
 
 
-def observe(deps: RunDeps, kind: str, **data: Any) -> None:
-    """Tell the observers only (metrics, traces, ledger), not the driver's event stream:
-    for facts no terminal or channel shows, e.g. a model call's start and its usage."""
+def observe(deps: RunDeps, event: ModelCallEvent) -> None:
+    """Tell the observers only (metrics, traces), not the timeline or the driver's event
+    stream: for facts no terminal or channel shows, a model call's start and its outcome."""
     if deps.observer is not None:
         try:
-            deps.observer.emit(kind, session_id=deps.session_id, **data)
+            deps.observer.loop_event(deps.session_id, event)
         except Exception:
             pass
 

@@ -2,16 +2,21 @@
 observers (metrics, the timeline, the ledger): a union of frozen dataclasses.
 
 Consumers ``match`` on the type. Each event also has a wire name (:attr:`kind`, a class
-constant) and :attr:`data` (its fields as a dict): the IPC socket sends ``{"kind", "data"}``
-frames and name-based observers get ``(kind, data)``, so those shapes stay what they were.
+constant) and :attr:`data` (its fields as a dict; the shared base
+:class:`geode._events.TypedEvent`): the IPC socket sends ``{"kind", "data"}`` frames and
+name-based observers get ``(kind, data)``, so those shapes stay what they were.
+
+:data:`LoopEvent` is what the driver streams; the observers also get the observer-only
+:data:`ModelCallEvent` (:data:`ObservedLoopEvent` is both), which no terminal or channel shows.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeAlias
+
+from geode._events import TypedEvent
 
 __all__ = [
     "AssistantText",
@@ -19,10 +24,14 @@ __all__ = [
     "Compacted",
     "EventSink",
     "LoopEvent",
+    "ModelCallEvent",
+    "ModelCallFinished",
+    "ModelCallStarted",
     "ModelFailed",
     "ModelResponded",
     "ModelRetrying",
     "ModelWaiting",
+    "ObservedLoopEvent",
     "TextDelta",
     "ToolProposed",
     "ToolResulted",
@@ -39,17 +48,8 @@ __all__ = [
 ToolStatus = Literal["ok", "error", "denied", "uncertain"]
 
 
-class _Event:
-    kind: ClassVar[str]
-
-    @property
-    def data(self) -> dict[str, Any]:
-        """The event's fields (the IPC frame's ``data``, the name-based observers' view)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
-
-
 @dataclass(frozen=True, kw_only=True)
-class TurnStarted(_Event):
+class TurnStarted(TypedEvent):
     """A turn starts, or (``resumed``) continues after a crash for the ``recoveries``-th time."""
 
     kind: ClassVar[str] = "turn_started"
@@ -59,19 +59,19 @@ class TurnStarted(_Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TextDelta(_Event):
+class TextDelta(TypedEvent):
     kind: ClassVar[str] = "text_delta"
     text: str
 
 
 @dataclass(frozen=True, kw_only=True)
-class AssistantText(_Event):
+class AssistantText(TypedEvent):
     kind: ClassVar[str] = "assistant_text"
     text: str
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelResponded(_Event):
+class ModelResponded(TypedEvent):
     """One model call answered (after any retries)."""
 
     kind: ClassVar[str] = "model_response"
@@ -84,7 +84,7 @@ class ModelResponded(_Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelFailed(_Event):
+class ModelFailed(TypedEvent):
     """A model call failed for good (classified ``error_kind``) or ran out of time."""
 
     kind: ClassVar[str] = "model_error"
@@ -96,7 +96,7 @@ class ModelFailed(_Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelWaiting(_Event):
+class ModelWaiting(TypedEvent):
     """Nothing has come from the model for ``waiting_notice_s``: the call is still running."""
 
     kind: ClassVar[str] = "model_waiting"
@@ -106,7 +106,7 @@ class ModelWaiting(_Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelRetrying(_Event):
+class ModelRetrying(TypedEvent):
     """A model call failed retryably (``error`` kind); attempt ``attempt`` follows."""
 
     kind: ClassVar[str] = "model_retry"
@@ -117,7 +117,7 @@ class ModelRetrying(_Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolProposed(_Event):
+class ToolProposed(TypedEvent):
     """The model proposed a call; it is not a permission (the executor checks it)."""
 
     kind: ClassVar[str] = "tool_call"
@@ -127,7 +127,7 @@ class ToolProposed(_Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolResulted(_Event):
+class ToolResulted(TypedEvent):
     """A proposed call's result, with its status as data."""
 
     kind: ClassVar[str] = "tool_result"
@@ -140,13 +140,13 @@ class ToolResulted(_Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Compacted(_Event):
+class Compacted(TypedEvent):
     kind: ClassVar[str] = "compacted"
     dropped: int
 
 
 @dataclass(frozen=True, kw_only=True)
-class VerifyPassed(_Event):
+class VerifyPassed(TypedEvent):
     """The stop proposal was accepted by the verifier."""
 
     kind: ClassVar[str] = "verify_passed"
@@ -154,7 +154,7 @@ class VerifyPassed(_Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class VerifyFailed(_Event):
+class VerifyFailed(TypedEvent):
     """The stop proposal was refused; a repair round follows unless the budget is spent."""
 
     kind: ClassVar[str] = "verify_failed"
@@ -164,13 +164,13 @@ class VerifyFailed(_Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CheckpointSaved(_Event):
+class CheckpointSaved(TypedEvent):
     kind: ClassVar[str] = "checkpoint"
     point: str
 
 
 @dataclass(frozen=True, kw_only=True)
-class TurnFinished(_Event):
+class TurnFinished(TypedEvent):
     kind: ClassVar[str] = "turn_finished"
     turn_id: str
     termination: str
@@ -186,6 +186,45 @@ LoopEvent = (
     | ModelFailed | ToolProposed | ToolResulted | Compacted | VerifyPassed | VerifyFailed
     | CheckpointSaved | TurnFinished
 )
+
+
+# -- observer-only: metrics and traces per model call; no terminal or channel shows them -----
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelCallStarted(TypedEvent):
+    """A model call (with its retries) starts, in round ``round``."""
+
+    kind: ClassVar[str] = "model_call_started"
+    turn_id: str
+    model: str
+    provider: str
+    round: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelCallFinished(TypedEvent):
+    """A model call ended: ``outcome`` ``ok`` (with its usage and cost) or ``error``
+    (``error``: the classified kind, or ``timeout``), after ``attempts`` attempts."""
+
+    kind: ClassVar[str] = "model_call_finished"
+    turn_id: str
+    model: str
+    provider: str
+    outcome: str
+    error: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    stop_reason: str = ""
+    attempts: int = 1
+
+
+ModelCallEvent: TypeAlias = ModelCallStarted | ModelCallFinished
+
+#: what the loop's observers get (``Observer.loop_event``): the driver's stream and the
+#: observer-only model call events
+ObservedLoopEvent: TypeAlias = LoopEvent | ModelCallEvent
 
 EventSink = Callable[[LoopEvent], Awaitable[None]]
 

@@ -6,8 +6,9 @@ how long the call has taken and which attempt is running, again every ``waiting_
 each retry is a ``model_retry`` event. The whole call, retries and waits included, ends at
 ``model_call_deadline_s``.
 
-The observers (not the driver) also get ``model_call_started`` and ``model_call_finished``
-(model, provider, outcome, error kind, tokens, cost, attempts): metrics and traces per model.
+The observers (not the timeline, not the driver) also get :class:`ModelCallStarted` and
+:class:`ModelCallFinished` (model, provider, outcome, error kind, tokens, cost, attempts):
+metrics and traces per model.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from geode.loop.compaction import compact
 from geode.loop.events import (
     AssistantText,
     Compacted,
+    ModelCallFinished,
+    ModelCallStarted,
     ModelFailed,
     ModelResponded,
     ModelRetrying,
@@ -118,16 +121,16 @@ async def call_provider(
             return Finish(TerminationReason.SPEND_CAP, detail=refusal.message)
     watch = _CallWatch()
     snap = step.snapshot
-    observe(deps, "model_call_started", turn_id=state.turn_id, model=snap.model,
-            provider=snap.provider.name, round=state.round)
+    observe(deps, ModelCallStarted(turn_id=state.turn_id, model=snap.model,
+                                   provider=snap.provider.name, round=state.round))
 
     def finished(outcome: str, *, error: str = "", usage: Usage | None = None,
                  cost: float = 0.0, stop_reason: str = "") -> None:
-        observe(deps, "model_call_finished", turn_id=state.turn_id, model=snap.model,
-                provider=snap.provider.name, outcome=outcome, error=error,
-                input_tokens=usage.input_tokens if usage else 0,
-                output_tokens=usage.output_tokens if usage else 0, cost_usd=cost,
-                stop_reason=stop_reason, attempts=watch.attempt)
+        observe(deps, ModelCallFinished(
+            turn_id=state.turn_id, model=snap.model, provider=snap.provider.name,
+            outcome=outcome, error=error, input_tokens=usage.input_tokens if usage else 0,
+            output_tokens=usage.output_tokens if usage else 0, cost_usd=cost,
+            stop_reason=stop_reason, attempts=watch.attempt))
 
     # call_with_retry logs each retry (one line); here it only becomes an event.
     def on_retry(err: ModelError, attempt: int, delay: float) -> None:

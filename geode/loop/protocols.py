@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from geode.loop.events import LoopEvent
+from geode.loop.events import ObservedLoopEvent
 from geode.messages import Message, ToolResultBlock, ToolUseBlock, Usage
 from geode.tools.plan import BoundToolPlan
+
+if TYPE_CHECKING:
+    # geode.hooks imports this module (its registry's PromptDecision): type-only here
+    from geode.hooks.events import ObservedEvent
 
 __all__ = [
     "BatchSaveFailed",
@@ -138,12 +142,14 @@ class SpendGate(Protocol):
 
 @runtime_checkable
 class Observer(Protocol):
-    """Receives lifecycle events; it decides nothing and its failures are swallowed.
+    """Receives lifecycle events, all typed; it decides nothing and its failures are
+    swallowed.
 
-    ``emit`` takes a named event (the executor's ``tool.*``, the channel layer's);
-    ``loop_event`` a typed loop event of one session.
+    ``loop_event`` takes a loop event of one session (the driver's stream and the
+    observer-only model call events); ``publish`` a typed event of the executor, the chat
+    layer or the spend control (:mod:`geode.hooks.events`).
     """
 
-    def emit(self, event: str, /, **data: Any) -> None: ...
+    def loop_event(self, session_id: str, event: ObservedLoopEvent, /) -> None: ...
 
-    def loop_event(self, session_id: str, event: LoopEvent, /) -> None: ...
+    def publish(self, event: ObservedEvent, /) -> None: ...

@@ -21,6 +21,7 @@ from geode.daemon.factory import Runtime, SessionContext
 from geode.daemon.metrics import DaemonMetrics
 from geode.daemon.port import SessionOverrides
 from geode.errors import ConfigError
+from geode.hooks.events import ObservedEvent, SpendCapReached, UsageRecorded
 from geode.logging import configure_logging
 from geode.loop import TerminationReason, TurnResult
 from geode.providers.scripted import ScriptedProvider, ToolCall
@@ -229,7 +230,7 @@ async def test_usage_is_counted_in_prometheus_by_binding_model_and_platform(
                model={"prices": {"scripted": (1000.0, 1000.0)}}, budgets={"max_usd_per_day": 1})
     rt = await rig.replica()
     metrics = DaemonMetrics()
-    rt.observers.subscribe(metrics.observe)
+    rt.observers.subscribe_events(metrics.on_event)
     b = BindingSettings(platform="slack", channel="C1")
     assert (await rig.turn(rt, session="s-1", binding=b, user="U1", thread="T1")).ok
     text = metrics.render().decode()
@@ -237,6 +238,42 @@ async def test_usage_is_counted_in_prometheus_by_binding_model_and_platform(
     assert f"geode_model_tokens_total{{{labels}}} 10.0" in text
     assert 'geode_model_cost_usd_total{binding="slack:C1",model="scripted",platform="slack"} ' \
            "0.011" in text
+
+
+async def test_spend_events_reach_observers_as_typed_values_under_their_old_names(
+    tmp_path: Path, clock: Clock, rigs: list[Rig]
+) -> None:
+    rig = _rig(rigs, tmp_path, f"sqlite:///{tmp_path / 'home' / 'geode.db'}", clock,
+               model={"prices": {"scripted": (1000.0, 1000.0)}},
+               budgets={"max_tokens_per_day": 5})
+    rt = await rig.replica()
+    typed: list[ObservedEvent] = []
+    named: list[tuple[str, dict[str, Any]]] = []
+    metrics = DaemonMetrics()
+    rt.observers.subscribe_events(typed.append)
+    rt.observers.subscribe_events(metrics.on_event)
+    rt.observers.subscribe(lambda name, data: named.append((name, dict(data))),
+                           events=r"usage\.recorded|spend\.cap_reached")
+    b = BindingSettings(platform="slack", channel="C1")
+    assert (await rig.turn(rt, session="s-1", binding=b, user="U1", thread="T1")).ok
+    refused = await rig.turn(rt, session="s-2", binding=b, user="U1", thread="T2")
+    assert refused.termination == TerminationReason.SPEND_CAP
+    spend = [e for e in typed if isinstance(e, UsageRecorded | SpendCapReached)]
+    assert spend == [
+        UsageRecorded(session_id="s-1", binding="slack:C1", platform="slack", model="scripted",
+                      input_tokens=10, output_tokens=1, cost_usd=pytest.approx(0.011)),
+        SpendCapReached(session_id="s-2", cap="max_tokens_per_day", binding="slack:C1",
+                        platform="slack"),
+    ]
+    # name-based observers (shell hooks, plugins) see the same names and payloads as before
+    assert [(n, list(d)) for n, d in named] == [
+        ("usage.recorded", ["session_id", "binding", "platform", "model", "input_tokens",
+                            "output_tokens", "cost_usd"]),
+        ("spend.cap_reached", ["session_id", "cap", "binding", "platform"]),
+    ]
+    text = metrics.render().decode()
+    assert ('geode_spend_caps_reached_total{binding="slack:C1",cap="max_tokens_per_day",'
+            'platform="slack"} 1.0') in text
 
 
 @pytest.fixture

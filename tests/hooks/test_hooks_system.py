@@ -128,3 +128,31 @@ def test_publish_gives_typed_observers_the_dataclass_and_named_ones_kind_and_dat
     hs.publish(event)
     assert typed == [event]
     assert named == [("channel.reply_sent", {"platform": "slack", "latency_s": 1.5})]
+
+
+async def test_async_typed_observers_run_as_tasks_drain_waits_for() -> None:
+    from geode.hooks.events import ObservedEvent, ReplySent
+    from geode.loop.events import ObservedLoopEvent, TurnStarted
+
+    hs = HookSystem()
+    seen: list[object] = []
+
+    async def on_event(event: ObservedEvent) -> None:
+        await asyncio.sleep(0)
+        seen.append(event)
+
+    async def on_loop(session_id: str, event: ObservedLoopEvent) -> None:
+        await asyncio.sleep(0)
+        seen.append((session_id, event))
+
+    async def broken(event: ObservedEvent) -> None:
+        raise RuntimeError("ledger down")
+
+    hs.subscribe_events(broken)
+    hs.subscribe_events(on_event)
+    hs.subscribe_loop(on_loop)
+    sent, started = ReplySent(platform="slack"), TurnStarted(turn_id="t-1")
+    hs.publish(sent)
+    hs.loop_event("s-1", started)
+    await hs.drain()
+    assert seen == [sent, ("s-1", started)]

@@ -16,6 +16,7 @@ from geode.loop import (
     TurnInfo,
     TurnStarted,
 )
+from geode.loop.events import ModelCallFinished, ModelCallStarted, ObservedLoopEvent
 from geode.messages import ToolResultBlock, ToolUseBlock
 from geode.policy import session_scope
 from geode.providers.scripted import ScriptedProvider, ToolCall
@@ -85,3 +86,36 @@ async def test_a_denial_carries_its_check_as_data(tmp_path: Path) -> None:
     assert res.status == "denied" and res.check == "scope"
     assert all(sid == "s-test" for sid, _ in typed)
     assert named == [("tool_result", "denied")]  # name-based observers still see it
+
+
+async def test_model_calls_reach_the_observers_typed_and_never_the_driver() -> None:
+    observers = HookSystem()
+    typed: list[ObservedLoopEvent] = []
+    named: list[tuple[str, list[str]]] = []
+    driven: list[LoopEvent] = []
+
+    async def sink(ev: LoopEvent) -> None:
+        driven.append(ev)
+
+    observers.subscribe_loop(lambda sid, ev: typed.append(ev))
+    observers.subscribe(lambda name, data: named.append((name, list(data))),
+                        events="model_call_.*")
+    provider = ScriptedProvider([ToolCall("echo", {"text": "hi"}), "done"])
+    loop = make_loop([], provider=provider, on_event=sink,
+                     observer=observers)  # type: ignore[arg-type]
+    await loop.run("go")
+    calls = [e for e in typed if isinstance(e, ModelCallStarted | ModelCallFinished)]
+    assert [type(e) for e in calls] == [ModelCallStarted, ModelCallFinished] * 2
+    assert [e.round for e in calls if isinstance(e, ModelCallStarted)] == [0, 1]
+    done = [e for e in calls if isinstance(e, ModelCallFinished)]
+    assert all(e.model == "scripted" and e.provider == provider.name and e.outcome == "ok"
+               and e.error == "" and e.attempts == 1 for e in done)
+    assert done[1].stop_reason == "end_turn" and done[1].input_tokens > 0
+    assert not [e for e in driven if isinstance(e, ModelCallStarted | ModelCallFinished)]
+    # name-based observers keep the names and payload keys they always had
+    assert named[:2] == [
+        ("model_call_started", ["session_id", "turn_id", "model", "provider", "round"]),
+        ("model_call_finished", ["session_id", "turn_id", "model", "provider", "outcome",
+                                 "error", "input_tokens", "output_tokens", "cost_usd",
+                                 "stop_reason", "attempts"]),
+    ]
