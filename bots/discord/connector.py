@@ -638,7 +638,7 @@ class DiscordConnector(BaseConnector):
         action = parse_action(interaction.data)
         message, user = interaction.message, interaction.user
         if (action is None or message is None or interaction.channel_id is None
-                or user is None or snowflake(getattr(user, "id", None)) is None):
+                or not isinstance(user, discord.User | discord.Member)):
             log.info("discord.click_not_ours", interaction=interaction.id)
             with contextlib.suppress(discord.HTTPException):
                 await interaction.response.send_message(

@@ -20,7 +20,7 @@ from _discord_stack import (  # noqa: F401  (fixtures)
 )
 from sqlalchemy import select
 
-from bots.events import ReplyTarget
+from bots.events import InboundEvent, ReplyTarget
 from bots.port import DeliveryError
 from bots.store._tables import events_table, outbox_table
 from bots.testing.discord import FakeDiscord, InteractionResponse
@@ -255,3 +255,22 @@ async def test_a_click_that_is_not_an_approval_records_nothing(make_dstack, dfak
     async with stack.store.read() as conn:
         assert (await conn.execute(select(events_table.c.id).where(
             events_table.c.dedupe_key.like("%:interaction:%")))).all() == []
+
+
+async def test_a_click_answered_too_late_for_its_interaction_raises_for_the_thread_notice(
+    make_dstack, dfake  # noqa: F811 (fixtures)
+):
+    """The interaction token lives 15 minutes: a click decided later (say, caught up after
+    downtime) cannot be answered ephemerally, and answer_action says so, so that the layer
+    answers in the thread instead."""
+    stack = make_dstack()
+    connector = await stack.start()
+    late = InboundEvent(
+        platform="discord", workspace=connector.bot_id, channel=str(dfake.channel_id),
+        thread_root="1", message_id="1", sender=str(dfake.user_id), dedupe_key="k",
+        text="/approve ABCDEF", extra={"action": "button", "answer": "private",
+                                       "component": {"token": "t", "expires": 1.0}})
+    requests = len(dfake.requests)
+    with pytest.raises(DeliveryError):
+        await connector.answer_action(late, "Only 1 may approve or deny this.")
+    assert len(dfake.requests) == requests  # nothing was tried
