@@ -9,6 +9,12 @@ tool), who asked, when it expires and its short id. It then waits for ``/approve
 ``/stop``. The decision is the row's: the command updates it once and wakes the wait here;
 the wait also re-reads the row every few seconds, so a decision taken through another replica
 is seen too. The request message is edited to show the outcome, who decided and when.
+
+A wait ends with the request cancelled only when the turn was stopped (``/stop``). When the
+process stops (a restart, a deploy, a thread taken over by another replica) the request
+stays pending: the resumed turn asks for the same call again, :meth:`ApprovalRequests.open`
+returns the same row (no second message), and the wait resumes with its original expiry,
+or ends at once with the decision taken meanwhile.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from geode.daemon.lanes import slots_released
-from geode.executor.decisions import ApprovalAnswer, ApprovalRequest
+from geode.executor.decisions import ApprovalAnswer, ApprovalCancelled, ApprovalRequest
 from geode.executor.summary import describe_call
 from geode.redact import redact_text
 
@@ -102,6 +108,9 @@ class ChatApprover:
     on_wait: Callable[[str], None] | None = None
     #: re-read the row this often while waiting (a decision taken on another replica)
     poll_s: float = 2.0
+    #: True when the turn was stopped (``/stop``): a cancelled wait then cancels the
+    #: request; otherwise (the process stopping) it stays pending for the resumed turn
+    stopped: Callable[[], bool] = lambda: True
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalAnswer:
         b = self.binding
@@ -182,10 +191,13 @@ class ChatApprover:
                 except TimeoutError:
                     pass
         except asyncio.CancelledError:  # /stop, or the daemon stopping
+            if not self.stopped():
+                log.info("approval.wait_interrupted", request=rec.id, short_id=rec.short_id)
+                raise  # still pending: the resumed turn waits for it again
             cancelled = await asyncio.shield(self.requests.cancel(rec.id))
             if cancelled.applied:
                 await asyncio.shield(self._show(cancelled.record))
-            raise
+            raise ApprovalCancelled() from None
         finally:
             self.waiters.drop(rec.id)
 

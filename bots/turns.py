@@ -202,10 +202,6 @@ class TurnRunner:
             ack_emoji=opts.ack_emoji, heartbeat_interval_s=opts.heartbeat_interval_s,
             fault=deps.fault,
         )
-        if resume and row.loop_turn_id:
-            # the process that waited on these died: the recovered turn tells the model the
-            # interrupted call did not run, so a later /approve must not look effective
-            await deps.approvals.cancel_turn(row.session_key, row.loop_turn_id)
         active = ActiveTurn(session_id=row.session_key, event_id=stored.id,
                             started=time.monotonic(), heartbeat=progress.heartbeat)
         deps.active[event.thread_key] = active
@@ -220,6 +216,10 @@ class TurnRunner:
                                             active, resume=resume, images=received.images)
             except _DroppedByOperator:
                 text = None
+            if row.loop_turn_id:
+                # The turn ended (a resumed one may have ended before it asked again, e.g.
+                # at the recovery limit): nothing waits on its requests any more.
+                await deps.approvals.cancel_turn(row.session_key, row.loop_turn_id)
             notices = received.notices
             if notices and text is not None:  # what was not read, and why, before the answer
                 text = "\n".join(notices) + "\n\n" + text
@@ -304,7 +304,7 @@ class TurnRunner:
             client=deps.client, requests=deps.approvals, waiters=deps.waiters,
             binding=binding, event=event, target=row.target,
             workspace=binding_workspace(deps.host.home, binding),
-            index=deps.index, on_wait=waiting,
+            index=deps.index, on_wait=waiting, stopped=lambda: active.stop_requested,
         )
 
     async def _run_turn(

@@ -50,7 +50,7 @@ from geode.loop import (
     TurnResult,
 )
 from geode.loop.events import EventSink
-from geode.loop.resume import dangling_calls, repair_dangling
+from geode.loop.resume import awaits_approval, dangling_calls, repair_dangling
 from geode.loop.system_prompt import SystemPromptSources, build_system_prompt
 from geode.loop.timeline import TurnTimeline
 from geode.messages import ImageBlock, Message
@@ -82,6 +82,9 @@ if TYPE_CHECKING:
     from geode.store.timeline import SessionTimeline
 
 __all__ = ["Runtime", "Session", "SessionContext"]
+
+#: closes an open tool batch: (messages, the turn, ask again?) -> messages with its results
+OpenBatch = Callable[[list[Message], TurnInfo, bool], Awaitable[list[Message]]]
 
 log = structlog.get_logger(__name__)
 
@@ -147,6 +150,10 @@ class Session:
     timeline: SessionTimeline | None = None
     #: gives an untitled session its first prompt as title (None: nothing to do)
     entitle: Callable[[str], Awaitable[None]] | None = None
+    #: closes the chain's open tool batch whose calls wait for an approval: ``ask`` True
+    #: (a resumed turn) asks again, which resumes the wait; False (a new turn) tells the
+    #: model they did not run (None: no such batch)
+    open_batch: OpenBatch | None = None
 
     async def run(self, prompt: str, *, turn_id: str | None = None,
                   images: Sequence[ImageBlock] = ()) -> TurnResult:
@@ -156,6 +163,8 @@ class Session:
             prompt += ("\n\n[the attached image(s) are saved as files but not shown: "
                        f"{self.model} does not take images]")
             images = ()
+        if self.open_batch is not None:  # a new turn: the interrupted batch did not run
+            await self._close_open_batch(ask=False)
         self.saved_state = {}  # a new turn: what was loaded no longer describes the chain
         if self.entitle is not None:
             from geode.redact import redact_text
@@ -179,7 +188,14 @@ class Session:
             raise RunError(f"turn {turn_id!r} is not the unfinished turn of session "
                            f"{self.session_id!r}; nothing to resume")
         saved, self.saved_state = self.saved_state, {}  # resumed once per load
-        result = await self.loop.resume(turn_id=turn_id, saved=saved)
+        reopen = None
+        if self.open_batch is not None:
+            close, self.open_batch = self.open_batch, None
+
+            async def reopen(batch: list[Message], turn: TurnInfo) -> list[Message]:
+                return await close(batch, turn, True)
+
+        result = await self.loop.resume(turn_id=turn_id, saved=saved, open_batch=reopen)
         if result.termination == TerminationReason.RECOVERY_LIMIT and self.timeline is not None:
             await self.timeline.append(
                 session_id=self.session_id, turn_id=turn_id, kind="turn.recovery_limit",
@@ -191,6 +207,20 @@ class Session:
 
     def cancel(self) -> bool:
         return self.loop.cancel()
+
+    async def _close_open_batch(self, *, ask: bool) -> None:
+        """Give the open batch its results now and save them (see ``open_batch``)."""
+        close, self.open_batch = self.open_batch, None
+        assert close is not None
+        state = self.saved_state
+        turn_id = str(state.get("turn_id") or "resume")
+        turn = TurnInfo(session_id=self.session_id, turn_id=turn_id,
+                        round=int(state.get("round", 0)), correlation_id=f"{turn_id}:resume",
+                        mode=self.ctx.mode)
+        self.loop.messages = await close(self.loop.messages, turn, ask)
+        checkpointer = self.loop.deps.checkpointer
+        if checkpointer is not None:
+            await checkpointer.save(messages=self.loop.messages, state=state, status="active")
 
 
 class Runtime:
@@ -521,7 +551,24 @@ class Runtime:
                                   sender=ctx.user),
         )
         uncertain: list[str] = []
-        if dangling_calls(messages):
+        open_batch: OpenBatch | None = None
+        ask_again = scope.needs_approval
+        if dangling_calls(messages) and checkpointer is not None and awaits_approval(
+                messages, receipts_status, ask_again):
+            # A call of the open batch waited for a person when the process stopped: the
+            # batch stays open here, and resuming the turn resumes that wait inside the
+            # turn (where /stop reaches it); a new turn closes it first (Session.run).
+            async def close(batch: list[Message], turn: TurnInfo, ask: bool) -> list[Message]:
+                closed, unsure = await repair_dangling(
+                    batch, runner=executor, plan=plan_source(), turn=turn,
+                    receipts=receipts_status, ask_again=ask_again if ask else frozenset(),
+                )
+                uncertain.extend(unsure)
+                return closed
+
+            open_batch = close
+            log.info("resumed a session whose tool batch waits for an approval")
+        elif dangling_calls(messages):
             turn_id = str(saved_state.get("turn_id") or "resume")
             turn = TurnInfo(
                 session_id=session_id,
@@ -553,6 +600,7 @@ class Runtime:
             model=model_name,
             uncertain_calls=uncertain,
             saved_state=saved_state,
+            open_batch=open_batch,
             timeline=self.store.timeline if self.store is not None else None,
             entitle=self._entitle(session_id) if not ctx.title else None,
         )

@@ -18,7 +18,14 @@ from types import MappingProxyType
 
 import structlog
 
-from geode.executor.decisions import Allow, ApprovalAnswer, ApprovalRequest, Deny, ToolCall
+from geode.executor.decisions import (
+    Allow,
+    ApprovalAnswer,
+    ApprovalCancelled,
+    ApprovalRequest,
+    Deny,
+    ToolCall,
+)
 from geode.executor.protocols import Approver
 from geode.executor.summary import describe_call
 from geode.loop.protocols import TurnInfo
@@ -92,6 +99,10 @@ class ApprovalGate:
             asked_at = time.monotonic()
             try:
                 answer = await self._approver(request)
+            except ApprovalCancelled:  # the turn was stopped while the request waited
+                await asyncio.shield(self._audit(turn, "approval.cancelled", call,
+                                                 decision="deny", outcome="cancelled"))
+                raise
             except Exception as exc:  # a broken prompt is a "no", never a "yes"
                 log.warning("approver failed", tool=call.name, exc_info=True)
                 return Deny("approval", f"the approval request failed ({type(exc).__name__})")

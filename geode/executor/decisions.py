@@ -6,6 +6,7 @@ it. A denial becomes the model-visible text ``denied by <check>: <reason>``.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -15,6 +16,7 @@ __all__ = [
     "DENIAL_PREFIX",
     "Allow",
     "ApprovalAnswer",
+    "ApprovalCancelled",
     "ApprovalRequest",
     "Ask",
     "CheckName",
@@ -106,3 +108,11 @@ class ApprovalAnswer:
     by: str = ""
     #: approved | denied | expired | cancelled (the timeline row's kind follows it)
     outcome: str = ""
+
+
+class ApprovalCancelled(asyncio.CancelledError):
+    """Raised by an approver whose wait was cancelled because the turn was stopped
+    (``/stop``), after it marked the request cancelled: still a cancellation (the turn
+    stops), and the audit records the request as cancelled. A wait cancelled for another
+    reason (the daemon stopping) raises the plain ``CancelledError``: the request stays
+    open and the resumed turn waits for it again."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,12 +17,16 @@ from geode.loop.phase_input import prepare_input, resume_input
 from geode.loop.phase_model import call_provider
 from geode.loop.phase_observe import observe
 from geode.loop.phase_tools import process_tools
+from geode.loop.protocols import TurnInfo
 from geode.loop.state import RunDeps, RunState
 from geode.loop.steps import CallModel, Finish, Observe, PrepareCall, RunTools, Step, Verify
 from geode.loop.termination import SUCCESS_REASONS, TerminationReason
 from geode.messages import ImageBlock, Message, Usage
 
-__all__ = ["AgenticLoop", "TurnResult"]
+__all__ = ["AgenticLoop", "OpenBatchCloser", "TurnResult"]
+
+#: gives a resumed turn's open tool batch its results (running what may run again)
+OpenBatchCloser = Callable[[list[Message], TurnInfo], Awaitable[list[Message]]]
 
 log = structlog.get_logger(__name__)
 
@@ -86,25 +90,29 @@ class AgenticLoop:
         state = RunState(messages=list(self.messages), turn_id=turn_id or new_id("t"))
         return await self._run(state, prompt, tuple(images))
 
-    async def resume(self, *, turn_id: str, saved: Mapping[str, Any]) -> TurnResult:
+    async def resume(self, *, turn_id: str, saved: Mapping[str, Any],
+                     open_batch: OpenBatchCloser | None = None) -> TurnResult:
         """Continue turn ``turn_id``, interrupted by a crash or restart, where its last
         checkpoint left it (resume in place): the conversation is ``messages`` as restored,
         ``saved`` the checkpoint's guard counters (rounds, time used, spend, repair budget,
         repeated errors), which keep counting. Each resume counts against
-        ``limits.recovery_limit``."""
+        ``limits.recovery_limit``. ``open_batch``: the conversation ends with a tool batch
+        left open (a call waited for an approval); it is closed inside the turn (a resumed
+        wait is part of it: ``/stop`` reaches it)."""
         state = RunState(messages=list(self.messages))
         state.apply_guard_state(dict(saved))
         state.turn_id = turn_id
         state.recoveries += 1
-        return await self._run(state, None)
+        return await self._run(state, None, open_batch=open_batch)
 
     async def _run(self, state: RunState, prompt: str | None,
-                   images: tuple[ImageBlock, ...] = ()) -> TurnResult:
+                   images: tuple[ImageBlock, ...] = (), *,
+                   open_batch: OpenBatchCloser | None = None) -> TurnResult:
         self.running_turn = state.turn_id
         structlog.contextvars.bind_contextvars(
             session_id=self.deps.session_id, turn_id=state.turn_id
         )
-        self._task = asyncio.create_task(self._drive(state, prompt, images))
+        self._task = asyncio.create_task(self._drive(state, prompt, images, open_batch))
         try:
             finish = await asyncio.shield(self._task)
         except asyncio.CancelledError:
@@ -121,9 +129,10 @@ class AgenticLoop:
         return await self._finalize(state, finish)
 
     async def _drive(self, state: RunState, prompt: str | None,
-                     images: tuple[ImageBlock, ...]) -> Finish:
+                     images: tuple[ImageBlock, ...],
+                     open_batch: OpenBatchCloser | None = None) -> Finish:
         step: Step = await (
-            resume_input(self.deps, state) if prompt is None
+            resume_input(self.deps, state, open_batch) if prompt is None
             else prepare_input(self.deps, state, prompt, images)
         )
         while True:
