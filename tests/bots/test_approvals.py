@@ -52,7 +52,7 @@ async def _posted(stack: Any, fake: Any) -> Any:
     async def filed() -> bool:
         req = _request_message(fake)
         return req is not None and await lay.index.thread_of(
-            "telegram", lay.connector.workspace, str(CHAT), str(req.message_id)) is not None
+            "telegram", lay.client.workspace, str(CHAT), str(req.message_id)) is not None
 
     for _ in range(200):
         if await filed():
