@@ -10,6 +10,11 @@ Intake (both feed the same bolt app, whose one global middleware records the eve
   window, constant-time compare; 401 otherwise) and answers ``url_verification``. The 200
   goes out after the record (``process_before_response``), a failure answers 500.
 
+Interactivity (the approval buttons, ``bots.slack._actions``) takes the same two paths: an
+``interactive`` envelope over Socket Mode, or the signed ``payload=<json>`` form POST Slack
+sends to the Request URL (the same endpoint and the same signature check as events). A click
+is recorded before its ack, like an event, as the clicker's ``/approve ID`` / ``/deny ID``.
+
 Redeliveries (``X-Slack-Retry-Num``, ``retry_attempt``, a replayed envelope) and the
 ``message`` + ``app_mention`` pair of one post map to one dedupe key (channel + ts), so the
 store keeps one row and the layer answers once.
@@ -55,6 +60,7 @@ from bots.format import Chunk
 from bots.options import LayerOptions
 from bots.port import AttachmentRefused, DeliveryError, TurnHost
 from bots.progress import WORKING
+from bots.slack._actions import approval_blocks, convert_action, is_block_actions
 from bots.slack._convert import (
     COMMAND_NAMES,
     SlashCommand,
@@ -88,7 +94,7 @@ _FATAL = {"channel_not_found", "not_in_channel", "is_archived", "invalid_auth", 
 
 #: what deploy/slack-manifest.yaml must grant: the bot scopes and events this module uses
 SCOPES = frozenset({
-    "chat:write",          # chat.postMessage, chat.update
+    "chat:write",          # chat.postMessage, chat.update, chat.postEphemeral
     "reactions:write",     # reactions.add / reactions.remove
     "channels:history",    # conversations.history / .replies, message.channels
     "groups:history",      # the same for private channels, message.groups
@@ -157,7 +163,10 @@ class _RecordFirst(AsyncMiddleware):
             payload = {"response_type": "ephemeral", "text": text}
             return BoltResponse(status=200, body=json.dumps(payload),
                                 headers={"content-type": "application/json"})
-        return BoltResponse(status=200, body="")  # interactivity etc.: not used, acknowledged
+        if is_block_actions(body):  # a button click (approvals): recorded, then acked
+            await self.connector.intake_action(body)  # raises -> 500 -> no ack: redelivered
+            return BoltResponse(status=200, body="")
+        return BoltResponse(status=200, body="")  # other interactivity: not used, acknowledged
 
 
 class _SocketHandler(AsyncSocketModeHandler):
@@ -417,6 +426,19 @@ class SlackConnector(BaseConnector):
                             "received")])
         return f"`{self.opts.command} {cmd.name}`: answering in the thread."
 
+    async def intake_action(self, body: dict[str, Any]) -> None:
+        """Record a click on an approval button (``bots.slack._actions``) before it is
+        acknowledged; any other interactive payload is acknowledged unrecorded."""
+        try:
+            ev = convert_action(body, team=self.team_id)
+        except Exception:  # a converter bug must not stop the intake
+            log.warning("slack.convert_action_failed", exc_info=True)
+            ev = None
+        if ev is None:
+            log.info("slack.action_ignored")
+            return
+        await self.submit([(ev, "received")])
+
     async def _thread_for(self, cmd: SlashCommand) -> str | None:
         """The thread with the newest running turn in the channel, else the newest thread."""
         assert self.layer is not None
@@ -454,10 +476,39 @@ class SlackConnector(BaseConnector):
         assert self.client is not None
         text = chunk.fallback if plain else chunk.formatted
         try:
-            await self.client.chat_update(channel=target.channel, ts=message_id, text=text)
+            # blocks=[]: Slack keeps a message's blocks through an update that names none;
+            # an edit replaces the whole message (an approval request loses its buttons)
+            await self.client.chat_update(channel=target.channel, ts=message_id, text=text,
+                                          blocks=[])
         except (SlackApiError, SlackClientError, ClientError, TimeoutError) as exc:
             raise _map_error(exc, sending=False) from exc
         await self._clear_status_if_final(target, text)
+
+    async def send_approval(self, target: ReplyTarget, chunk: Chunk, *, short_id: str) -> str:
+        """The request as Block Kit: its text, then Approve / Deny buttons whose clicks come
+        back as ``block_actions`` (:meth:`intake_action`), answered by :meth:`answer_action`."""
+        assert self.client is not None
+        try:
+            resp = await self.client.chat_postMessage(
+                channel=target.channel, text=chunk.fallback,
+                blocks=approval_blocks(chunk.formatted, short_id),
+                thread_ts=target.thread_root if valid_ts(target.thread_root) else None,
+                unfurl_links=False, unfurl_media=False,
+            )
+        except (SlackApiError, SlackClientError, ClientError, TimeoutError) as exc:
+            raise _map_error(exc, sending=True) from exc
+        return str(resp["ts"])
+
+    async def answer_action(self, event: InboundEvent, text: str) -> None:
+        """``chat.postEphemeral``: only the user who clicked sees ``text``, in the thread."""
+        assert self.client is not None
+        try:
+            await self.client.chat_postEphemeral(
+                channel=event.channel, user=event.sender, text=text[:3000],
+                thread_ts=event.thread_root if valid_ts(event.thread_root) else None,
+            )
+        except (SlackApiError, SlackClientError, ClientError, TimeoutError) as exc:
+            raise _map_error(exc, sending=False) from exc
 
     async def download(self, attachment: Attachment, dest: Path, *, max_bytes: int) -> int:
         """``files.info``, then its ``url_private_download`` with the bot token (Slack's

@@ -4,6 +4,7 @@ What is simulated, over real HTTP / WebSocket on 127.0.0.1, so slack_sdk and sla
 unchanged against :attr:`FakeSlack.base_url`:
 
 - Web API methods ``auth.test``, ``chat.postMessage``, ``chat.update``, ``chat.delete``,
+  ``chat.postEphemeral`` (recorded in :attr:`FakeSlack.ephemerals`),
   ``reactions.add`` / ``reactions.remove``, ``conversations.history`` / ``.replies`` / ``.info``
   (with ``oldest``/``latest``/``inclusive``/``limit``/``cursor``), ``users.info``,
   ``files.info`` (+ ``url_private``), the upload flow of ``files_upload_v2``
@@ -21,6 +22,14 @@ unchanged against :attr:`FakeSlack.base_url`:
   (``X-Slack-Signature``, ``X-Slack-Request-Timestamp``, ``X-Slack-Retry-Num/-Reason``) and can
   forge bad, stale or missing signatures; :meth:`FakeSlack.post_url_verification` sends the
   challenge. Slash commands go either way (socket envelope or signed form POST).
+- Interactivity: :meth:`FakeSlack.click` presses a button of a stored message (found by its
+  label or ``action_id`` in the message's current blocks) as a ``block_actions`` payload: an
+  ``interactive`` envelope over Socket Mode, or a signed ``payload=<json>`` form POST to the
+  Request URL. :meth:`FakeSlack.action_payload` / :meth:`FakeSlack.send_action` split that in
+  two (a double click: two payloads built before either is handled; a retried POST).
+- Messages keep their ``blocks``: ``chat.update`` without ``blocks`` keeps the old ones, as
+  Slack does (``blocks=[]`` removes them). Block shape is checked loosely (block types, a
+  section's 3000 characters, a button's ``action_id`` / label / value).
 - A channel store: :meth:`FakeSlack.user_posts` stores the message (history and replies return
   it) and delivers its events, to ``events_url`` when set, otherwise over Socket Mode (queued
   while no client is connected). A top-level mention in a channel yields both ``message`` and
@@ -135,6 +144,36 @@ class SlackHttpResult:
         return json.loads(self.body)
 
 
+def _text_ok(obj: Any, limit: int) -> bool:
+    return (isinstance(obj, dict) and obj.get("type") in ("plain_text", "mrkdwn")
+            and isinstance(obj.get("text"), str) and 0 < len(obj["text"]) <= limit)
+
+
+def _block_ok(block: Any) -> bool:
+    """Loosely, what Slack's Block Kit validation would refuse (``invalid_blocks``)."""
+    if not isinstance(block, dict):
+        return False
+    kind = block.get("type")
+    if kind == "section":
+        return ("text" in block and _text_ok(block["text"], 3000)) or "fields" in block
+    if kind == "actions":
+        elements = block.get("elements")
+        if not isinstance(elements, list) or not 0 < len(elements) <= 25:
+            return False
+        ids = [e.get("action_id") for e in elements if isinstance(e, dict)]
+        if len(ids) != len(elements) or len(set(ids)) != len(ids):
+            return False  # action_ids must be unique within the block
+        for el in elements:
+            if el.get("type") == "button" and not (
+                    _text_ok(el.get("text"), 75) and el["text"]["type"] == "plain_text"
+                    and len(str(el.get("value", ""))) <= 2000
+                    and el.get("style") in (None, "primary", "danger")):
+                return False
+        return True
+    return kind in ("context", "divider", "header", "image", "rich_text", "input", "file",
+                    "video")
+
+
 class _SlackError(Exception):
     def __init__(self, error: str, *, status: int = 200, headers: Mapping[str, str] | None = None):
         super().__init__(error)
@@ -198,6 +237,8 @@ class FakeSlack(LoopbackFake):
         self.posts: list[SlackPost] = []
         self.reactions: list[JSONDict] = []
         self.statuses: list[JSONDict] = []
+        #: chat.postEphemeral calls that took effect (channel, user, text, thread_ts)
+        self.ephemerals: list[JSONDict] = []
         self.acks: list[str] = []
         self.ack_payloads: dict[str, Any] = {}
         self.envelopes: dict[str, JSONDict] = {}
@@ -230,6 +271,7 @@ class FakeSlack(LoopbackFake):
             "chat.postMessage": self._post_message,
             "chat.update": self._update,
             "chat.delete": self._delete,
+            "chat.postEphemeral": self._post_ephemeral,
             "reactions.add": self._reactions_add,
             "reactions.remove": self._reactions_remove,
             "conversations.history": self._history,
@@ -398,6 +440,90 @@ class FakeSlack(LoopbackFake):
         }
         await self._send_envelope(envelope)
         return str(envelope["envelope_id"])
+
+    def action_payload(
+        self, channel: str, ts: str, user: str, button: str, *, team: str | None = None
+    ) -> JSONDict:
+        """The ``block_actions`` payload of ``user`` pressing ``button`` (its label or its
+        ``action_id``) on the stored message ``ts``, as Slack builds it. Raises
+        ``LookupError`` when the message shows no such button (removed, or never there)."""
+        msg = self._message(channel, ts)
+        found = [(block, el) for block in msg.get("blocks") or []
+                 if block.get("type") == "actions" for el in block.get("elements") or []
+                 if el.get("type") == "button"
+                 and button in (el.get("text", {}).get("text"), el.get("action_id"))]
+        if not found:
+            raise LookupError(f"message {ts} shows no button {button!r}")
+        block, el = found[0]
+        if user not in self._users:
+            self.add_user(user)
+        info = self._users[user]
+        container: JSONDict = {"type": "message", "message_ts": ts, "channel_id": channel,
+                               "is_ephemeral": False}
+        if msg.get("thread_ts"):
+            container["thread_ts"] = msg["thread_ts"]
+        action_ts = self._new_ts()
+        return {
+            "type": "block_actions",
+            "user": {"id": user, "username": info["name"], "name": info["name"],
+                     "team_id": self.team_id},
+            "api_app_id": self.app_id,
+            "token": "fake-verification-token",
+            "container": container,
+            "trigger_id": f"{secrets.randbelow(10**12)}.{secrets.randbelow(10**12)}."
+                          f"{secrets.token_hex(16)}",
+            "team": {"id": team or self.team_id, "domain": "fake"},
+            "enterprise": None,
+            "is_enterprise_install": False,
+            "channel": {"id": channel, "name": self._channels[channel]["name"]},
+            "message": {k: v for k, v in msg.items() if k not in ("reply_users",)},
+            "state": {"values": {}},
+            "response_url": f"http://127.0.0.1:{self._port}/actions/{uuid.uuid4().hex}",
+            "actions": [{
+                "action_id": el.get("action_id"), "block_id": block.get("block_id", ""),
+                "text": el.get("text"), "value": el.get("value", ""),
+                "style": el.get("style"), "type": "button", "action_ts": action_ts,
+            }],
+        }
+
+    async def send_action(
+        self, payload: Mapping[str, Any], *, url: str | None = None,
+        retry_num: int | None = None, bad_signature: bool = False,
+    ) -> str | SlackHttpResult:
+        """Deliver an interactive payload: as a signed form POST (``payload=<json>``) to
+        ``url`` or :attr:`events_url` when set (returns the HTTP result), else as an
+        ``interactive`` envelope over Socket Mode (returns the envelope id)."""
+        target = url or self.events_url
+        if target is not None:
+            headers = {}
+            if retry_num is not None:
+                headers["X-Slack-Retry-Num"] = str(retry_num)
+                headers["X-Slack-Retry-Reason"] = "http_timeout"
+            result = await self._signed_post(
+                target, urlencode({"payload": json.dumps(payload)}),
+                "application/x-www-form-urlencoded", self.signing_secret,
+                bad_signature=bad_signature, extra_headers=headers,
+            )
+            self.http_deliveries.append(result)
+            self._wake()
+            return result
+        envelope = {
+            "envelope_id": str(uuid.uuid4()),
+            "type": "interactive",
+            "payload": dict(payload),
+            "accepts_response_payload": False,
+            "retry_attempt": 0,
+            "retry_reason": "",
+        }
+        await self._send_envelope(envelope)
+        return str(envelope["envelope_id"])
+
+    async def click(
+        self, channel: str, ts: str, user: str, button: str, *, url: str | None = None
+    ) -> str | SlackHttpResult:
+        """``user`` presses ``button`` on message ``ts`` (see :meth:`action_payload` and
+        :meth:`send_action`)."""
+        return await self.send_action(self.action_payload(channel, ts, user, button), url=url)
 
     async def redeliver(self, envelope_id: str, retry_num: int = 1) -> None:
         """Send an envelope again, as Slack does when it was not acked in time."""
@@ -856,7 +982,8 @@ class FakeSlack(LoopbackFake):
     def _content(params: Mapping[str, Any]) -> tuple[str, list[Any] | None]:
         text = str(params.get("text") or "")
         blocks = params.get("blocks")
-        if blocks is not None and (not isinstance(blocks, list) or len(blocks) > _MAX_BLOCKS):
+        if blocks is not None and (not isinstance(blocks, list) or len(blocks) > _MAX_BLOCKS
+                                   or not all(_block_ok(b) for b in blocks)):
             raise _SlackError("invalid_blocks")
         if not text and not blocks:
             raise _SlackError("no_text")
@@ -931,6 +1058,17 @@ class FakeSlack(LoopbackFake):
             )
         )
         return {"channel": channel, "ts": msg["ts"], "text": text, "message": dict(msg)}
+
+    async def _post_ephemeral(self, params: JSONDict) -> JSONDict:
+        channel = self._channel(params)
+        user = str(params.get("user") or "")
+        if user not in self._users:
+            raise _SlackError("user_not_found")
+        text, _ = self._content(params)
+        self.ephemerals.append({"channel": channel, "user": user, "text": text,
+                                "thread_ts": str(params["thread_ts"])
+                                if params.get("thread_ts") else None})
+        return {"message_ts": self._new_ts()}
 
     async def _delete(self, params: JSONDict) -> JSONDict:
         channel = self._channel(params)

@@ -115,3 +115,6 @@ def test_manifest_grants_exactly_the_scopes_and_events_used():
     assert _yaml_list(text, "bot") == SCOPES
     assert _yaml_list(text, "bot_events") == EVENTS
     assert "- command: /geode" in text
+    # the approval buttons need interactivity (clicks come to the events endpoint)
+    lines = [ln.strip() for ln in text.splitlines() if not ln.strip().startswith("#")]
+    assert lines[lines.index("interactivity:") + 1] == "is_enabled: true"
