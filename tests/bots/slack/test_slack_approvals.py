@@ -1,8 +1,9 @@
 """Approvals on Slack with Block Kit buttons, through the real daemon, store, slack-bolt and
 slack_sdk against FakeSlack, over Socket Mode (``interactive`` envelopes) and the signed HTTP
 endpoint (``payload=<json>`` form POSTs): a write_file waits for a click of an approver; a
-non-approver's click changes nothing and gets an ephemeral answer (the thread none); a deny or the expiry
-denies it and the model is told why; a double click or a redelivered click decides once."""
+non-approver's click changes nothing and gets an ephemeral answer (the thread none); a deny
+or the expiry denies it and the model is told why; a double click or a redelivered click
+decides once."""
 
 from __future__ import annotations
 
