@@ -40,63 +40,63 @@ __all__ = [
 
 
 @dataclass(frozen=True, kw_only=True)
-class MessagesReceived(TypedEvent):
+class _OnPlatform(TypedEvent):
+    """A channel event of one platform (its metrics are labelled by it)."""
+
+    platform: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessagesReceived(_OnPlatform):
     """Platform events recorded by the layer's intake."""
 
     kind: ClassVar[str] = "channel.messages_received"
-    platform: str
     count: int
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReplySent(TypedEvent):
+class ReplySent(_OnPlatform):
     """A reply delivered; ``latency_s`` from its message's intake (None when unknown)."""
 
     kind: ClassVar[str] = "channel.reply_sent"
-    platform: str
     latency_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class DeliveryRetried(TypedEvent):
+class DeliveryRetried(_OnPlatform):
     """A reply delivery tried again after a failure."""
 
     kind: ClassVar[str] = "channel.delivery_retried"
-    platform: str
 
 
 @dataclass(frozen=True, kw_only=True)
-class RateLimited(TypedEvent):
+class RateLimited(_OnPlatform):
     """A rate-limit answer (HTTP 429, ``RetryAfter``) to one of the layer's sends."""
 
     kind: ClassVar[str] = "channel.rate_limited"
-    platform: str
 
 
 @dataclass(frozen=True, kw_only=True)
-class ThreadLeases(TypedEvent):
+class ThreadLeases(_OnPlatform):
     """The thread leases this replica holds after a renewal."""
 
     kind: ClassVar[str] = "channel.thread_leases"
-    platform: str
     held: int
 
 
 @dataclass(frozen=True, kw_only=True)
-class ThreadsTakenOver(TypedEvent):
+class ThreadsTakenOver(_OnPlatform):
     """Threads taken over from a stopped or dead replica."""
 
     kind: ClassVar[str] = "channel.threads_taken_over"
-    platform: str
     count: int
 
 
 @dataclass(frozen=True, kw_only=True)
-class ThreadLeaseLost(TypedEvent):
+class ThreadLeaseLost(_OnPlatform):
     """A thread another replica took while this one ran it."""
 
     kind: ClassVar[str] = "channel.thread_lease_lost"
-    platform: str
 
 
 ChannelEvent: TypeAlias = (
@@ -109,10 +109,9 @@ ChannelEvent: TypeAlias = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolStarted(TypedEvent):
-    """A cleared tool call is dispatched."""
+class _ToolCall(TypedEvent):
+    """An event of one proposed tool call."""
 
-    kind: ClassVar[str] = "tool.started"
     session_id: str
     turn_id: str
     call_id: str
@@ -120,26 +119,25 @@ class ToolStarted(TypedEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolFinished(TypedEvent):
+class ToolStarted(_ToolCall):
+    """A cleared tool call is dispatched."""
+
+    kind: ClassVar[str] = "tool.started"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolFinished(_ToolCall):
     """A dispatched tool call ended with ``status`` (the executor's outcome status)."""
 
     kind: ClassVar[str] = "tool.finished"
-    session_id: str
-    turn_id: str
-    call_id: str
-    tool: str
     status: str
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolDenied(TypedEvent):
+class ToolDenied(_ToolCall):
     """A tool call refused by ``check`` before it ran."""
 
     kind: ClassVar[str] = "tool.denied"
-    session_id: str
-    turn_id: str
-    call_id: str
-    tool: str
     check: str
     reason: str
 

@@ -192,25 +192,26 @@ LoopEvent = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelCallStarted(TypedEvent):
-    """A model call (with its retries) starts, in round ``round``."""
-
-    kind: ClassVar[str] = "model_call_started"
+class _ModelCall(TypedEvent):
     turn_id: str
     model: str
     provider: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelCallStarted(_ModelCall):
+    """A model call (with its retries) starts, in round ``round``."""
+
+    kind: ClassVar[str] = "model_call_started"
     round: int
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelCallFinished(TypedEvent):
+class ModelCallFinished(_ModelCall):
     """A model call ended: ``outcome`` ``ok`` (with its usage and cost) or ``error``
     (``error``: the classified kind, or ``timeout``), after ``attempts`` attempts."""
 
     kind: ClassVar[str] = "model_call_finished"
-    turn_id: str
-    model: str
-    provider: str
     outcome: str
     error: str = ""
     input_tokens: int = 0
