@@ -56,6 +56,8 @@ class ActiveTurn:
     waiting: str = ""
     #: requests ahead of it while it waits for a lane (None: not queued)
     queued_ahead: int | None = None
+    #: it waits for the computer display another thread's turn holds (bots.computer)
+    display_wait: bool = False
     #: the turn's task while it is queued (``/stop`` ends the wait)
     queue_task: asyncio.Future[Any] | None = None
     #: the heartbeat line (elapsed, rounds, current tool, spend) while it runs
@@ -67,7 +69,7 @@ class ActiveTurn:
         self.stop_requested = True
         if self.session is not None:
             self.session.cancel()
-        elif self.queued_ahead is not None and self.queue_task is not None:
+        elif (self.queued_ahead is not None or self.display_wait) and self.queue_task is not None:
             self.queue_task.cancel()
 
 
@@ -105,7 +107,7 @@ async def run_command(
         active = ctx.active.get(event.thread_key)
         if active is None:
             return "Nothing is running in this thread."
-        queued = active.queued_ahead is not None and active.session is None
+        queued = (active.queued_ahead is not None or active.display_wait) and active.session is None
         active.cancel()
         if queued:
             return "Removed the queued message of this thread; it will not be answered."

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import secrets
 import time
 from collections.abc import Sequence
@@ -35,6 +36,7 @@ from bots.approvals import ChatApprover
 from bots.attachments import Received, receive_attachments
 from bots.bindings import spend_scope
 from bots.commands import ActiveTurn
+from bots.computer import on_display
 from bots.events import InboundEvent
 from bots.progress import ProgressReporter
 from bots.store import OutboxRow, StoredEvent
@@ -352,12 +354,16 @@ class TurnRunner:
         ctx = self._session_context(stored, row, binding, sink, workspace=workspace,
                                     active=active, resume=resume)
         await deps.entry.wait_turn(stored.id)
+
         # A turn that finds the lanes full waits queued, without a bound: its pending outbox
         # row keeps it across restarts (recovery queues it again under the same arrival id).
-        turn = asyncio.ensure_future(deps.host.run_turn(
-            ctx, prompt, kind="channel", lane_key=row.session_key, on_session=bind,
-            turn_id=row.loop_turn_id or None, resume=resume, images=images,
-            on_queued=queued, queue_order=stored.id))
+        start = functools.partial(
+            deps.host.run_turn, prompt=prompt, kind="channel", lane_key=row.session_key,
+            on_session=bind, turn_id=row.loop_turn_id or None, resume=resume, images=images,
+            on_queued=queued, queue_order=stored.id)
+        turn = asyncio.ensure_future(on_display(
+            deps.host.computer, binding, ctx, start, holder=event.thread_key, active=active,
+            entered=lambda: deps.entry.entered(stored.id)))
         active.queue_task = turn
         try:
             result = await turn
@@ -458,6 +464,8 @@ def session_overrides(binding: BindingSettings) -> SessionOverrides:
         model=binding.model or None, prompt_addition=binding.system_prompt,
         tools=binding.tools, approve=tuple(binding.approve),
         computer_use=binding.computer_use is True,
+        approve_actions={"computer": frozenset(binding.approve_computer_actions)}
+        if "computer" in binding.approve else {},
         time_budget_s=binding.time_budget_s, spend_caps=binding,
         spend_scope=spend_scope(binding),
     )

@@ -25,9 +25,9 @@ Rules worth stating once:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal, get_args
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
 
 from geode.errors import ConfigError
 
@@ -88,6 +88,16 @@ class SessionScope:
     #: tools that run only after a named approver says yes for each call (a channel
     #: binding's ``approve``), even in a mode that otherwise asks nobody
     needs_approval: frozenset[str] = frozenset()
+    #: for a tool in ``needs_approval``: the values of its ``action`` argument that ask; its
+    #: other actions run without asking (absent: every call asks)
+    approve_actions: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def asks_for(self, name: str, args: Mapping[str, Any]) -> bool:
+        """Whether this call of ``name`` waits for a channel's approver."""
+        if name not in self.needs_approval:
+            return False
+        actions = self.approve_actions.get(name)
+        return actions is None or str(args.get("action")) in actions
 
     def permits(self, name: str) -> bool:
         """Whether ``name`` is inside this scope (not denied, and allow-listed if one is set)."""
@@ -110,6 +120,7 @@ def session_scope(
     channel_tools: Sequence[str] | None = None,
     channel_approve: Sequence[str] = (),
     computer_use: object = False,
+    approve_actions: Mapping[str, frozenset[str]] | None = None,
     allow_tools: Sequence[str] = (),
     deny_tools: Sequence[str] = (),
 ) -> SessionScope:
@@ -167,4 +178,6 @@ def session_scope(
         computer_use=computer_on,
         preapproved=preapproved - denied - approve,
         needs_approval=approve - denied,
+        approve_actions={k: frozenset(v) for k, v in (approve_actions or {}).items()
+                         if k in approve - denied},
     )

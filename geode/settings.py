@@ -44,6 +44,7 @@ __all__ = [
     "BindingSettings",
     "BudgetSettings",
     "CodexSettings",
+    "ComputerSettings",
     "LoopSettings",
     "ModelSettings",
     "SandboxSettings",
@@ -212,6 +213,9 @@ class BindingSettings(SpendCaps):
     #: platform user ids who may decide; empty: nobody can, every such call is denied
     approvers: list[str] = Field(default_factory=list)
     approval_timeout_s: float = Field(default=300.0, gt=0)
+    #: with ``computer`` in ``approve``: the actions that wait for an approver; the others
+    #: (a screenshot, moving the mouse, scrolling) run without asking
+    approve_computer_actions: list[str] = Field(default_factory=lambda: ["click", "type", "key"])
 
     @field_validator("channel", mode="before")
     @classmethod
@@ -239,6 +243,10 @@ class BindingSettings(SpendCaps):
             raise ValueError("delegate_task cannot run in a channel, not even with approval")
         if "computer" in self.approve and self.computer_use is not True:
             raise ValueError("computer in `approve` still needs `computer_use = true`")
+        unknown = sorted(set(self.approve_computer_actions) - set(COMPUTER_ACTIONS))
+        if unknown:
+            raise ValueError(f"approve_computer_actions: unknown {', '.join(unknown)}; the "
+                             f"computer tool's actions are {', '.join(COMPUTER_ACTIONS)}")
         return self
 
 
@@ -251,6 +259,23 @@ class SandboxSettings(_Section):
     tmpfs_mb: int = Field(default=256, ge=1)
     uid: int = Field(default=1000, ge=1)
     gid: int = Field(default=1000, ge=1)
+
+
+#: the ``computer`` tool's actions (geode.tools.builtin.computer)
+COMPUTER_ACTIONS = ("screenshot", "click", "type", "key", "scroll", "mouse_move")
+
+
+class ComputerSettings(_Section):
+    """``[computer]``: the X display of computer-use channels (see geode.daemon.display)."""
+
+    #: the X display the ``computer`` tool of channel sessions drives; "" = ``$DISPLAY`` if
+    #: set, else ``geode serve`` starts and supervises its own Xvfb; "xvfb" = always its own
+    display: str = ""
+    #: the screen of that Xvfb (WIDTHxHEIGHTxDEPTH)
+    screen: str = Field(default="1280x800x24", pattern=r"^\d+x\d+x\d+$")
+    #: while a computer-use turn runs, post a screenshot to its thread at most this often
+    #: (and one at its end); 0 = only the one at the end
+    screenshot_every_s: float = Field(default=10.0, ge=0)
 
 
 class HookCommand(_Section):
@@ -283,6 +308,7 @@ class Settings(BaseSettings):
     mcp: dict[str, Any] = Field(default_factory=dict)
     hooks: dict[str, list[HookCommand]] = Field(default_factory=dict)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    computer: ComputerSettings = Field(default_factory=ComputerSettings)
     log_level: str = "WARNING"
     log_json: bool = False
     #: where /healthz, /readyz and /metrics listen: loopback on bare metal, "0.0.0.0" in a container
@@ -487,6 +513,9 @@ def load_settings(
     if settings.codex.home is None and env.get("CODEX_HOME"):
         # the official Codex CLI's own variable for where its login lives
         settings.codex.home = Path(env["CODEX_HOME"]).expanduser()
+    if not settings.computer.display and env.get("DISPLAY"):
+        # X's own variable: the display computer-use channels connect to instead of an Xvfb
+        settings.computer.display = env["DISPLAY"]
     dotenv_file = home / ".env"
     dotenv = dotenv_values(dotenv_file) if dotenv_file.is_file() else {}
     secrets = Secrets(env=env, dotenv=dotenv)

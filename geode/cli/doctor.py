@@ -219,17 +219,37 @@ async def _check_mcp(settings: Settings, secrets: Secrets, cwd: Path) -> int:
 
 
 async def _check_computer_use(settings: Settings) -> int:
-    """With a binding that enables computer use, the display and the X tools must work."""
+    """With a binding that enables computer use, the display and the X tools must work: the
+    configured display (``[computer] display`` / ``$DISPLAY``) must answer; without one,
+    ``geode serve`` starts its own Xvfb, so this starts one the same way and stops it."""
     enabled = [b for b in settings.bindings if b.computer_use is True]
     if not enabled:
         return 0
+    from geode.daemon.display import XvfbError, XvfbSupervisor
     from geode.tools.builtin.computer import display_check
 
-    ok, what = await display_check()
     names = ", ".join(f"{b.platform} {b.channel}" for b in enabled)
-    _line(ok, f"computer use ({names}): {what}",
-          "start an X server (e.g. Xvfb :99 -screen 0 1280x800x24) and run geode serve "
-          "with DISPLAY=:99; install xdotool and imagemagick")
+    display = settings.computer.display
+    if display and display != "xvfb":
+        ok, what = await display_check(display)
+        _line(ok, f"computer use ({names}): {what}",
+              "start that X server, or unset [computer] display / $DISPLAY so geode serve "
+              "starts its own Xvfb; install xdotool and imagemagick")
+        return 0 if ok else 1
+    xvfb = XvfbSupervisor(screen=settings.computer.screen)
+    try:
+        started = await xvfb.start()
+    except XvfbError as exc:
+        _line(False, f"computer use ({names}): no display configured and {exc}",
+              "apt-get install xvfb, or set [computer] display to a running X display")
+        return 1
+    try:
+        ok, what = await display_check(started)
+    finally:
+        await xvfb.stop()
+    _line(ok, f"computer use ({names}): no display configured: geode serve starts its own "
+              f"Xvfb (tried: {what})",
+          "install xdotool and imagemagick")
     return 0 if ok else 1
 
 

@@ -418,6 +418,7 @@ class Runtime:
             channel_tools=o.tools,
             channel_approve=o.approve,
             computer_use=o.computer_use,
+            approve_actions=o.approve_actions,
             allow_tools=ctx.allow_tools,
             deny_tools=ctx.deny_tools,
         )
@@ -458,9 +459,10 @@ class Runtime:
             waiting_notice_s=self.settings.model.waiting_notice_s,
         )
 
-    def _tool_extra(self) -> dict[str, Any]:
+    def _tool_extra(self, ctx: SessionContext) -> dict[str, Any]:
         """What the built-in tools need of the settings: GEODE's own files (never reachable
-        through a tool, wherever the workspace is) and the sandbox's limits."""
+        through a tool, wherever the workspace is), the sandbox's limits, and the X display
+        of a computer-use session."""
         from geode.tools.builtin import SandboxLimits
 
         protected = [self.settings.home]
@@ -474,6 +476,7 @@ class Runtime:
         return {
             "protected_paths": tuple(protected),
             "sandbox_limits": SandboxLimits(**self.settings.sandbox.model_dump()),
+            **({"display": ctx.overrides.display} if ctx.overrides.display else {}),
         }
 
     async def open_session(self, ctx: SessionContext) -> Session:
@@ -510,7 +513,7 @@ class Runtime:
             timeline=timeline,
             locks=self.locks,
             max_result_chars=self.settings.loop.max_result_chars,
-            extra=self._tool_extra(),
+            extra=self._tool_extra(ctx),
         )
         extra = list(ctx.extra_tools)
         if self.mcp is not None:

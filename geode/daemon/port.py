@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
+    from geode.daemon.display import ComputerDisplay
     from geode.daemon.factory import Session, SessionContext
     from geode.daemon.lanes import LaneKind, QueueObserver
     from geode.loop import TurnResult
@@ -60,6 +61,10 @@ class SessionOverrides:
             ``[budgets]`` before every model call.
         spend_scope: the key its usage and caps count under (a binding's
             ``platform:channel``); empty: none.
+        display: the X display its ``computer`` tool drives (None: ``$DISPLAY``).
+        approve_actions: for a tool in ``approve``, the values of its ``action`` argument
+            that ask; its other actions run without asking (a binding's
+            ``approve_computer_actions``). A tool not named here asks on every call.
     """
 
     model: str | None = None
@@ -70,6 +75,8 @@ class SessionOverrides:
     time_budget_s: float | None = None
     spend_caps: SpendCaps | None = None
     spend_scope: str = ""
+    display: str | None = None
+    approve_actions: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +128,12 @@ class HarnessPort(Protocol):
     @property
     def home(self) -> Path:
         """``$GEODE_HOME``: channel bindings' own workspaces live under it."""
+        ...
+
+    @property
+    def computer(self) -> ComputerDisplay | None:
+        """The X display of computer-use bindings and its one-turn-at-a-time lock (None:
+        no binding enables computer use)."""
         ...
 
     async def run_turn(

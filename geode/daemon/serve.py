@@ -35,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
+from geode.daemon.display import ComputerDisplay, open_computer_display
 from geode.daemon.factory import Runtime, Session, SessionContext
 from geode.daemon.health import HealthServer
 from geode.daemon.ipc import Connection, HomeLock, IPCServer, RunRequest
@@ -111,6 +112,8 @@ class Daemon:
         self.ipc: IPCServer | None = None
         self.health: HealthServer | None = None
         self.scheduler: Scheduler | None = None
+        #: the X display of computer-use bindings (None: no binding enables computer use)
+        self.computer: ComputerDisplay | None = None
         self.draining = False
         self._lock = HomeLock(home=settings.home, socket_path=self.socket_path)
         self._stop: asyncio.Event | None = None
@@ -136,6 +139,8 @@ class Daemon:
         self._started = True
         try:
             self.workspace.mkdir(parents=True, exist_ok=True)
+            # before any connector: a computer-use turn may start as soon as one polls
+            self.computer = await open_computer_display(self.settings)
             kw = dict(self.runtime_kw)
             if "mcp" not in kw and self.settings.mcp:
                 from geode.mcp import MCPServerManager
@@ -245,6 +250,9 @@ class Daemon:
             with contextlib.suppress(Exception):
                 await self.runtime.aclose()
             self.runtime = None
+        computer, self.computer = self.computer, None
+        if computer is not None:  # after the turns: none may still use the display
+            await computer.aclose()
         self._lock.release()
 
     # -- readiness -----------------------------------------------------------------------
@@ -419,6 +427,10 @@ def describe(daemon: Daemon) -> Sequence[str]:
         f"  lanes   global {daemon.lanes.global_cap}, "
         + ", ".join(f"{k} {v}" for k, v in daemon.lanes.caps.items()),
         f"  connectors {len(daemon.connectors)}",
+        *([] if daemon.computer is None else [
+            f"  display {daemon.computer.name} for computer use"
+            + (" (Xvfb started and supervised by serve)" if daemon.computer.supervisor
+               else " (configured)")]),
     ]
 
 

@@ -7,9 +7,14 @@
 - Unattended modes have nobody to ask: needing approval there is a denial.
 - A tool in the scope's ``needs_approval`` (a channel binding's ``approve``) asks on every
   call, whatever its safety level, even in DAEMON mode: the channel's approvers decide.
+  Where the scope names the ``action`` values that ask (``computer``'s click / type / key),
+  its other actions run unasked: the operator's computer-use switch allowed the tool.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from geode.executor.decisions import Allow, Ask, Deny, Verdict
 from geode.policy import SessionScope
@@ -24,9 +29,13 @@ _HINTS = {
 }
 
 
-def check_policy(tool: ToolDef, *, scope: SessionScope) -> Verdict:
+def check_policy(
+    tool: ToolDef, *, scope: SessionScope, args: Mapping[str, Any] | None = None
+) -> Verdict:
     if tool.name in scope.needs_approval:
-        return Ask(f"'{tool.name}' runs in this channel only after an approver says yes")
+        if scope.asks_for(tool.name, args or {}):
+            return Ask(f"'{tool.name}' runs in this channel only after an approver says yes")
+        return Allow()
     sensitive = tool.personal_data == "sensitive"
     if not sensitive and (tool.safety == "read_only" or tool.name in scope.preapproved):
         return Allow()

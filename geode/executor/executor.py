@@ -185,7 +185,7 @@ class ToolExecutor:
                 return mw
             call = mw
         tool = plan.tools[call.name]
-        verdict = check_policy(tool, scope=self.scope)  # 3
+        verdict = check_policy(tool, scope=self.scope, args=call.args)  # 3
         if isinstance(verdict, Deny):
             return verdict
         valid = check_schema(tool, call.args)  # 4

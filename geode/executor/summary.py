@@ -1,6 +1,7 @@
 """What a proposed tool call will do, in plain words, for the person asked to approve it
 (terminal, thin CLI, chat thread): a unified diff for ``write_file`` / ``edit_file``, the
-command and working directory for ``run_bash``, server / tool / arguments for an MCP tool."""
+command and working directory for ``run_bash``, server / tool / arguments for an MCP tool,
+the action of ``computer`` (click at x,y / type "…" / the keys)."""
 
 from __future__ import annotations
 
@@ -74,9 +75,33 @@ def describe_call(tool: str, args: Mapping[str, Any], workspace: Path | None) ->
         return (f"run_bash in the sandbox (no network, writes only in the workspace), "
                 f"cwd {cwd}:\n```\n{_clip(str(args.get('command', '')), _MAX_DIFF_CHARS)}\n```"
                 + more)
+    if tool == "computer":
+        return _describe_computer(args)
     shown = _clip(json.dumps(dict(args), ensure_ascii=False, indent=1, default=str),
                   _MAX_ARGS_CHARS)
     server, sep, name = tool.partition(MCP_SEPARATOR)
     if sep:
         return f"MCP server {server}, tool {name}, arguments:\n```\n{shown}\n```"
     return f"{tool}, arguments:\n```\n{shown}\n```"
+
+
+def _describe_computer(args: Mapping[str, Any]) -> str:
+    """A ``computer`` action in words: where it clicks, what it types, which keys."""
+    action = str(args.get("action", ""))
+    at = f"({args.get('x')}, {args.get('y')})"
+    if action == "click":
+        words = f"{args.get('button') or 'left'}-click at {at}"
+    elif action == "type":
+        text = str(args.get("text") or "")
+        words = f"type {json.dumps(_clip(text, _MAX_ARGS_CHARS), ensure_ascii=False)}"
+    elif action == "key":
+        words = f"press the keys {args.get('keys') or ''}".rstrip()
+    elif action == "scroll":
+        words = f"scroll {args.get('direction') or 'down'} {args.get('amount') or 3} at {at}"
+    elif action == "mouse_move":
+        words = f"move the mouse to {at}"
+    elif action == "screenshot":
+        words = "take a screenshot"
+    else:
+        words = json.dumps(dict(args), ensure_ascii=False, default=str)
+    return f"computer: {words}"

@@ -87,6 +87,7 @@ def test_binding_keys_are_validated() -> None:
         ({"approve": ["delegate_task"]}, "delegate_task"),
         ({"approve": ["computer"]}, "computer_use = true"),
         ({"approval_timeout_s": 0}, "approval_timeout_s"),
+        ({"approve_computer_actions": ["click", "drag"]}, "unknown drag"),
     ]:
         with pytest.raises(ValueError, match=why):
             BindingSettings.model_validate({"platform": "telegram", "channel": "1", **bad})
@@ -130,3 +131,35 @@ def test_describe_call_shows_diffs_commands_and_mcp_arguments(tmp_path) -> None:
     assert mcp.startswith("MCP server docs, tool publish") and '"page": "home"' in mcp
     long = describe_call("write_file", {"path": "b.txt", "content": "x\n" * 5000}, tmp_path)
     assert "more chars)" in long and len(long) < 3000
+
+
+def test_computer_in_approve_asks_only_for_the_actions_named_risky() -> None:
+    from geode.executor._policy import check_policy
+    from geode.executor.decisions import Allow, Ask
+    from geode.tools.builtin import computer
+
+    risky = {"computer": frozenset({"click", "type", "key"})}
+    scope = session_scope("DAEMON", channel_approve=["computer"], computer_use=True,
+                          approve_actions=risky)
+    for action in ("click", "type", "key"):
+        assert isinstance(check_policy(computer, scope=scope, args={"action": action}), Ask)
+    for action in ("screenshot", "mouse_move", "scroll"):
+        assert isinstance(check_policy(computer, scope=scope, args={"action": action}), Allow)
+    # without the list every call of a tool in approve asks
+    every = session_scope("DAEMON", channel_approve=["computer"], computer_use=True)
+    assert isinstance(check_policy(computer, scope=every, args={"action": "screenshot"}), Ask)
+    # the binding's default: click, type and key
+    b = BindingSettings(platform="telegram", channel="1", computer_use=True,
+                        approve=["computer"])
+    assert b.approve_computer_actions == ["click", "type", "key"]
+
+
+def test_describe_call_says_the_computer_action_in_words() -> None:
+    from geode.executor.summary import describe_call
+
+    assert describe_call("computer", {"action": "click", "x": 10, "y": 20}, None) == \
+        "computer: left-click at (10, 20)"
+    assert describe_call("computer", {"action": "type", "text": "héllo"}, None) == \
+        'computer: type "héllo"'
+    assert describe_call("computer", {"action": "key", "keys": "ctrl+l Return"}, None) == \
+        "computer: press the keys ctrl+l Return"

@@ -22,7 +22,7 @@ from geode.messages import ImageBlock, TextBlock
 from geode.tools.base import ToolContext, tool
 from geode.tools.errors import ToolFailure
 
-__all__ = ["computer", "display_check", "x_environment"]
+__all__ = ["computer", "display_check", "screenshot_png", "x_environment"]
 
 Action = Literal["screenshot", "click", "type", "key", "scroll", "mouse_move"]
 _BUTTONS = {"left": "1", "middle": "2", "right": "3"}
@@ -48,30 +48,45 @@ def x_environment(ctx: ToolContext) -> dict[str, str]:
             "computer needs an X display: none is configured (session setting 'display' "
             "or $DISPLAY); e.g. start `Xvfb :99` and set DISPLAY=:99"
         )
-    env = {"DISPLAY": display, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    if xauth := os.environ.get("XAUTHORITY"):
-        env["XAUTHORITY"] = xauth
-    return env
+    return _display_env(display)
 
 
-async def display_check() -> tuple[bool, str]:
-    """Whether ``computer`` can work in this process (``geode doctor``): xdotool and
-    ImageMagick installed, and ``$DISPLAY`` set and answering. Returns (ok, what or why)."""
+async def display_check(display: str | None = None) -> tuple[bool, str]:
+    """Whether ``computer`` can work on ``display`` (default ``$DISPLAY``; ``geode doctor``):
+    xdotool and ImageMagick installed, and the display set and answering. Returns (ok, what
+    or why)."""
     missing = [pkg for prog, pkg in (("xdotool", "xdotool"), ("import", "imagemagick"))
                if shutil.which(prog) is None]
     if missing:
         return False, f"missing {', '.join(missing)} (apt-get install {' '.join(missing)})"
-    display = os.environ.get("DISPLAY", "")
+    display = os.environ.get("DISPLAY", "") if display is None else display
     if not display:
         return False, "no X display: DISPLAY is not set (e.g. run `Xvfb :99 &`, DISPLAY=:99)"
-    env = {"DISPLAY": display, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    if xauth := os.environ.get("XAUTHORITY"):
-        env["XAUTHORITY"] = xauth
     try:
-        size = await _run([_need("xdotool", "xdotool"), "getdisplaygeometry"], env)
+        size = await _run([_need("xdotool", "xdotool"), "getdisplaygeometry"],
+                          _display_env(display))
     except (ToolFailure, TimeoutError) as exc:
         return False, f"X display {display} does not answer: {exc or 'timeout'}"
     return True, f"X display {display} answers ({size.decode().strip()})"
+
+
+async def screenshot_png(display: str) -> bytes:
+    """The whole screen of ``display`` as PNG bytes (what a channel's watchers see).
+
+    Raises:
+        ToolFailure: ImageMagick is missing or the display does not answer.
+    """
+    blocks = await _screenshot(_display_env(display))
+    image = blocks[0]
+    assert isinstance(image, ImageBlock)
+    return base64.b64decode(image.data)
+
+
+def _display_env(display: str) -> dict[str, str]:
+    env = {"DISPLAY": display, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if xauth := os.environ.get("XAUTHORITY"):
+        env["XAUTHORITY"] = xauth
+    return env
 
 
 def _need(program: str, package: str) -> str:

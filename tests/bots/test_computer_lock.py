@@ -1,0 +1,107 @@
+"""Computer-use channels share one display, one turn at a time: a turn of another thread waits
+(outside the lanes) and its /status says so; the display is released however the holder's
+turn ends, /stop included, and /stop takes a waiting turn out of the wait. (Telegram stack;
+the daemon starts its own Xvfb for the computer-use bindings.)"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+
+import pytest
+
+from geode.providers.base import ModelRequest, ModelResponse
+from geode.providers.scripted import ScriptedProvider
+from tests.bots.conftest import CHAT, CHAT2, binding, echo, finals, last_user_text
+
+
+@pytest.fixture(autouse=True)
+def _xvfb() -> None:
+    if shutil.which("Xvfb") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("Xvfb is required under CI=true (.ci/apt-packages.txt)")
+        pytest.skip("needs Xvfb")
+
+
+class HeldModel(ScriptedProvider):
+    """Echoes; a prompt with "first" waits for ``release`` (its turn holds the display)."""
+
+    def __init__(self) -> None:
+        super().__init__([echo], repeat_last=True)
+        self.release = asyncio.Event()
+        self.holding = asyncio.Event()
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        if "first" in last_user_text(request) and not self.release.is_set():
+            self.holding.set()
+            await self.release.wait()
+        return await super().complete(request)
+
+    def asked(self, word: str) -> bool:
+        return any(word in last_user_text(r) for r in self.calls)
+
+
+def _bindings() -> list:  # type: ignore[type-arg]
+    return [binding(CHAT, computer_use=True), binding(CHAT2, computer_use=True)]
+
+
+def _says(fake, chat: int, text: str) -> int:  # type: ignore[no-untyped-def]
+    """The user's message id (a command replying to it belongs to its thread)."""
+    fake.user_says(chat, text, from_user=42)
+    return int(fake.messages_in(chat, from_bot=False)[-1].message_id)
+
+
+async def _display_waiter(stack) -> None:  # type: ignore[no-untyped-def]
+    layer = stack.connector.layer
+    async with asyncio.timeout(10):
+        while not any(a.display_wait for a in layer.active.values()):
+            await asyncio.sleep(0.02)
+
+
+async def test_a_second_threads_turn_waits_for_the_display_and_status_says_so(
+    make_stack, fake
+):
+    model = HeldModel()
+    stack = make_stack(provider=model, bindings=_bindings())
+    await stack.start()
+    assert stack.daemon.computer is not None and stack.daemon.computer.supervisor is not None
+    _says(fake, CHAT, "@geode_bot first")
+    await asyncio.wait_for(model.holding.wait(), 10)
+    second = _says(fake, CHAT2, "@geode_bot second")
+    await _display_waiter(stack)
+    fake.user_says(CHAT2, "/status", from_user=42, reply_to=second)
+    await fake.wait_until(lambda: any(
+        "waiting for the computer display" in m.plain_text
+        for m in fake.messages_in(CHAT2, from_bot=True)), within=10)
+    assert not model.asked("second")  # nothing of it ran while the other turn had the display
+
+    model.release.set()
+    await fake.wait_until(lambda: finals(fake, "answer to: first")
+                          and finals(fake, "answer to: second"), within=15)
+    assert not stack.daemon.computer.busy
+
+
+async def test_stop_frees_the_display_and_takes_a_waiting_turn_out_of_the_wait(
+    make_stack, fake
+):
+    model = HeldModel()
+    stack = make_stack(provider=model, bindings=_bindings())
+    await stack.start()
+    first = _says(fake, CHAT, "@geode_bot first")
+    await asyncio.wait_for(model.holding.wait(), 10)
+    second = _says(fake, CHAT2, "@geode_bot second")
+    await _display_waiter(stack)
+
+    fake.user_says(CHAT2, "/stop", from_user=42, reply_to=second)  # the waiting one leaves the wait
+    await fake.wait_until(lambda: any("your queued message was not run" in m.plain_text
+                                      for m in fake.messages_in(CHAT2, from_bot=True)),
+                          within=10)
+    # the holder stops: the display is free
+    fake.user_says(CHAT, "/stop", from_user=42, reply_to=first)
+    await fake.wait_until(lambda: any(m.plain_text.startswith("⏹ Stopped")
+                                      for m in fake.messages_in(CHAT, from_bot=True)),
+                          within=10)
+    fake.user_says(CHAT2, "@geode_bot third", from_user=42)
+    await fake.wait_until(lambda: finals(fake, "answer to: third"), within=10)
+    assert not model.asked("second") and not stack.daemon.computer.busy
