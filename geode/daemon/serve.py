@@ -439,11 +439,15 @@ def scripted_factory(path: Path) -> ProviderFactory:
 
     The file holds a JSON list (or ``{"latency": SECONDS, "script": [...]}``): a string is a
     text answer; ``{"tool": NAME, "input": {...}}`` is a tool call; a list of those is one
-    batch of parallel calls. Used via ``GEODE_SCRIPTED_MODEL=/path/script.json``.
+    batch of parallel calls; ``{"after_results": ITEM, "otherwise": ITEM}`` answers the
+    first when the request ends with tool results, else the second (a turn resumed after a
+    restart replays the script from the start). Used via
+    ``GEODE_SCRIPTED_MODEL=/path/script.json``.
     """
     import json
 
     from geode.errors import ConfigError
+    from geode.providers.base import ModelRequest
     from geode.providers.scripted import ScriptedProvider, ToolCall
 
     try:
@@ -463,14 +467,22 @@ def scripted_factory(path: Path) -> ProviderFactory:
                               '{"tool": NAME, "input": {...}}')
         return ToolCall(item["tool"], dict(item.get("input") or {}))
 
-    script: list[Any] = []
-    for item in raw:
+    def one(item: Any) -> Any:
         if isinstance(item, str):
-            script.append(item)
-        elif isinstance(item, list):
-            script.append([call(x) for x in item])
-        else:
-            script.append(call(item))
+            return item
+        if isinstance(item, list):
+            return [call(x) for x in item]
+        if isinstance(item, dict) and "after_results" in item:
+            after, otherwise = one(item["after_results"]), one(item.get("otherwise", ""))
+
+            def respond(request: ModelRequest) -> Any:
+                last = request.messages[-1] if request.messages else None
+                return after if last is not None and last.tool_results else otherwise
+
+            return respond
+        return call(item)
+
+    script: list[Any] = [one(item) for item in raw]
 
     def build() -> BaseProvider:
         return ScriptedProvider(list(script), latency=latency)
