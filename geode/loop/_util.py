@@ -4,7 +4,7 @@ import secrets
 
 import structlog
 
-from geode.loop.events import LoopEvent, ModelCallEvent
+from geode.loop.events import LoopEvent, ObservedLoopEvent
 from geode.loop.protocols import TurnInfo
 from geode.loop.state import RunDeps, RunState
 
@@ -25,9 +25,10 @@ def turn_info(deps: RunDeps, state: RunState, correlation_id: str = "") -> TurnI
     )
 
 
-def observe(deps: RunDeps, event: ModelCallEvent) -> None:
+def observe(deps: RunDeps, event: ObservedLoopEvent) -> None:
     """Tell the observers only (metrics, traces), not the timeline or the driver's event
-    stream: for facts no terminal or channel shows, a model call's start and its outcome."""
+    stream: alone, for facts no terminal or channel shows (a model call's start and its
+    outcome); :func:`emit` calls it for the others."""
     if deps.observer is not None:
         try:
             deps.observer.loop_event(deps.session_id, event)
@@ -43,11 +44,7 @@ async def emit(deps: RunDeps, event: LoopEvent) -> None:
             deps.timeline.record(event)
         except Exception:
             log.warning("timeline row not built", kind=event.kind, exc_info=True)
-    if deps.observer is not None:
-        try:
-            deps.observer.loop_event(deps.session_id, event)
-        except Exception:
-            pass
+    observe(deps, event)
     if deps.on_event is not None:
         try:
             await deps.on_event(event)
