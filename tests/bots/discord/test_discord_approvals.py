@@ -204,23 +204,58 @@ async def test_no_click_in_time_expires_and_the_buttons_go(make_dstack, dfake): 
     assert shown["content"].startswith("⌛ write_file (") and dfake.buttons(mid) == []
 
 
-async def test_a_click_after_a_restart_reaches_the_new_process(make_dstack, dfake):  # noqa: F811 (fixtures)
+async def _waiting_again(stack: DStack, key: str) -> None:
+    """Until the resumed turn of the thread waits for its approver again."""
+    layer = stack.connector.layer if stack.connector is not None else None
+    assert layer is not None
+    async with asyncio.timeout(15):
+        while not (key in layer.active and layer.active[key].waiting):
+            await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("how", ["click after the restart", "/approve typed while down"])
+async def test_killed_while_waiting_then_approved_runs_once_and_answers_once(
+    make_dstack, dfake, how  # noqa: F811 (fixtures)
+):
     """The buttons are plain components handled by ``on_interaction``, not a View that lived
-    in the old process's memory: the restarted connector records and answers the click."""
+    in the killed process's memory: the restarted process takes the click (or catches up the
+    text command typed while it was down) and the resumed wait runs the call once."""
     provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
     stack = make_dstack(provider=provider, bindings=[_binding(dfake)])
     await stack.start()
+    ws = binding_workspace(stack.home, stack.bindings[0])
+    bob = dfake.bob  # type: ignore[attr-defined]
     root = await dfake.user_says(dfake.channel_id, "write the notes", mention_bot=True)
     req = await _posted(dfake, root)
+    mid = int(req["id"])
     short = req["content"].split("(", 1)[1].split(")", 1)[0]
-    await stack.crash()
+    approvals = stack.connector.layer.approvals
+    async with asyncio.timeout(10):  # the row knows its message (posted, then recorded)
+        while (await approvals.by_short_id(short)).message_id is None:
+            await asyncio.sleep(0.05)
+    await stack.crash()  # like kill -9: the turn dies while it waits
+    if how == "/approve typed while down":
+        await dfake.user_says(dfake.channel_id, f"/approve {short}", author_id=bob,
+                              thread_id=root)
     await stack.start()
-    iid = await dfake.user_clicks(int(req["id"]), "Approve",
-                                  user_id=dfake.bob)  # type: ignore[attr-defined]
-    await dfake.wait_for(lambda: bool(_followups(dfake, iid)), timeout=10)
-    assert _answers(dfake, iid)[0].type == 6
-    answer = _followups(dfake, iid)[0]
-    assert answer.ephemeral and f"write_file ({short})" in (answer.content or "")
+    session = f"discord:{dfake.bot_id}:{dfake.channel_id}:{root}"
+    if how == "click after the restart":
+        await _waiting_again(stack, session)
+        iid = await dfake.user_clicks(mid, "Approve", user_id=bob)
+        await dfake.wait_for(lambda: bool(_followups(dfake, iid)), timeout=10)
+        assert _answers(dfake, iid)[0].type == 6
+        answer = _followups(dfake, iid)[0]
+        assert answer.ephemeral and f"write_file ({short}) approved by bob" in (
+            answer.content or "")
+    await wait_shown(dfake, "done", timeout=15)
+    assert (ws / "notes.txt").read_text() == "hello\nworld\n"
+    assert texts_in(dfake, root).count("done") == 1
+    assert sum("Approval needed" in s.content for s in dfake.sent) == 1  # asked once
+    await dfake.wait_for(lambda: dfake.buttons(mid) == [], timeout=10)
+    shown = next(m for m in dfake.messages_in(root) if m["id"] == str(mid))
+    assert shown["content"].startswith(f"✅ write_file ({short}): approved by bob ({bob})")
+    receipts = await stack.store.receipts.list_for(session)
+    assert [(r.tool, r.status) for r in receipts] == [("write_file", "done")]
 
 
 async def test_a_stopped_connector_sends_nothing(make_dstack, dfake):  # noqa: F811 (fixtures)
