@@ -6,12 +6,10 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.dialects import postgresql, sqlite
-
 if TYPE_CHECKING:
     from geode.store import Store
 
-__all__ = ["insert_ignore"]
+__all__ = ["dialect_insert", "insert_ignore"]
 
 
 def insert_ignore(
@@ -29,6 +27,22 @@ def insert_ignore(
 def _insert_ignore_for(
     postgres: bool, table: Any, keys: tuple[str, ...], returning: tuple[str, ...]
 ) -> Any:
-    dialect_insert = postgresql.insert if postgres else sqlite.insert
-    stmt = dialect_insert(table).on_conflict_do_nothing(index_elements=list(keys))
+    stmt = _insert(postgres)(table).on_conflict_do_nothing(index_elements=list(keys))
     return stmt.returning(*(table.c[name] for name in returning)) if returning else stmt
+
+
+def dialect_insert(store: Store) -> Any:
+    """The store dialect's ``insert`` (the one with ``ON CONFLICT``)."""
+    return _insert(store.is_postgres)
+
+
+def _insert(postgres: bool) -> Any:
+    # imported by the store that uses it: PostgreSQL's dialect is ~3 MB a SQLite daemon
+    # never needs (SQLAlchemy loads the SQLite one when it opens the engine)
+    if postgres:
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert

@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 from sqlalchemy import and_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from bots.events import InboundEvent
-from bots.store._sql import insert_ignore
+from bots.store._sql import dialect_insert, insert_ignore
 from bots.store._tables import cursors_table, events_table, messages_table
 from geode.store.models import utcnow
 
@@ -61,7 +60,7 @@ def _stored(row: Any) -> StoredEvent:
 
 def _cursor_upsert(store: Store, name: str, value: str) -> Any:
     """The statement that upserts a cursor (``ON CONFLICT (name) DO UPDATE``, both dialects)."""
-    insert_ = postgresql.insert if store.is_postgres else sqlite.insert
+    insert_ = dialect_insert(store)
     stmt = insert_(_C).values(name=name, value=value, updated_at=utcnow())
     return stmt.on_conflict_do_update(
         index_elements=[_C.c.name],

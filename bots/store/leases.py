@@ -32,9 +32,8 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
-from bots.store._sql import insert_ignore
+from bots.store._sql import dialect_insert, insert_ignore
 from bots.store._tables import events_table, leases_table, outbox_table, thread_leases_table
 from geode.errors import StoreError
 from geode.store.models import utcnow
@@ -149,7 +148,7 @@ class ThreadLeases:
         # One-row statements run as executemany: SQLAlchemy compiles each once and batches the
         # rows itself. A multi-row VALUES built per call was compiled afresh every time (with
         # the clock expression once per row): ~10 ms of CPU for a 50-thread claim.
-        insert_ = postgresql.insert if store.is_postgres else sqlite.insert
+        insert_ = dialect_insert(store)
         ins = insert_(_T)
         #: free threads taken, this owner's touched; another owner's row is left alone
         self._upsert = ins.on_conflict_do_update(

@@ -65,7 +65,7 @@ from geode.providers.catalog import (
     role_model,
     select_path,
 )
-from geode.providers.factory import build_provider
+from geode.providers.factory import build_provider, check_provider
 from geode.providers.retry import RetryPolicy
 from geode.settings import Secrets, Settings, SpendCaps
 from geode.tools.base import ToolDef
@@ -332,13 +332,7 @@ class Runtime:
         if info is None:
             raise ConfigError(f"Unknown provider {ref.provider!r} for model {ref.model!r}.")
         if self.path_for(ref, path) == "codex_subscription":
-            from geode.providers.codex_auth import CodexLogin, codex_auth_file
-
             codex = self.settings.codex
-            if self._codex_login is None:  # one per process: refreshes are serialised on it
-                self._codex_login = CodexLogin(
-                    auth_file=codex_auth_file(codex.home), token_url=codex.token_url
-                )
             return build_provider(
                 ref,
                 api_key=None,
@@ -346,13 +340,36 @@ class Runtime:
                 timeout=self.settings.model.request_timeout_s,
                 clients=self.clients,
                 path="codex_subscription",
-                codex_login=self._codex_login,
+                codex_login=self._codex(),
             )
         api_key, base_url = self._endpoint(ref.provider)
         return build_provider(
             ref, api_key=api_key, base_url=base_url,
             timeout=self.settings.model.request_timeout_s, clients=self.clients,
         )
+
+    def check_provider(self, ref: ModelRef, path: str | None = None) -> None:
+        """The ConfigError :meth:`provider_for` would raise (credential, endpoint, path), with
+        no adapter built: no SDK imported, no client (``geode serve``'s start-up check)."""
+        if ref.provider not in PROVIDERS:
+            raise ConfigError(f"Unknown provider {ref.provider!r} for model {ref.model!r}.")
+        if self.path_for(ref, path) == "codex_subscription":
+            check_provider(ref, api_key=None, base_url=self.settings.codex.base_url,
+                           path="codex_subscription", codex_login=self._codex())
+            return
+        api_key, base_url = self._endpoint(ref.provider)
+        check_provider(ref, api_key=api_key, base_url=base_url)
+
+    def _codex(self) -> CodexLogin:
+        """The Codex CLI login, one per process: its token refreshes are serialised on it."""
+        from geode.providers.codex_auth import CodexLogin, codex_auth_file
+
+        if self._codex_login is None:
+            codex = self.settings.codex
+            self._codex_login = CodexLogin(
+                auth_file=codex_auth_file(codex.home), token_url=codex.token_url
+            )
+        return self._codex_login
 
     def _endpoint(self, provider: str) -> tuple[str | None, str | None]:
         """The provider's key and base URL override (config, then the SDK's variables)."""
@@ -374,12 +391,13 @@ class Runtime:
         Raises:
             ConfigError: the judge's credential is missing (the message names it).
         """
-        from geode.providers.judge import JEV_MODELS, JevJudge, LLMJudge
-
         verify = self.settings.verify
-        retry = RetryPolicy(max_attempts=self.settings.model.max_retries)
         if verify.judge == "none":
             return None
+        # here, not above: the judges' module loads httpx, which a session without one skips
+        from geode.providers.judge import JEV_MODELS, JevJudge, LLMJudge
+
+        retry = RetryPolicy(max_attempts=self.settings.model.max_retries)
         if verify.judge == "jev":
             info = PROVIDERS[verify.jev_route]
             api_key, base_url = self._endpoint(info.name)

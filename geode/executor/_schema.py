@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from typing import TYPE_CHECKING, Any
 
 from geode.executor.decisions import Allow, Deny
 from geode.tools.base import ToolDef
+
+if TYPE_CHECKING:  # jsonschema is imported by the first tool call (~2 MB, ~30 ms at start-up)
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 __all__ = ["check_schema"]
 
@@ -29,6 +30,9 @@ def _validator(schema: dict[str, Any]) -> Draft202012Validator | None:
     hit = _VALIDATORS.get(id(schema))
     if hit is not None and hit[0] is schema:
         return hit[1]
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
         validator: Draft202012Validator | None = Draft202012Validator(
@@ -50,6 +54,8 @@ def check_schema(tool: ToolDef, args: dict[str, Any]) -> Allow | Deny:
     errors = list(validator.iter_errors(args))
     if not errors:
         return Allow()
+    from jsonschema.exceptions import best_match
+
     err = best_match(errors)
     message = err.message
     if len(message) > _MAX_MESSAGE:

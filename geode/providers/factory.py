@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 from geode.errors import ConfigError
 from geode.providers.base import BaseProvider
-from geode.providers.catalog import PROVIDERS, ModelRef, select_path
+from geode.providers.catalog import PROVIDERS, AccessPath, ModelRef, select_path
 
 if TYPE_CHECKING:
     from geode.providers._clients import ClientCache
     from geode.providers.codex_auth import CodexLogin
 
-__all__ = ["LOCAL_SERVER_KEY", "build_provider", "uses_responses_api"]
+__all__ = ["LOCAL_SERVER_KEY", "build_provider", "check_provider", "uses_responses_api"]
 
 #: key sent to a local ``openai:`` server that needs none (the SDK refuses an empty key)
 LOCAL_SERVER_KEY = "not-needed"
@@ -61,20 +61,9 @@ def build_provider(
             model is judge-only, the path is not allowed for the model, the Codex login is
             missing, or the provider cannot be built from configuration (``scripted``).
     """
-    if ref.judge_only:
-        raise ConfigError(
-            f"Model {ref.id!r} is judge-only (TypeSafe/Jev): it never generates answers. "
-            'Use it as the verify judge with [verify] judge = "jev".'
-        )
-    chosen = select_path(ref, path)
+    chosen, key, url = _validated(ref, api_key=api_key, base_url=base_url, path=path,
+                                  codex_login=codex_login)
     if chosen == "codex_subscription":
-        if codex_login is None:
-            raise ConfigError(f"Model {ref.id!r} on the Codex path needs the Codex CLI login.")
-        if not codex_login.auth_file.is_file():
-            raise ConfigError(
-                f"Model {ref.id!r} on the Codex path: no Codex login at "
-                f"{codex_login.auth_file}. Run `codex login` (the official Codex CLI) first."
-            )
         from geode.providers.openai_responses import OpenAIResponsesProvider
 
         # The bearer token is sent per request (it is refreshed), so the endpoint's shared
@@ -89,6 +78,73 @@ def build_provider(
                                   timeout=timeout)
             if clients is not None else None,
         )
+    info = PROVIDERS[ref.provider]
+    # Imported here: each SDK takes about a second to import, and a process only needs one.
+    if info.kind == "anthropic":
+        from geode.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(
+            api_key=key, base_url=url, timeout=timeout, provider_name=info.name,
+            client=clients.anthropic(api_key=key, base_url=url, timeout=timeout)
+            if clients is not None else None,
+        )
+    if uses_responses_api(ref, base_url):
+        from geode.providers.openai_responses import OpenAIResponsesProvider
+
+        return OpenAIResponsesProvider(
+            provider_name=info.name, api_key=key, base_url=url, timeout=timeout,
+            client=clients.openai(api_key=key, base_url=url, timeout=timeout)
+            if clients is not None else None,
+            encrypted_reasoning=ref.in_catalog,
+        )
+    from geode.providers.openai_compat import OpenAICompatProvider
+
+    return OpenAICompatProvider(
+        provider_name=info.name, api_key=key, base_url=url, timeout=timeout,
+        client=clients.openai(api_key=key, base_url=url, timeout=timeout)
+        if clients is not None else None,
+    )
+
+
+def check_provider(
+    ref: ModelRef,
+    *,
+    api_key: str | None,
+    base_url: str | None,
+    path: str | None = None,
+    codex_login: CodexLogin | None = None,
+) -> None:
+    """Raise the ConfigError :func:`build_provider` would raise for these arguments, without
+    building the adapter: no SDK import, no client (``geode serve``'s start-up check of its
+    default model; the SDK is loaded by the first turn that needs it)."""
+    _validated(ref, api_key=api_key, base_url=base_url, path=path, codex_login=codex_login)
+
+
+def _validated(
+    ref: ModelRef,
+    *,
+    api_key: str | None,
+    base_url: str | None,
+    path: str | None,
+    codex_login: CodexLogin | None,
+) -> tuple[AccessPath, str, str | None]:
+    """The checks of :func:`build_provider`: (access path, key, URL) or a ConfigError. The key
+    is empty on the Codex path (the login's bearer token goes with each request)."""
+    if ref.judge_only:
+        raise ConfigError(
+            f"Model {ref.id!r} is judge-only (TypeSafe/Jev): it never generates answers. "
+            'Use it as the verify judge with [verify] judge = "jev".'
+        )
+    chosen = select_path(ref, path)
+    if chosen == "codex_subscription":
+        if codex_login is None:
+            raise ConfigError(f"Model {ref.id!r} on the Codex path needs the Codex CLI login.")
+        if not codex_login.auth_file.is_file():
+            raise ConfigError(
+                f"Model {ref.id!r} on the Codex path: no Codex login at "
+                f"{codex_login.auth_file}. Run `codex login` (the official Codex CLI) first."
+            )
+        return chosen, "", base_url
     info = PROVIDERS.get(ref.provider)
     if info is None:
         raise ConfigError(
@@ -116,28 +172,4 @@ def build_provider(
                 f"Model {ref.id!r} needs an API key for {info.name}: set {info.key_env} in the "
                 f"environment or in $GEODE_HOME/.env{hint}."
             )
-    # Imported here: each SDK takes about a second to import, and a process only needs one.
-    if info.kind == "anthropic":
-        from geode.providers.anthropic import AnthropicProvider
-
-        return AnthropicProvider(
-            api_key=key, base_url=url, timeout=timeout, provider_name=info.name,
-            client=clients.anthropic(api_key=key, base_url=url, timeout=timeout)
-            if clients is not None else None,
-        )
-    if uses_responses_api(ref, base_url):
-        from geode.providers.openai_responses import OpenAIResponsesProvider
-
-        return OpenAIResponsesProvider(
-            provider_name=info.name, api_key=key, base_url=url, timeout=timeout,
-            client=clients.openai(api_key=key, base_url=url, timeout=timeout)
-            if clients is not None else None,
-            encrypted_reasoning=ref.in_catalog,
-        )
-    from geode.providers.openai_compat import OpenAICompatProvider
-
-    return OpenAICompatProvider(
-        provider_name=info.name, api_key=key, base_url=url, timeout=timeout,
-        client=clients.openai(api_key=key, base_url=url, timeout=timeout)
-        if clients is not None else None,
-    )
+    return chosen, key, url

@@ -9,11 +9,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-#: imported only when a channel, an MCP server or a migration needs them
+#: imported only when a channel, an MCP server or a migration needs them; the model SDKs by
+#: the first turn that needs one; jsonschema by the first tool call, httpx by the first web
+#: fetch (or a verify judge), PostgreSQL's dialect by a PostgreSQL store; rich (structlog's
+#: and httpx's optional pretty output), pygments, cryptography and tornado (PTB's Passport
+#: decryption and webhook server) never by these commands (geode._imports)
 HEAVY = ("discord", "telegram", "slack_bolt", "slack_sdk", "mcp", "mcp_types", "alembic",
-         "openai", "anthropic")
+         "openai", "anthropic", "jsonschema", "httpx", "sqlalchemy.dialects.postgresql",
+         "rich", "pygments", "cryptography", "tornado")
 
 _PROBE = """
 import atexit, json, sys
@@ -43,10 +49,13 @@ def _loaded(tmp_path: Path, *argv: str, home: Path | None = None) -> list[str]:
 
 def test_run_demo_imports_no_platform_sdk_no_mcp_no_alembic(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    # the first run creates and migrates the store: Alembic is needed there, nothing else
-    assert _loaded(tmp_path, "run", "--demo", "hi", home=home) == ["alembic"]
+    # the first run creates and migrates the store: Alembic is needed there (it loads every
+    # dialect's DDL, and pygments through its templates), nothing else; the demo's tool calls
+    # validate their arguments (jsonschema)
+    assert _loaded(tmp_path, "run", "--demo", "hi", home=home) == [
+        "alembic", "jsonschema", "pygments", "sqlalchemy.dialects.postgresql"]
     # the second opens a current store, the everyday case
-    assert _loaded(tmp_path, "run", "--demo", "hi again", home=home) == []
+    assert _loaded(tmp_path, "run", "--demo", "hi again", home=home) == ["jsonschema"]
 
 
 def test_mcp_sdk_is_imported_when_a_server_is_configured(tmp_path: Path) -> None:
@@ -75,11 +84,14 @@ async def test_serve_with_telegram_imports_no_other_platform_sdk(tmp_path: Path)
         port = s.getsockname()[1]
     async with FakeTelegramServer(token="1:T", bot_username="geode_bot") as tg:
         (home / "config.toml").write_text(
+            '[model]\ndefault = "openai:local-model"\n\n'
             f'[channels.telegram]\nbase_url = "{tg.base_url}"\n'
             f'base_file_url = "{tg.base_file_url}"\npoll_timeout_s = 1\n\n'
             '[[bindings]]\nplatform = "telegram"\nchannel = "-100"\n')
         env = {k: v for k, v in os.environ.items() if not k.startswith(("GEODE_", "TELEGRAM_"))}
+        # an OpenAI-compatible default model with a key: /readyz checks it without the SDK
         env.update(GEODE_HOME=str(home), GEODE_HEALTH_PORT=str(port), TELEGRAM_BOT_TOKEN="1:T",
+                   OPENAI_API_KEY="sk-test", OPENAI_BASE_URL="http://127.0.0.1:9/v1",
                    PYTHONPATH=os.pathsep.join(
                        p for p in (str(REPO), env.get("PYTHONPATH", "")) if p))
         code = _PROBE.format(heavy=HEAVY, out=str(out), argv=["serve"])
@@ -95,11 +107,28 @@ async def test_serve_with_telegram_imports_no_other_platform_sdk(tmp_path: Path)
                 line = await asyncio.wait_for(proc.stderr.readline(), 60)
                 assert line, seen.decode()[-2000:]
                 seen += line
+            ready = await asyncio.to_thread(_get_json, f"http://127.0.0.1:{port}/readyz")
+            assert ready["checks"]["model"] == {"ok": True, "detail": "openai:local-model"}
             await asyncio.sleep(0.5)
         finally:
             proc.send_signal(signal.SIGTERM)
             _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, (seen + err).decode()[-2000:]
     # no other channel's SDK, no MCP, no Alembic on a current store; no model SDK either
-    # (no model key is configured here, so the start-up model check builds no client)
-    assert json.loads(out.read_text()) == ["telegram"]
+    # (the start-up model check reads the credential, it builds no client); no jsonschema
+    # before a tool call; no rich, pygments or cryptography at all
+    assert json.loads(out.read_text()) == ["httpx", "telegram"]
+
+
+def _get_json(url: str) -> dict[str, Any]:
+    """The JSON body of a GET, whatever the status (/readyz answers 503 with one)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            raw = resp.read()
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+    body: dict[str, Any] = json.loads(raw)
+    return body

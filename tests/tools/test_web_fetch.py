@@ -7,7 +7,6 @@ happen before any connection.
 
 from __future__ import annotations
 
-import importlib
 import ipaddress
 import os
 import re
@@ -288,10 +287,9 @@ async def test_https_pins_the_ip_and_verifies_the_name(
     await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ctx).start()
     port = runner.addresses[0][1]
     # trust our certificate instead of the public CAs; everything else is the real client
-    wf_mod = importlib.import_module("geode.tools.builtin.web_fetch")
     real_client = httpx.AsyncClient
     trust = ssl.create_default_context(cafile=str(cert))
-    monkeypatch.setattr(wf_mod.httpx, "AsyncClient", lambda **kw: real_client(verify=trust, **kw))
+    monkeypatch.setattr(httpx, "AsyncClient", lambda **kw: real_client(verify=trust, **kw))
     ctx = _ctx(workspace, allow_private_hosts=[f"localhost:{port}", f"127.0.0.1:{port}"])
     try:
         # connected to the checked IP, certificate verified against the name "localhost"

@@ -25,15 +25,17 @@ import re
 import socket
 from collections.abc import Collection
 from html.parser import HTMLParser
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
 import structlog
 from pydantic import Field
 
 from geode.tools.base import ToolContext, tool
 from geode.tools.builtin._workspace import truncate
 from geode.tools.errors import ToolFailure
+
+if TYPE_CHECKING:  # imported by the first fetch, not by every start-up that registers the tool
+    import httpx
 
 __all__ = ["check_address", "html_to_text", "web_fetch"]
 
@@ -92,6 +94,7 @@ def _host_port_key(url: httpx.URL) -> str:
 
 
 def _parse(url: str) -> httpx.URL:
+    import httpx
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, TypeError, ValueError) as exc:
@@ -230,6 +233,7 @@ async def _get_pinned(
 
 
 async def _fetch(url: str, *, allowed: Collection[str], max_bytes: int, max_chars: int) -> str:
+    import httpx
     current = _parse(url)
     timeout = httpx.Timeout(WEB_FETCH_TIMEOUT_S, connect=10.0)
     # trust_env=False: an HTTP(S)_PROXY from the environment would bypass the address pinning
@@ -264,6 +268,7 @@ async def _fetch(url: str, *, allowed: Collection[str], max_bytes: int, max_char
 
 
 def _host_key(args: dict[str, Any], ctx: ToolContext) -> list[str]:
+    import httpx
     try:
         return [f"host:{httpx.URL(str(args.get('url', ''))).host or 'invalid'}"]
     except (httpx.InvalidURL, TypeError, ValueError):
