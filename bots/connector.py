@@ -22,6 +22,7 @@ import secrets
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
@@ -285,6 +286,13 @@ class BaseConnector(ABC):
     ) -> str:
         """The platform's upload (size already checked). Default: cannot."""
         raise DeliveryError("fatal", f"{self.platform} connector cannot upload files")
+
+    async def find_upload(
+        self, target: ReplyTarget, *, filename: str, size: int, since: datetime
+    ) -> str | None:
+        """A file the bot posted in the thread since ``since`` (see the port). Default: the
+        platform cannot read back what the bot posted."""
+        raise DeliveryError("unknown", f"{self.platform} cannot read back what the bot posted")
 
     @abstractmethod
     def render(self, markdown: str) -> list[Chunk]:

@@ -46,6 +46,7 @@ from bots.port import PlatformClient, TurnHost
 from bots.senders import SenderPolicy
 from bots.store import EVENTS_CHANNEL, ChannelStore, Cursors, StoredEvent, Thread, Tx
 from bots.turns import EntryOrder, TurnDeps, TurnRunner
+from bots.uploads import FileSender
 from geode.hooks.events import (
     ChannelEvent,
     MessagesReceived,
@@ -114,12 +115,13 @@ class ChannelLayer:
                                    fault=self._fault_at, observe=self._observe)
         self.approvals = records.approvals
         self.waiters = ApprovalWaiters()
+        self.files = FileSender(client=client, outbox=self.outbox)
         self.turns = TurnRunner(deps=TurnDeps(
             client=client, host=host, inbound=self.inbound, outbox=self.outbox,
             deliverer=self.deliverer, threads=self.threads, index=self.index,
             thread_leases=self.thread_leases, options=options, active=self.active,
             fault=self._fault_at, approvals=self.approvals, waiters=self.waiters,
-            entry=self.entry, queue=records.queue,
+            entry=self.entry, queue=records.queue, files=self.files,
         ))
         self.commands = CommandContext(threads=self.threads, host=host, active=self.active,
                                        queued=self.processor.pending,

@@ -23,6 +23,7 @@ from bots.format import Chunk, human_size
 from geode.daemon.port import HarnessPort
 
 if TYPE_CHECKING:
+    from datetime import datetime
     from pathlib import Path
 
     from bots.store import Cursors
@@ -116,6 +117,23 @@ class PlatformClient(Protocol):
         Raises:
             UploadTooLarge: over the platform's limit (checked before anything is sent).
             DeliveryError: translated platform failure.
+        """
+        ...
+
+    def upload_limit(self, *, image: bool) -> int:
+        """The largest file (bytes) :meth:`upload` takes; 0: none."""
+        ...
+
+    async def find_upload(
+        self, target: ReplyTarget, *, filename: str, size: int, since: datetime
+    ) -> str | None:
+        """The id :meth:`upload` returned for a file of this name and size the bot posted in
+        the thread since ``since`` (reconciling an upload whose outcome a crash hid), or
+        None when there is none.
+
+        Raises:
+            DeliveryError: ``unknown`` when the platform cannot tell (Telegram's Bot API
+                reads no history), or the lookup failed.
         """
         ...
 

@@ -39,6 +39,7 @@ from bots.commands import ActiveTurn
 from bots.computer import on_display
 from bots.events import InboundEvent
 from bots.progress import ProgressReporter
+from bots.send_file import make_send_file
 from bots.store import OutboxRow, StoredEvent
 from bots.workspaces import binding_workspace, thread_folder
 from geode.daemon.factory import Session, SessionContext
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
         ThreadLeases,
         ThreadSessions,
     )
+    from bots.uploads import FileSender
 
 __all__ = [
     "EntryOrder",
@@ -182,6 +184,8 @@ class TurnDeps:
     entry: EntryOrder
     #: the claim a turn takes as it gets its lanes (``geode queue drop`` may have won it)
     queue: ChannelQueue
+    #: files into the thread, exactly once (``send_file``; approvals' full diffs)
+    files: FileSender
 
 
 class TurnRunner:
@@ -402,6 +406,9 @@ class TurnRunner:
             # Who said what, on each message of a collaborative thread: written with the
             # turn's first checkpoint (the one holding the message), in its transaction; a
             # resumed turn's went in with its first checkpoint already.
+            # channel-only tools: the thread this turn answers in is where a file goes
+            extra_tools=[make_send_file(client=self.deps.client, sender=self.deps.files,
+                                        target=row.target)],
             opening_note=None if resume else OpeningNote(
                 kind="channel.message", turn_id=row.loop_turn_id,
                 payload={"platform": event.platform, "channel": event.channel,

@@ -32,8 +32,10 @@ import asyncio
 import contextlib
 import io
 import random
+import re
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -835,6 +837,37 @@ class DiscordConnector(BaseConnector):
         self._where_sent[str(msg.id)] = cid
         return str(msg.id)
 
+    async def find_upload(
+        self, target: ReplyTarget, *, filename: str, size: int, since: datetime
+    ) -> str | None:
+        """A message of the bot posted since ``since`` (a minute earlier: clocks differ)
+        with an attachment of that name and size, where the thread's replies go (after a
+        restart: where the route says, then the thread, then the channel); its id."""
+        assert self.client is not None
+        after = max(0, int((since.timestamp() - 60.0) * 1000) - DISCORD_EPOCH_MS) << 22
+        wanted = _attachment_name(filename)
+        try:
+            routed, _ = await self._route(target, create=False)
+            for cid in dict.fromkeys([routed, target.thread_root, target.channel]):
+                if snowflake(cid) is None:
+                    continue
+                try:
+                    page = await self._rest(self.client.http.logs_from(int(cid), 100,
+                                                                       after=after))
+                except discord.NotFound:
+                    continue  # no such thread (the reply went inline)
+                for m in page:
+                    if (not isinstance(m, dict)
+                            or str((m.get("author") or {}).get("id")) != self.bot_id):
+                        continue
+                    for a in m.get("attachments") or []:
+                        if (isinstance(a, dict) and a.get("size") == size
+                                and _attachment_name(str(a.get("filename", ""))) == wanted):
+                            return str(m["id"])
+        except (discord.DiscordException, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise DeliveryError("unknown", f"cannot read the thread back: {exc}") from exc
+        return None
+
     async def react(self, target: ReplyTarget, message_id: str, emoji: str | None) -> None:
         assert self.client is not None
         thread = target.extra.get("thread_id")
@@ -857,6 +890,15 @@ class DiscordConnector(BaseConnector):
             await self._rest(self.client.http.send_typing(int(cid)))
         except (discord.DiscordException, aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise _map_error(exc, sending=False) from exc
+
+
+DISCORD_EPOCH_MS = 1_420_070_400_000
+
+
+def _attachment_name(name: str) -> str:
+    """A file name as Discord stores it on an attachment (it replaces what it does not keep
+    in names, spaces included, with underscores)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 
 def _map_error(exc: BaseException, *, sending: bool) -> DeliveryError:

@@ -34,6 +34,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -554,6 +555,33 @@ class SlackConnector(BaseConnector):
         if not isinstance(fid, str) or not fid:
             raise DeliveryError("unknown", "files.completeUploadExternal gave no file id")
         return fid
+
+    async def find_upload(
+        self, target: ReplyTarget, *, filename: str, size: int, since: datetime
+    ) -> str | None:
+        """A file of that name and size the bot shared in the thread (``conversations.
+        replies``; the channel's ``conversations.history`` outside a thread) since
+        ``since`` (a minute earlier: clocks differ); its file id."""
+        assert self.client is not None
+        oldest = f"{max(0.0, since.timestamp() - 60.0):.6f}"
+        try:
+            if valid_ts(target.thread_root):
+                resp = await self.client.conversations_replies(
+                    channel=target.channel, ts=target.thread_root, oldest=oldest, limit=200)
+            else:
+                resp = await self.client.conversations_history(
+                    channel=target.channel, oldest=oldest, limit=200)
+        except (SlackApiError, SlackClientError, ClientError, TimeoutError) as exc:
+            raise DeliveryError("unknown", f"cannot read the thread back: {exc}") from exc
+        for msg in resp.get("messages") or []:
+            if not isinstance(msg, dict) or (msg.get("bot_id") != self.bot_id
+                                             and msg.get("user") != self.bot_uid):
+                continue
+            for f in msg.get("files") or []:
+                if (isinstance(f, dict) and f.get("name") == filename
+                        and f.get("size") == size and isinstance(f.get("id"), str)):
+                    return str(f["id"])
+        return None
 
     async def react(self, target: ReplyTarget, message_id: str, emoji: str | None) -> None:
         assert self.client is not None

@@ -11,6 +11,12 @@ message id, never re-sent blindly.
 Short notices (pairing codes, command answers) have no progress message: their row is
 marked ``sending`` before the single send; a crash inside that window leaves the row
 ``uncertain`` and it is not re-sent (at most once; the Bot API cannot read history to check).
+
+A file sent into a thread (``send_file``, an approval's full diff) is a ``file`` row keyed by
+what asked for it (a tool call, an approval request): written ``ready`` before anything is
+uploaded, ``sending`` just before the upload, ``sent`` with the platform's id after it. Its
+one chunk is the caption and carries the file's description (:class:`OutgoingFile`); the
+bytes stay where they came from. ``bots.uploads`` reconciles a row left ``sending``.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ if TYPE_CHECKING:
 
     from geode.store import Store
 
-__all__ = ["PLACEHOLDER", "Outbox", "OutboxRow"]
+__all__ = ["PLACEHOLDER", "Outbox", "OutboxRow", "OutgoingFile"]
 
 log = structlog.get_logger(__name__)
 _O = outbox_table
@@ -64,6 +70,25 @@ def _event_update(event_id: int, **values: Any) -> _Stmt:
 
 
 @dataclass(frozen=True, kw_only=True)
+class OutgoingFile:
+    """What a ``file`` row uploads: enough to recognise it in the thread afterwards."""
+
+    name: str
+    size: int
+    sha256: str
+    image: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "size": self.size, "sha256": self.sha256,
+                "image": self.image}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> OutgoingFile:
+        return cls(name=str(data.get("name", "")), size=int(data.get("size", 0)),
+                   sha256=str(data.get("sha256", "")), image=bool(data.get("image")))
+
+
+@dataclass(frozen=True, kw_only=True)
 class OutboxRow:
     id: int
     session_key: str
@@ -81,9 +106,15 @@ class OutboxRow:
     chunks: list[Chunk]
     edited: int
     attempts: int
+    #: a ``file`` row's file (its caption is the one chunk)
+    file: OutgoingFile | None = None
+    created_at: datetime | None = None
+    error: str = ""
 
 
 def _row(r: Any) -> OutboxRow:
+    chunks = r.chunks or []
+    described = chunks[0].get("file") if chunks and isinstance(chunks[0], dict) else None
     return OutboxRow(
         id=int(r.id), session_key=r.session_key, turn_key=r.turn_key, event_id=r.event_id,
         kind=r.kind, platform=r.platform, workspace=r.workspace,
@@ -92,6 +123,8 @@ def _row(r: Any) -> OutboxRow:
         progress_state=r.progress_state, message_ids=[str(m) for m in r.message_ids or []],
         chunks=[Chunk(formatted=c["html"], fallback=c["plain"]) for c in r.chunks or []],
         edited=int(r.edited), attempts=int(r.attempts),
+        file=OutgoingFile.from_json(described) if isinstance(described, dict) else None,
+        created_at=r.created_at, error=r.error or "",
     )
 
 
@@ -202,6 +235,29 @@ class Outbox:
         except IntegrityError:
             return False
         return True
+
+    async def add_file(
+        self, *, session_key: str, turn_key: str, platform: str, workspace: str,
+        target: ReplyTarget, file: OutgoingFile, caption: str = "",
+    ) -> OutboxRow | None:
+        """Record a file owed to a thread (``ready``), before any upload; None if a row of
+        that key exists already (the caller reconciles it: :meth:`get`)."""
+        stmt = self._insert_stmt(
+            session_key=session_key, turn_key=turn_key, event_id=None, kind="file",
+            platform=platform, workspace=workspace, target=target, status="ready",
+            chunks=[Chunk(formatted=caption, fallback=caption)],
+        )
+        stmt[1]["chunks"][0]["file"] = file.to_json()
+
+        def tx(conn: Connection) -> Any:
+            conn.execute(*stmt)
+            return conn.execute(select(_O).where(_O.c.session_key == session_key,
+                                                 _O.c.turn_key == turn_key)).first()
+
+        try:
+            return _row(await self._store.run_write(tx))
+        except IntegrityError:
+            return None
 
     async def _one(self, query: Any) -> OutboxRow | None:
         r = await self._store.run_read(lambda conn: conn.execute(query).first())

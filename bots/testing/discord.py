@@ -285,6 +285,7 @@ class FakeDiscord:
         self.downloads: list[str] = []
         #: files the bot attached to its messages (bytes included), in order
         self.uploads: list[UploadedFile] = []
+        self._upload_hold: asyncio.Event | None = None
         self.connections: list[JSON] = []
         self.identifies = 0
         self.resumes = 0
@@ -1035,7 +1036,26 @@ class FakeDiscord:
         cid = int(request.match_info["cid"])
         self._channel(cid)
         body, files = await self._body(request)
-        return _json(await self._create_bot_message(cid, body, files))
+        msg = await self._create_bot_message(cid, body, files)
+        if files:
+            await self._held_upload()
+        return _json(msg)
+
+    def hold_upload_answers(self) -> None:
+        """From now on an upload takes effect but its answer waits for
+        :meth:`release_upload_answers` (the client can die between the two)."""
+        self._upload_hold = asyncio.Event()
+
+    def release_upload_answers(self) -> None:
+        """Answer the held uploads, and hold no more."""
+        if self._upload_hold is not None:
+            self._upload_hold.set()
+            self._upload_hold = None
+
+    async def _held_upload(self) -> None:
+        hold = self._upload_hold
+        if hold is not None:
+            await hold.wait()
 
     async def _patch_message(self, request: web.Request) -> web.Response:
         cid, mid = int(request.match_info["cid"]), int(request.match_info["mid"])

@@ -253,6 +253,7 @@ class FakeSlack(LoopbackFake):
         self.uploads: list[SlackUpload] = []
         #: file id -> (filename, declared length, bytes POSTed to its upload_url or None)
         self._staged: dict[str, tuple[str, int, bytes | None]] = {}
+        self._upload_hold: asyncio.Event | None = None
         self._channels: dict[str, JSONDict] = {}
         self._users: dict[str, JSONDict] = {}
         self._messages: dict[str, dict[str, JSONDict]] = {}
@@ -842,6 +843,22 @@ class FakeSlack(LoopbackFake):
             return web.Response(status=404)
         return web.Response(body=self._files[fid][1])
 
+    def hold_upload_answers(self) -> None:
+        """From now on an upload takes effect but its answer waits for
+        :meth:`release_upload_answers` (the client can die between the two)."""
+        self._upload_hold = asyncio.Event()
+
+    def release_upload_answers(self) -> None:
+        """Answer the held uploads, and hold no more."""
+        if self._upload_hold is not None:
+            self._upload_hold.set()
+            self._upload_hold = None
+
+    async def _held_upload(self) -> None:
+        hold = self._upload_hold
+        if hold is not None:
+            await hold.wait()
+
     async def _get_upload_url(self, params: JSONDict) -> JSONDict:
         filename = str(params.get("filename") or "")
         try:
@@ -908,6 +925,8 @@ class FakeSlack(LoopbackFake):
                     file_id=f["id"], filename=str(info["name"]), title=f["title"], data=data,
                     channel=channel, thread_ts=thread_ts, initial_comment=comment,
                     ts=msg["ts"]))
+            self._wake()
+        await self._held_upload()
         return {"files": done}
 
     def _check_token(self, method: str, token: str | None) -> None:

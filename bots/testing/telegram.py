@@ -199,6 +199,7 @@ class FakeTelegramServer(LoopbackFake):
         self.sent: list[SentMessage] = []
         #: sendDocument / sendPhoto that took effect, with the file's bytes
         self.uploads: list[TelegramUpload] = []
+        self._upload_hold: asyncio.Event | None = None
         self.deleted: list[tuple[ChatId, int]] = []
         self.chat_actions: list[JSONDict] = []
         self.reactions: list[JSONDict] = []
@@ -802,6 +803,22 @@ class FakeTelegramServer(LoopbackFake):
                 raise _bad("message thread not found")
         return thread_id, reply_to
 
+    def hold_upload_answers(self) -> None:
+        """From now on an upload takes effect but its answer waits for
+        :meth:`release_upload_answers` (the client can die between the two)."""
+        self._upload_hold = asyncio.Event()
+
+    def release_upload_answers(self) -> None:
+        """Answer the held uploads, and hold no more."""
+        if self._upload_hold is not None:
+            self._upload_hold.set()
+            self._upload_hold = None
+
+    async def _held_upload(self) -> None:
+        hold = self._upload_hold
+        if hold is not None:
+            await hold.wait()
+
     async def _send_document(self, params: JSONDict) -> JSONDict:
         return await self._send_file("sendDocument", "document", params)
 
@@ -857,6 +874,8 @@ class FakeTelegramServer(LoopbackFake):
             method=method, chat_id=chat_id, message_id=mid, filename=filename, data=data,
             caption=caption, message_thread_id=thread_id, reply_to_message_id=reply_to,
         ))
+        self._wake()
+        await self._held_upload()
         return raw
 
     async def _edit_message_text(self, params: JSONDict) -> JSONDict | bool:

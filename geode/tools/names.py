@@ -9,10 +9,13 @@ from collections.abc import Collection, Iterable
 
 from geode.errors import ConfigError
 
-__all__ = ["MCP_SEPARATOR", "check_tool_names", "known_tool_names"]
+__all__ = ["CHANNEL_TOOL_NAMES", "MCP_SEPARATOR", "check_tool_names", "known_tool_names"]
 
 #: an MCP tool is ``SERVER__TOOL`` to the model (CONTRACT.md)
 MCP_SEPARATOR = "__"
+#: tools only a channel session has (the channel layer adds them to its sessions):
+#: ``send_file`` uploads a workspace file into the thread
+CHANNEL_TOOL_NAMES = frozenset({"send_file"})
 
 
 def check_tool_names(
@@ -47,10 +50,11 @@ def check_tool_names(
 
 
 def known_tool_names() -> set[str]:
-    """The built-in tools and the names the mode policies deny (``delegate_task``)."""
+    """The built-in tools, the channel-only tools (:data:`CHANNEL_TOOL_NAMES`) and the names
+    the mode policies deny (``delegate_task``)."""
     from geode.policy import MODE_POLICIES
     from geode.tools.builtin import builtin_tools
 
-    names = {t.name for t in builtin_tools()}
+    names = {t.name for t in builtin_tools()} | CHANNEL_TOOL_NAMES
     names.update(*(p.denied_tools for p in MODE_POLICIES.values()))
     return names

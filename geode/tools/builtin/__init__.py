@@ -9,10 +9,18 @@ from __future__ import annotations
 
 from geode.tools.base import ToolDef
 from geode.tools.builtin._sandbox import SandboxLimits
-from geode.tools.builtin._workspace import resolve_in_workspace
+from geode.tools.builtin._workspace import path_key, resolve_in_workspace
 from geode.tools.builtin.bash import make_run_bash, run_bash, sandbox_available
 from geode.tools.builtin.computer import computer
-from geode.tools.builtin.files import edit_file, glob, grep, list_dir, read_file, write_file
+from geode.tools.builtin.files import (
+    edit_file,
+    glob,
+    grep,
+    list_dir,
+    read_file,
+    read_workspace_bytes,
+    write_file,
+)
 from geode.tools.builtin.web_fetch import web_fetch
 
 __all__ = [
@@ -25,7 +33,9 @@ __all__ = [
     "grep",
     "list_dir",
     "make_run_bash",
+    "path_key",
     "read_file",
+    "read_workspace_bytes",
     "resolve_in_workspace",
     "run_bash",
     "sandbox_available",

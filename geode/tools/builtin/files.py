@@ -36,7 +36,15 @@ from geode.tools.builtin._workspace import (
 )
 from geode.tools.errors import ToolFailure, WorkspaceEscapeError
 
-__all__ = ["edit_file", "glob", "grep", "list_dir", "read_file", "write_file"]
+__all__ = [
+    "edit_file",
+    "glob",
+    "grep",
+    "list_dir",
+    "read_file",
+    "read_workspace_bytes",
+    "write_file",
+]
 
 #: the most text one tool result carries; beyond it a ``[... truncated N chars ...]`` marker
 OUTPUT_CAP_CHARS = 100_000
@@ -159,6 +167,35 @@ async def read_file(
     """
     walk, parts, shown = _prepare(ctx, path)
     return await asyncio.to_thread(_read_text, walk, parts, shown, offset, limit)
+
+
+def read_workspace_bytes(ctx: ToolContext, user_path: str, *, max_bytes: int
+                         ) -> tuple[str, bytes]:
+    """A regular file of the workspace, whole: (its path as the model sees it, its bytes).
+
+    Resolved like the file tools (the race-free walk, GEODE's own files refused); for tools
+    that hand a file on (``send_file``). Blocking: call through ``asyncio.to_thread``.
+
+    Raises:
+        ToolFailure: outside the workspace, missing, not a regular file, or larger than
+            ``max_bytes`` (nothing beyond that is read).
+    """
+    walk, parts, shown = _prepare(ctx, user_path)
+    try:
+        with walk:
+            name = walk.descend(parts, shown)
+            fd = walk.open_file(name, shown)
+        with os.fdopen(fd, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > max_bytes:
+                raise ToolFailure(f"{shown} is {size} bytes, over the {max_bytes} bytes "
+                                  "that can be sent")
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise _os_failure(exc, shown) from exc
+    if len(data) > max_bytes:  # grew while read
+        raise ToolFailure(f"{shown} is over the {max_bytes} bytes that can be sent")
+    return shown, data
 
 
 # --------------------------------------------------------------------------- write / edit

@@ -4,11 +4,16 @@ the Bot API's limits it is refused before anything is sent."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from _harness import ANSWERED_POINTS, CRASH_POINTS, crash_at
 
 from bots.events import ReplyTarget
 from bots.port import UploadTooLarge
-from tests.bots.conftest import CHAT, binding
+from geode.providers.scripted import ScriptedProvider
+from tests.bots._files import PNG, sending
+from tests.bots.conftest import CHAT, binding, settled
 
 CSV = b"region,revenue\nnorth,42\n"
 
@@ -55,3 +60,110 @@ async def test_over_the_limits_nothing_is_sent(make_stack, fake):
     # the same bytes are a fine document (limit 50 MB)
     await connector.upload(target, filename="big.png", data=photo)
     assert [u.method for u in fake.uploads] == ["sendDocument"]
+
+
+# -- the send_file tool ---------------------------------------------------------------------
+
+
+def _workspace(home) -> object:
+    folder = home / "workspaces" / f"telegram-{CHAT}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+async def test_send_file_uploads_the_workspace_file_once_into_the_thread(make_stack, fake,
+                                                                          home):
+    (_workspace(home) / "report.csv").write_bytes(CSV)
+    provider = ScriptedProvider([sending("report.csv", "Q4 numbers")], repeat_last=True)
+    await make_stack(provider=provider, bindings=[binding(tools=["send_file"])]).start()
+    asked = fake.message_id_for(fake.user_says(CHAT, "@geode_bot the report?", from_user=42))
+    await fake.wait_until(lambda: [s for s in fake.sent if s.plain_text.startswith("result:")],
+                          within=10)
+    [up] = fake.uploads
+    assert (up.method, up.filename, up.data, up.caption) == ("sendDocument", "report.csv", CSV,
+                                                             "Q4 numbers")
+    assert up.reply_to_message_id == asked
+    [answer] = [s.plain_text for s in fake.sent if s.plain_text.startswith("result:")]
+    assert answer == "result: sent report.csv (24 bytes) to the thread as a file"
+
+
+async def test_an_image_by_content_goes_as_a_photo(make_stack, fake, home):
+    (_workspace(home) / "chart.dat").write_bytes(PNG)  # no image extension: sniffed
+    provider = ScriptedProvider([sending("chart.dat")], repeat_last=True)
+    await make_stack(provider=provider, bindings=[binding(tools=["send_file"])]).start()
+    fake.user_says(CHAT, "@geode_bot chart?", from_user=42)
+    await fake.wait_until(lambda: fake.uploads, within=10)
+    assert [(u.method, u.data) for u in fake.uploads] == [("sendPhoto", PNG)]
+
+
+async def test_send_file_is_denied_unless_the_binding_allows_it(make_stack, fake, home):
+    (_workspace(home) / "report.csv").write_bytes(CSV)
+    provider = ScriptedProvider([sending("report.csv")], repeat_last=True)
+    await make_stack(provider=provider, bindings=[binding()]).start()  # default tools
+    fake.user_says(CHAT, "@geode_bot the report?", from_user=42)
+    await fake.wait_until(lambda: [s for s in fake.sent if s.plain_text.startswith("result:")],
+                          within=10)
+    assert fake.uploads == []
+    [answer] = [s.plain_text for s in fake.sent if s.plain_text.startswith("result:")]
+    assert "send_file" in answer and "sent report.csv" not in answer
+
+
+async def test_a_path_outside_the_workspace_is_refused(make_stack, fake, home):
+    _workspace(home)
+    (home / "secret.txt").write_text("s3cret")
+    provider = ScriptedProvider([sending("../../secret.txt")], repeat_last=True)
+    await make_stack(provider=provider, bindings=[binding(tools=["send_file"])]).start()
+    fake.user_says(CHAT, "@geode_bot leak", from_user=42)
+    await fake.wait_until(lambda: [s for s in fake.sent if s.plain_text.startswith("result:")],
+                          within=10)
+    assert fake.uploads == []
+    [answer] = [s.plain_text for s in fake.sent if s.plain_text.startswith("result:")]
+    assert "refused" in answer and "s3cret" not in answer
+
+
+# -- exactly once across crashes ------------------------------------------------------------
+
+
+def _answers(fake) -> list[str]:
+    return [s.plain_text for s in fake.sent if s.plain_text.startswith("result:")]
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+async def test_a_crash_at_any_pipeline_point_uploads_once(make_stack, fake, home, point):
+    (_workspace(home) / "report.csv").write_bytes(CSV)
+    provider = ScriptedProvider([sending("report.csv")], repeat_last=True)
+    hit, fault = crash_at(point)
+    stack = make_stack(provider=provider, bindings=[binding(tools=["send_file"])], fault=fault)
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot the report?", from_user=42)
+    await asyncio.wait_for(hit.wait(), 10)
+    await stack.crash()
+
+    stack.fault = None
+    await stack.start()
+    await fake.wait_until(lambda: _answers(fake), within=15)
+    await settled(stack)
+    assert [u.data for u in fake.uploads] == [CSV]
+    assert len(set(_answers(fake))) == 1
+
+
+async def test_killed_between_upload_and_record_it_is_not_uploaded_again(make_stack, fake,
+                                                                          home):
+    """The Bot API cannot read the chat back: the row is left uncertain, the file is not
+    sent a second time, and the model is told it may be there."""
+    (_workspace(home) / "report.csv").write_bytes(CSV)
+    provider = ScriptedProvider([sending("report.csv")], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[binding(tools=["send_file"])])
+    await stack.start()
+    fake.hold_upload_answers()  # the upload takes effect; its answer never arrives
+    fake.user_says(CHAT, "@geode_bot the report?", from_user=42)
+    await fake.wait_until(lambda: fake.uploads, within=10)
+    await stack.crash()
+    fake.release_upload_answers()
+
+    await stack.start()
+    await fake.wait_until(lambda: _answers(fake), within=15)
+    await settled(stack)
+    assert [u.data for u in fake.uploads] == [CSV]
+    [answer] = set(_answers(fake))
+    assert "may or may not be in the thread" in answer
