@@ -73,8 +73,8 @@ async def test_send_file_attaches_the_workspace_file_in_the_thread(make_dstack, 
     assert _answers(dfake) == ["result: sent pods.log (28 bytes) to the thread as a file"]
 
 
-async def test_killed_between_upload_and_record_it_is_reconciled_from_the_thread(  # noqa: F811 (fixtures)
-        make_dstack, dfake, home):
+async def test_killed_between_upload_and_record_it_is_reconciled_from_the_thread(
+        make_dstack, dfake, home):  # noqa: F811 (fixtures)
     _report(home, dfake)
     stack = make_dstack(provider=ScriptedProvider([sending("pods.log")], repeat_last=True),
                         bindings=[dbinding(dfake, tools=["send_file"])])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from _harness import ANSWERED_POINTS, CRASH_POINTS, crash_at
+from _harness import CRASH_POINTS, crash_at
 
 from bots.events import ReplyTarget
 from bots.port import UploadTooLarge
