@@ -88,7 +88,8 @@ def _answer(rec: ApprovalRecord) -> ApprovalAnswer:
     note = outcome_line(rec)
     by = _who(rec)
     return ApprovalAnswer(answer="allow" if rec.status == "approved" else "deny",
-                          note=note, by=by, outcome=rec.status)
+                          note=note, by=by, by_id=rec.decided_by, by_name=rec.decided_by_name,
+                          outcome=rec.status)
 
 
 @dataclass(kw_only=True)

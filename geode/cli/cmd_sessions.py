@@ -100,7 +100,8 @@ def sessions_show(
                     if checkpoints else None
                 ),
                 "receipts": [{"call_id": r.call_id, "tool": r.tool, "status": r.status,
-                              "detail": r.detail} for r in receipts],
+                              "detail": r.detail, "approved_by": r.approved_by,
+                              "approved_by_name": r.approved_by_name} for r in receipts],
                 "uncertain": [r.call_id for r in receipts
                               if r.status in ("uncertain", "intended")],
                 "approvals": [{"kind": r.kind.removeprefix("approval."),
@@ -108,6 +109,9 @@ def sessions_show(
                                "tool": r.payload.get("tool"),
                                "decision": r.payload.get("outcome") or r.payload.get("decision"),
                                "by": r.payload.get("by", ""),
+                               "by_id": r.payload.get("by_id", ""),
+                               "by_name": r.payload.get("by_name", ""),
+                               "resumed": bool(r.payload.get("resumed", False)),
                                "at": r.created_at.isoformat() if r.created_at else None}
                               for r in approvals],
             }
@@ -125,14 +129,18 @@ def sessions_show(
     if info["approvals"]:
         typer.echo(f"  approvals {len(info['approvals'])}")
     for a in info["approvals"]:
-        outcome = "" if a["kind"] == "requested" else f" {a['decision']}"
+        outcome = ((" (resumed after a restart)" if a["resumed"] else "")
+                   if a["kind"] == "requested" else f" {a['decision']}")
         by = f" by {a['by']}" if a["by"] else ""
         typer.echo(f"    {(a['at'] or '-')[:19]}  {a['call_id']}  {a['tool']}  "
                    f"{a['kind']}{outcome}{by}")
     typer.echo(f"  effect receipts {len(info['receipts'])}")
     for r in info["receipts"]:
         flag = "  UNCERTAIN: check the outcome by hand" if r["call_id"] in info["uncertain"] else ""
-        typer.echo(f"    {r['call_id']}  {r['tool']}  {r['status']}{flag}")
+        who = r["approved_by_name"] or r["approved_by"]
+        approved = (f"  approved by {who} ({r['approved_by']})" if r["approved_by_name"]
+                    else f"  approved by {who}" if who else "")
+        typer.echo(f"    {r['call_id']}  {r['tool']}  {r['status']}{approved}{flag}")
 
 
 @sessions_app.command("timeline")

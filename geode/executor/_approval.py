@@ -95,7 +95,10 @@ class ApprovalGate:
                 always_allowed=rememberable,
                 summary=summary,
             )
-            await self._audit(turn, "approval.requested", call, reason=reason)
+            # a resumed turn asks again for the call it proposed before the restart (the
+            # channel's approver then resumes the same request): the row says so
+            resumed = {"resumed": True} if turn.correlation_id.endswith(":resume") else {}
+            await self._audit(turn, "approval.requested", call, reason=reason, **resumed)
             asked_at = time.monotonic()
             try:
                 answer = await self._approver(request)
@@ -112,12 +115,13 @@ class ApprovalGate:
         if isinstance(answer, ApprovalAnswer):
             kind = "approval.expired" if answer.outcome == "expired" else "approval.decided"
             await self._audit(turn, kind, call, decision=answer.answer, outcome=answer.outcome,
-                              by=answer.by, note=answer.note)
+                              by=answer.by, by_id=answer.by_id, by_name=answer.by_name,
+                              note=answer.note)
         else:
             await self._audit(turn, "approval.decided", call, decision=str(answer))
         if isinstance(answer, ApprovalAnswer):
             if answer.answer == "allow":
-                return Allow()
+                return Allow(approved_by=answer.by_id, approved_by_name=answer.by_name)
             return Deny(
                 "approval",
                 f"{answer.note or 'declined'}; '{call.name}' did not run. Do not retry it "

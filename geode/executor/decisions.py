@@ -53,7 +53,11 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Allow:
-    """Go on to the next check."""
+    """Go on to the next check. From the approval check of a channel's approvers: who said
+    yes (platform id and display name), which the call's effect receipt records."""
+
+    approved_by: str = ""
+    approved_by_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,9 @@ class ApprovalAnswer:
     answer: Literal["allow", "deny"]
     note: str = ""
     by: str = ""
+    #: who decided, apart: the platform user id and the display name (the audit's)
+    by_id: str = ""
+    by_name: str = ""
     #: approved | denied | expired | cancelled (the timeline row's kind follows it)
     outcome: str = ""
 

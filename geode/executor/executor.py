@@ -36,7 +36,7 @@ from geode.executor._post import build_result, run_post_tool_hooks
 from geode.executor._receipts import args_hash, finish_receipt
 from geode.executor._schema import check_schema
 from geode.executor._scope import check_scope
-from geode.executor.decisions import Ask, Deny, ToolCall
+from geode.executor.decisions import Allow, Ask, Deny, ToolCall
 from geode.executor.protocols import Approver, ReceiptStore, TimelineSink
 from geode.hooks.events import ToolDenied, ToolEvent, ToolFinished, ToolStarted
 from geode.hooks.registry import HookRegistry
@@ -60,6 +60,8 @@ class _Cleared:
     tool: ToolDef
     ctx: ToolContext
     keys: list[str]
+    #: who approved it (a channel's approver: platform id, display name), for its receipt
+    approved: Allow | None = None
 
 
 @dataclass(frozen=True)
@@ -210,6 +212,7 @@ class ToolExecutor:
                     return await self._deny(turn, pre.call, again)
                 checked = again
         call, tool = checked.call, checked.tool
+        approval: Allow | None = None
         if hook_ask is not None or checked.ask is not None:  # 6
             approved = await self._approval.decide(
                 call, tool, reason=hook_ask or checked.ask or "", forced=hook_ask is not None,
@@ -217,6 +220,7 @@ class ToolExecutor:
             )
             if isinstance(approved, Deny):
                 return await self._deny(turn, call, approved)
+            approval = approved
         ctx = ToolContext(
             session_id=turn.session_id,
             turn_id=turn.turn_id,
@@ -233,7 +237,7 @@ class ToolExecutor:
                 call.id, f"'{call.name}' did not run: its resource keys could not be computed "
                 f"({type(exc).__name__})", is_error=True,
             )
-        return _Cleared(call, tool, ctx, keys)
+        return _Cleared(call, tool, ctx, keys, approval)
 
     # -- phase 2: check 7 ---------------------------------------------------------------
 
@@ -246,9 +250,12 @@ class ToolExecutor:
         try:
             # Written before dispatch: a crash after this line leaves an "intended" receipt
             # for reconciliation, and the effect is never re-run blindly.
+            approved = gated.approved
             await self._receipts.intend(
                 session_id=turn.session_id, turn_id=turn.turn_id, call_id=call.id,
                 tool=call.name, args_hash=args_hash(call.name, call.args),
+                approved_by=approved.approved_by if approved is not None else "",
+                approved_by_name=approved.approved_by_name if approved is not None else "",
             )
         except Exception as exc:
             log.exception("receipt intend failed; call not run", tool=call.name)

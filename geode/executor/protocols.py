@@ -31,11 +31,13 @@ class ReceiptStore(Protocol):
     """Effect receipts: ``intend`` before an effectful call is dispatched, ``finish`` after.
 
     A receipt left ``intended`` (crash) or ``uncertain`` (timeout) is never re-executed
-    automatically; it is reconciled.
+    automatically; it is reconciled. ``approved_by`` / ``approved_by_name``: the channel
+    approver who said yes to the call (platform id, display name), empty otherwise.
     """
 
     async def intend(
-        self, *, session_id: str, turn_id: str, call_id: str, tool: str, args_hash: str
+        self, *, session_id: str, turn_id: str, call_id: str, tool: str, args_hash: str,
+        approved_by: str = "", approved_by_name: str = "",
     ) -> None: ...
 
     async def finish(
@@ -82,6 +84,8 @@ class ReceiptRecord:
     args_hash: str
     status: ReceiptStatus = "intended"
     detail: str = ""
+    approved_by: str = ""
+    approved_by_name: str = ""
 
 
 class MemoryReceiptStore:
@@ -91,14 +95,15 @@ class MemoryReceiptStore:
         self.records: dict[str, ReceiptRecord] = {}
 
     async def intend(
-        self, *, session_id: str, turn_id: str, call_id: str, tool: str, args_hash: str
+        self, *, session_id: str, turn_id: str, call_id: str, tool: str, args_hash: str,
+        approved_by: str = "", approved_by_name: str = "",
     ) -> None:
         if call_id in self.records:
             # The same call id twice would mean an effect replay: refuse loudly.
             raise ValueError(f"receipt for call {call_id!r} already exists")
         self.records[call_id] = ReceiptRecord(
             session_id=session_id, turn_id=turn_id, call_id=call_id, tool=tool,
-            args_hash=args_hash,
+            args_hash=args_hash, approved_by=approved_by, approved_by_name=approved_by_name,
         )
 
     async def finish(

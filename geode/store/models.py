@@ -154,6 +154,10 @@ class EffectReceiptModel(Base):
     detail: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: the channel approver who said yes to the call: platform user id, display name
+    #: (NULL: nobody was asked, or a receipt from before they were recorded)
+    approved_by: Mapped[str | None] = mapped_column(String(100), default=None)
+    approved_by_name: Mapped[str | None] = mapped_column(String(200), default=None)
 
     __table_args__ = (
         Index(None, "session_id", "status"),

@@ -64,6 +64,9 @@ class Receipt:
     detail: str
     created_at: datetime
     updated_at: datetime
+    #: the channel approver who said yes to the call (platform id, display name)
+    approved_by: str = ""
+    approved_by_name: str = ""
 
     @classmethod
     def from_row(cls, row: Any) -> Receipt:
@@ -77,6 +80,8 @@ class Receipt:
             detail=row.detail,
             created_at=_aware(row.created_at),
             updated_at=_aware(row.updated_at),
+            approved_by=row.approved_by or "",
+            approved_by_name=row.approved_by_name or "",
         )
 
 
@@ -94,6 +99,8 @@ _COLS = (
     _R.c.detail,
     _R.c.created_at,
     _R.c.updated_at,
+    _R.c.approved_by,
+    _R.c.approved_by_name,
 )
 
 
@@ -112,7 +119,8 @@ class ReceiptStore:
         self._store = store
 
     async def intend(
-        self, *, session_id: str, turn_id: str, call_id: str, tool: str, args_hash: str
+        self, *, session_id: str, turn_id: str, call_id: str, tool: str, args_hash: str,
+        approved_by: str = "", approved_by_name: str = "",
     ) -> None:
         """Record that ``call_id`` is about to run. Committed (durable) when this returns.
 
@@ -120,7 +128,8 @@ class ReceiptStore:
         except a deliberate retry: a receipt left ``uncertain`` or ``failed`` for the same
         arguments is re-armed to ``intended``. Only the resume path re-submits such a
         call, and only for idempotent tools; ``done`` and in-flight ``intended``
-        receipts are never re-armed.
+        receipts are never re-armed. ``approved_by`` / ``approved_by_name`` name the
+        channel approver who said yes (the audit of who allowed the effect).
 
         Raises:
             DuplicateReceiptError: a receipt for ``call_id`` exists and may not re-run.
@@ -146,6 +155,8 @@ class ReceiptStore:
                         "detail": "",
                         "created_at": now,
                         "updated_at": now,
+                        "approved_by": approved_by[:100] or None,
+                        "approved_by_name": approved_by_name[:200] or None,
                     },
                 )
                 return None
@@ -162,6 +173,8 @@ class ReceiptStore:
                     "turn_id": turn_id,
                     "detail": f"retry after {existing.status}",
                     "updated_at": now,
+                    "approved_by": approved_by[:100] or None,
+                    "approved_by_name": approved_by_name[:200] or None,
                 },
             )
             return str(existing.status)

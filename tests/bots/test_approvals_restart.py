@@ -83,7 +83,7 @@ async def _settle(stack: Stack) -> None:
 
 
 async def test_a_wait_interrupted_by_a_restart_resumes_and_the_approval_after_it_runs_once(
-    url: str, make_stack: Any, fake: Any
+    url: str, make_stack: Any, fake: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_binding()], store_url=url)
@@ -115,6 +115,41 @@ async def test_a_wait_interrupted_by_a_restart_resumes_and_the_approval_after_it
     assert _request_now(fake, req.message_id).startswith("✅ write_file (")
     receipts = await stack.store.receipts.list_for(_session(mid))
     assert [(r.tool, r.status) for r in receipts] == [("write_file", "done")]
+
+    # the audit: the receipt names the approver; `geode sessions show --json` lists the
+    # request (asked again after the restart) and the decision, with who and when
+    assert (receipts[0].approved_by, receipts[0].approved_by_name) == ("43", "User43")
+    info = await _sessions_show(stack, url, _session(mid), monkeypatch)
+    assert [(r["tool"], r["approved_by"], r["approved_by_name"]) for r in info["receipts"]] == [
+        ("write_file", "43", "User43")]
+    approvals = [(a["kind"], a["resumed"], a["decision"], a["by_id"], a["by_name"])
+                 for a in info["approvals"]]
+    assert approvals == [("requested", False, None, "", ""), ("requested", True, None, "", ""),
+                         ("decided", False, "approved", "43", "User43")]
+    assert all(a["call_id"] == rec.call_id and a["at"] for a in info["approvals"])
+
+
+async def _sessions_show(stack: Stack, url: str, session: str,
+                         monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``geode sessions show SESSION --json`` against the stack's store."""
+    import json
+    import sys
+
+    from typer.testing import CliRunner
+
+    from geode.cli import cmd_sessions  # noqa: F401 - registers the command
+    from geode.cli.app import app
+    from geode.logging import configure_logging
+
+    monkeypatch.setenv("GEODE_HOME", str(stack.home))
+    monkeypatch.setenv("GEODE_STORE__URL", url)
+    try:
+        out = await asyncio.to_thread(CliRunner().invoke, app,
+                                      ["sessions", "show", session, "--json"])
+    finally:
+        configure_logging(stream=sys.stderr)
+    assert out.exit_code == 0, out.output
+    return json.loads(out.output)
 
 
 async def test_clicks_made_while_the_daemon_is_down_are_caught_up_and_applied_once(
