@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -112,6 +112,8 @@ class ChatApprover:
     #: True when the turn was stopped (``/stop``): a cancelled wait then cancels the
     #: request; otherwise (the process stopping) it stays pending for the resumed turn
     stopped: Callable[[], bool] = lambda: True
+    #: posts what goes with a new request, just before it (a computer action: the screen)
+    before_request: Callable[[ApprovalRecord], Awaitable[None]] | None = None
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalAnswer:
         b = self.binding
@@ -135,6 +137,8 @@ class ChatApprover:
         )
         if rec.pending and rec.message_id is None:
             try:
+                if self.before_request is not None:
+                    await self.before_request(rec)
                 chunk = self.client.render(self._request_text(rec))[0]
                 message_id = await self.client.send_approval(self.target, chunk,
                                                              short_id=rec.short_id)

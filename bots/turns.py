@@ -36,7 +36,7 @@ from bots.approvals import ChatApprover
 from bots.attachments import Received, receive_attachments
 from bots.bindings import spend_scope
 from bots.commands import ActiveTurn
-from bots.computer import on_display
+from bots.computer import approval_screen, on_display
 from bots.events import InboundEvent
 from bots.progress import ProgressReporter
 from bots.send_file import make_send_file
@@ -311,6 +311,8 @@ class TurnRunner:
             binding=binding, event=event, target=row.target,
             workspace=binding_workspace(deps.host.home, binding),
             index=deps.index, on_wait=waiting, stopped=lambda: active.stop_requested,
+            before_request=approval_screen(deps.host.computer, binding, deps.client,
+                                           row.target),
         )
 
     async def _run_turn(
@@ -367,7 +369,8 @@ class TurnRunner:
             on_queued=queued, queue_order=stored.id)
         turn = asyncio.ensure_future(on_display(
             deps.host.computer, binding, ctx, start, holder=event.thread_key, active=active,
-            entered=lambda: deps.entry.entered(stored.id)))
+            entered=lambda: deps.entry.entered(stored.id), client=deps.client,
+            target=row.target))
         active.queue_task = turn
         try:
             result = await turn

@@ -153,7 +153,7 @@ class XvfbSupervisor:
     async def _try_spawn(self, xvfb: str, display: str | None) -> str | None:
         read_fd, write_fd = os.pipe()
         argv = [xvfb, *([display] if display else []), "-displayfd", str(write_fd),
-                "-screen", "0", self.screen, "-nolisten", "tcp"]
+                "-screen", "0", self.screen, "-noreset", "-nolisten", "tcp"]
         setpriv = shutil.which("setpriv")
         if setpriv is not None:  # dies with us even when we are killed -9
             argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
@@ -232,9 +232,15 @@ class ComputerDisplay:
     ``geode serve`` runs for it (None: a display the operator runs).
     """
 
-    def __init__(self, *, name: str, supervisor: XvfbSupervisor | None = None) -> None:
+    def __init__(
+        self, *, name: str, supervisor: XvfbSupervisor | None = None,
+        screenshot_every_s: float = 10.0,
+    ) -> None:
         self._name = name
         self.supervisor = supervisor
+        #: while a turn uses it, its thread sees the screen at most this often (0: only at
+        #: the end of the turn)
+        self.screenshot_every_s = screenshot_every_s
         self._lock = asyncio.Lock()
         #: who has the display now (a thread key), "" when nobody
         self.holder = ""
@@ -295,7 +301,8 @@ async def open_computer_display(settings: Settings) -> ComputerDisplay | None:
     conf = settings.computer
     if conf.display and conf.display != "xvfb":
         log.info("display.configured", display=conf.display)
-        return ComputerDisplay(name=conf.display)
+        return ComputerDisplay(name=conf.display, screenshot_every_s=conf.screenshot_every_s)
     supervisor = XvfbSupervisor(screen=conf.screen)
     name = await supervisor.start()
-    return ComputerDisplay(name=name, supervisor=supervisor)
+    return ComputerDisplay(name=name, supervisor=supervisor,
+                           screenshot_every_s=conf.screenshot_every_s)

@@ -105,3 +105,62 @@ async def test_stop_frees_the_display_and_takes_a_waiting_turn_out_of_the_wait(
     fake.user_says(CHAT2, "@geode_bot third", from_user=42)
     await fake.wait_until(lambda: finals(fake, "answer to: third"), within=10)
     assert not model.asked("second") and not stack.daemon.computer.busy
+
+
+class _Uploads:
+    """A PlatformClient's upload, recording calls and how many ran at once."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bytes, str | None]] = []
+        self.running = 0
+        self.most = 0
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def upload(self, target, *, filename, data, caption=None, image=False):  # type: ignore[no-untyped-def]
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            await self.gate.wait()
+            self.calls.append((filename, data, caption))
+            return str(len(self.calls))
+        finally:
+            self.running -= 1
+
+
+async def test_the_watch_is_throttled_one_upload_at_a_time_and_shows_the_end():
+    from bots.computer import ScreenWatch
+    from bots.events import ReplyTarget
+    from geode.loop.events import ToolResulted
+
+    client = _Uploads()
+    frames = iter([b"\x89PNG-1", b"\x89PNG-2", b"\x89PNG-3", b"\x89PNG-4"])
+
+    async def shoot(display: str) -> bytes:
+        assert display == ":5"
+        return next(frames)
+
+    watch = ScreenWatch(client=client, target=ReplyTarget(channel="c", thread_root="t"),  # type: ignore[arg-type]
+                        display=":5", every_s=3600.0, shoot=shoot)
+    watch.start()
+    sink = watch.tee(None)
+    client.gate.clear()  # the first upload hangs: more actions come meanwhile
+    await sink(ToolResulted(id="0", name="computer", status="ok"))
+    async with asyncio.timeout(10):
+        while client.running == 0:
+            await asyncio.sleep(0.01)
+    for i in range(1, 5):
+        await sink(ToolResulted(id=str(i), name="computer", status="ok"))
+    await sink(ToolResulted(id="x", name="read_file", status="ok"))  # not the screen
+    client.gate.set()
+    await watch.close(final=True)
+    # one while it ran (the next would be an hour later), never two at once, and the end
+    assert [c[2] for c in client.calls] == ["🖥 The screen now",
+                                            "🖥 The screen at the end of the turn"]
+    assert client.most == 1 and watch.posted == 2
+
+    idle = ScreenWatch(client=client, target=ReplyTarget(channel="c", thread_root="t"),  # type: ignore[arg-type]
+                       display=":5", every_s=0, shoot=shoot)
+    idle.start()
+    await idle.close(final=True)
+    assert watch.posted == 2 and idle.posted == 0  # a turn that never used the screen: none
