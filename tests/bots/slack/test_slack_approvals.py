@@ -3,10 +3,12 @@ slack_sdk against FakeSlack, over Socket Mode (``interactive`` envelopes) and th
 endpoint (``payload=<json>`` form POSTs): a write_file waits for a click of an approver; a
 non-approver's click changes nothing and gets an ephemeral answer (the thread none); a deny
 or the expiry denies it and the model is told why; a double click or a redelivered click
-decides once."""
+decides once; after a crash, a click made after the restart or while the daemon was down
+(held by Slack for the next connection) runs the write once and the turn answers once."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -282,3 +284,82 @@ def test_approval_blocks_fit_slack_limits_and_every_click_converts_or_is_dropped
     ]
     for body in dropped:
         assert convert_action(body, team="T1") is None, body
+
+
+def requests_posted(fake: FakeSlack) -> list[Any]:
+    """Every approval request the bot posted (chat.postMessage with buttons)."""
+    return [p for p in fake.posts if p.method == "chat.postMessage"
+            and any(b.get("type") == "actions" for b in p.blocks or [])]
+
+
+async def waiting_again(stack: SlackStack, root: str) -> None:
+    """Until the resumed turn of thread ``root`` waits for its approver again."""
+    async with asyncio.timeout(10):
+        while not (sid(root) in stack.layer.active and stack.layer.active[sid(root)].waiting):
+            await asyncio.sleep(0.05)
+
+
+async def filed(stack: SlackStack, root: str) -> None:
+    """Until the request's row records its message (posted, then recorded: a crash between
+    the two posts it again after the restart, the window the Telegram tests also avoid)."""
+    async with asyncio.timeout(10):
+        while not [r for r in await stack.layer.approvals.for_session(sid(root))
+                   if r.message_id]:
+            await asyncio.sleep(0.05)
+
+
+async def one_effect_one_answer(stack: SlackStack, fake: FakeSlack, root: str,
+                                req: dict[str, Any]) -> None:
+    await fake.wait_until(lambda: visible(fake, "done"), within=15)
+    await quiescent(stack)
+    ws = binding_workspace(stack.home, stack.bindings[0])
+    assert (ws / "notes.txt").read_text() == "hello\nworld\n"
+    assert len(visible(fake, "done")) == 1
+    assert len(requests_posted(fake)) == 1  # the resumed wait posted no second request
+    (rec,) = await stack.layer.approvals.for_session(sid(root))
+    assert (rec.status, rec.decided_by, rec.decided_by_name) == ("approved", BOB, "bob")
+    receipts = await stack.store.receipts.list_for(sid(root))
+    assert [(r.tool, r.status) for r in receipts] == [("write_file", "done")]
+    final = now(fake, req)
+    assert final["text"].startswith("✅ write_file (") and final["blocks"] == []
+
+
+@pytest.mark.parametrize(("mode", "store_url"), [("socket", "sqlite"), ("http", "postgresql")],
+                         indirect=["store_url"])
+async def test_a_click_after_a_crash_and_restart_runs_the_write_once(
+    stacks, home, fake, mode, store_url
+):
+    stack = await start(stacks, home, fake, mode, store_url)
+    root = await fake.user_posts(CH, mention("write the notes"), user=ALICE)
+    req = await posted(fake, root)
+    await filed(stack, root)
+    await stack.crash()  # like kill -9 while the request waits: nothing is finished
+    assert buttons(now(fake, req))  # the request still waits (a restart does not end it)
+
+    await stack.start()
+    await waiting_again(stack, root)
+    await fake.click(CH, req["ts"], BOB, "Approve")
+    await one_effect_one_answer(stack, fake, root, req)
+    assert len(ephemerals_to(fake, BOB)) == 1
+
+
+async def test_clicks_made_while_the_daemon_is_down_are_delivered_after_and_decide_once(
+    stacks, home, fake, store_url
+):
+    stack = await start(stacks, home, fake, "socket", store_url)
+    root = await fake.user_posts(CH, mention("write the notes"), user=ALICE)
+    req = await posted(fake, root)
+    await filed(stack, root)
+    await stack.crash()
+    assert fake.connected == 0
+    # nothing listens: Slack holds the interactions (a double click) for the next connection
+    first = await fake.click(CH, req["ts"], BOB, "Approve")
+    second = await fake.click(CH, req["ts"], BOB, "Approve")
+
+    await stack.start()
+    await fake.wait_until(lambda: first in fake.acks and second in fake.acks, within=10)
+    await one_effect_one_answer(stack, fake, root, req)
+    await fake.wait_until(lambda: len(ephemerals_to(fake, BOB)) == 2, within=10)
+    answers = ephemerals_to(fake, BOB)
+    assert sum("approved by bob (U0BOB)" in a and "already" not in a for a in answers) == 1
+    assert sum("already" in a for a in answers) == 1
