@@ -32,18 +32,23 @@ import structlog
 
 from geode.daemon.lanes import slots_released
 from geode.executor.decisions import ApprovalAnswer, ApprovalCancelled, ApprovalRequest
-from geode.executor.summary import describe_call
+from geode.executor.summary import describe_call, full_diff
 from geode.redact import redact_text
 
 if TYPE_CHECKING:
     from bots.events import InboundEvent, ReplyTarget
     from bots.port import PlatformClient
     from bots.store import ApprovalRecord, ApprovalRequests, MessageIndex
+    from bots.uploads import FileSender
     from geode.settings import BindingSettings
 
 __all__ = ["ApprovalWaiters", "ChatApprover", "outcome_line"]
 
 log = structlog.get_logger(__name__)
+
+#: a diff longer than this is cut in the request message, and attached whole as a file
+POSTED_DIFF_CHARS = 1200
+
 
 class ApprovalWaiters:
     """Wakes the wait of a request in this process when a command decided it."""
@@ -61,6 +66,10 @@ class ApprovalWaiters:
 
     def drop(self, request_id: int) -> None:
         self._events.pop(request_id, None)
+
+
+def _diff_name(rec: ApprovalRecord) -> str:
+    return f"{rec.tool}-{rec.short_id}.diff"
 
 
 def _when(ms: int) -> str:
@@ -114,6 +123,8 @@ class ChatApprover:
     stopped: Callable[[], bool] = lambda: True
     #: posts what goes with a new request, just before it (a computer action: the screen)
     before_request: Callable[[ApprovalRecord], Awaitable[None]] | None = None
+    #: attaches a long diff whole (``<tool>-<short_id>.diff``); None: the cut diff only
+    files: FileSender | None = None
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalAnswer:
         b = self.binding
@@ -125,6 +136,10 @@ class ChatApprover:
             )
         summary = request.summary or await asyncio.to_thread(
             describe_call, request.tool, dict(request.args), self.workspace)
+        diff = await self._long_diff(request)
+        if diff is not None:  # the message shows its start; the file has it all
+            summary = await asyncio.to_thread(describe_call, request.tool, dict(request.args),
+                                              self.workspace, diff_chars=POSTED_DIFF_CHARS)
         ev = self.event
         rec = await self.requests.open(
             session_id=request.session_id, turn_id=request.turn_id, call_id=request.call_id,
@@ -139,7 +154,10 @@ class ChatApprover:
             try:
                 if self.before_request is not None:
                     await self.before_request(rec)
-                chunk = self.client.render(self._request_text(rec))[0]
+                text = self._request_text(rec)
+                if diff is not None:
+                    text += f"\nThe full diff is attached: {_diff_name(rec)}."
+                chunk = self.client.render(text)[0]
                 message_id = await self.client.send_approval(self.target, chunk,
                                                              short_id=rec.short_id)
             except BaseException:
@@ -152,6 +170,8 @@ class ChatApprover:
                     message_ids=[message_id], thread_root=self.target.thread_root,
                     from_bot=True)
             rec = await self.requests.get(rec.id) or rec
+        if diff is not None and rec.pending:
+            await self._attach(rec, diff)
         if self.on_wait is not None:
             self.on_wait(f"waiting for approval of {rec.tool} ({rec.short_id}) since "
                          f"{_when(rec.requested_at)}")
@@ -163,6 +183,30 @@ class ChatApprover:
         finally:
             if self.on_wait is not None:
                 self.on_wait("")
+
+    async def _long_diff(self, request: ApprovalRequest) -> str | None:
+        """The call's whole diff when the request message would have to cut it."""
+        if self.files is None:
+            return None
+        diff = await asyncio.to_thread(full_diff, request.tool, dict(request.args),
+                                       self.workspace)
+        return diff if diff is not None and len(diff) > POSTED_DIFF_CHARS else None
+
+    async def _attach(self, rec: ApprovalRecord, diff: str) -> None:
+        """Upload the whole diff into the thread, once per request (keyed by its row: a
+        resumed wait finds it sent and attaches nothing)."""
+        assert self.files is not None
+        try:
+            outcome = await self.files.send(
+                session_key=rec.session_id, turn_key=f"approval:{rec.id}:diff",
+                target=self.target, filename=_diff_name(rec),
+                data=redact_text(diff).encode(), caption=f"Full diff of {rec.short_id}")
+        except Exception:  # the request stands without it; its message shows the start
+            log.warning("approval.diff_not_attached", request=rec.id, exc_info=True)
+            return
+        if outcome.status != "sent":
+            log.warning("approval.diff_not_attached", request=rec.id, status=outcome.status,
+                        error=outcome.error)
 
     def _request_text(self, rec: ApprovalRecord) -> str:
         who = rec.requested_by_name or rec.requested_by

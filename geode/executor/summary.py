@@ -13,7 +13,7 @@ from typing import Any
 
 from geode.tools.names import MCP_SEPARATOR
 
-__all__ = ["describe_call"]
+__all__ = ["describe_call", "full_diff"]
 
 _MAX_DIFF_CHARS = 2500
 _MAX_ARGS_CHARS = 1500
@@ -48,26 +48,37 @@ def _diff(path: str, before: str | None, after: str) -> str:
     return "".join(lines) or "(no change)"
 
 
-def describe_call(tool: str, args: Mapping[str, Any], workspace: Path | None) -> str:
-    """What the call will do, in plain words (blocking file read: run it in a thread)."""
+def full_diff(tool: str, args: Mapping[str, Any], workspace: Path | None) -> str | None:
+    """The whole unified diff of a ``write_file`` / ``edit_file`` call (None for other
+    tools); :func:`describe_call` shows it cut. Blocking file read: run it in a thread."""
     path = str(args.get("path", ""))
     if tool == "write_file" and isinstance(args.get("content"), str):
         before = _read_current(workspace, path) if workspace is not None else None
-        head = f"write_file {path} ({'new file' if before is None else 'replaces it'})"
-        diff = _clip(_diff(path, before, args["content"]), _MAX_DIFF_CHARS)
-        return f"{head}\n```diff\n{diff}\n```"
+        return _diff(path, before, args["content"])
     if tool == "edit_file" and isinstance(args.get("old_string"), str):
         before = _read_current(workspace, path) if workspace is not None else None
         old, new = args["old_string"], str(args.get("new_string", ""))
         if before is not None and old in before:
             count = -1 if args.get("replace_all") else 1
-            after = before.replace(old, new, count)
-            diff = _diff(path, before, after)
-        else:
-            diff = "".join(difflib.unified_diff(old.splitlines(keepends=True),
-                                                new.splitlines(keepends=True),
-                                                fromfile=f"a/{path}", tofile=f"b/{path}"))
-        return f"edit_file {path}\n```diff\n{_clip(diff, _MAX_DIFF_CHARS)}\n```"
+            return _diff(path, before, before.replace(old, new, count))
+        return "".join(difflib.unified_diff(old.splitlines(keepends=True),
+                                            new.splitlines(keepends=True),
+                                            fromfile=f"a/{path}", tofile=f"b/{path}"))
+    return None
+
+
+def describe_call(tool: str, args: Mapping[str, Any], workspace: Path | None, *,
+                  diff_chars: int = _MAX_DIFF_CHARS) -> str:
+    """What the call will do, in plain words, a diff cut after ``diff_chars`` (blocking file
+    read: run it in a thread)."""
+    path = str(args.get("path", ""))
+    diff = full_diff(tool, args, workspace)
+    if tool == "write_file" and diff is not None:
+        before = _read_current(workspace, path) if workspace is not None else None
+        head = f"write_file {path} ({'new file' if before is None else 'replaces it'})"
+        return f"{head}\n```diff\n{_clip(diff, diff_chars)}\n```"
+    if tool == "edit_file" and diff is not None:
+        return f"edit_file {path}\n```diff\n{_clip(diff, diff_chars)}\n```"
     if tool == "run_bash":
         cwd = str(args.get("cwd") or args.get("workdir") or ".")
         extra = {k: v for k, v in args.items() if k not in ("command", "cwd", "workdir")}

@@ -1,0 +1,78 @@
+"""Approval requests with a long diff (#19: "long ones truncated with the full diff attached
+as a file"): the request message shows the start of the diff, and the whole diff is
+uploaded into the thread as ``<tool>-<short_id>.diff``, once per request, also across a
+restart while the request waits (Telegram stack, real store)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bots.workspaces import binding_workspace
+from geode.providers.scripted import ScriptedProvider
+from tests.bots.conftest import CHAT, binding, finals
+from tests.bots.test_approvals import _posted, proposes
+from tests.bots.test_approvals_restart import _waiting_again
+
+LONG = {"path": "big.txt",
+        "content": "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n"
+                           for i in range(200))}
+SHORT = {"path": "notes.txt", "content": "hello\nworld\n"}
+
+
+def _approval_binding(**kw: Any) -> Any:
+    return binding(tools=["read_file"], approve=["write_file"], approvers=["43"], **kw)
+
+
+def _short_id(text: str) -> str:
+    return text.split("(", 1)[1].split(")", 1)[0]
+
+
+async def test_a_long_diff_is_cut_in_the_request_and_attached_whole(make_stack, fake):
+    provider = ScriptedProvider([proposes("write_file", LONG)], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[_approval_binding()])
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot write it", from_user=42)
+    req = await _posted(stack, fake)
+    short = _short_id(req.plain_text)
+    assert "+line 3:" in req.plain_text and "+line 199:" not in req.plain_text  # cut
+    assert f"The full diff is attached: write_file-{short}.diff" in req.plain_text
+    await fake.wait_until(lambda: fake.uploads, within=10)
+    [up] = fake.uploads
+    assert up.filename == f"write_file-{short}.diff" and up.method == "sendDocument"
+    diff = up.data.decode()
+    assert diff.startswith("--- /dev/null\n+++ b/big.txt\n")
+    assert all(f"+line {i}: the quick" in diff for i in range(200))
+
+    fake.user_says(CHAT, "/approve", from_user=43, reply_to=req.message_id)
+    await fake.wait_until(lambda: finals(fake, "done"), within=10)
+    ws = binding_workspace(stack.home, stack.bindings[0])
+    assert (ws / "big.txt").read_text() == LONG["content"]
+    assert len(fake.uploads) == 1
+
+
+async def test_a_restart_while_the_request_waits_does_not_attach_twice(make_stack, fake):
+    provider = ScriptedProvider([proposes("write_file", LONG)], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[_approval_binding()])
+    await stack.start()
+    mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot write it", from_user=42))
+    req = await _posted(stack, fake)
+    await fake.wait_until(lambda: fake.uploads, within=10)
+    await stack.crash()
+
+    await stack.start()
+    await _waiting_again(stack, mid)  # the resumed turn waits for the same request
+    fake.user_says(CHAT, "/approve", from_user=43, reply_to=req.message_id)
+    await fake.wait_until(lambda: finals(fake, "done"), within=15)
+    assert [u.filename for u in fake.uploads] == [f"write_file-{_short_id(req.plain_text)}.diff"]
+
+
+async def test_a_short_diff_is_shown_whole_and_nothing_is_attached(make_stack, fake):
+    provider = ScriptedProvider([proposes("write_file", SHORT)], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[_approval_binding()])
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    req = await _posted(stack, fake)
+    assert "+world" in req.plain_text and "attached" not in req.plain_text
+    fake.user_says(CHAT, "/approve", from_user=43, reply_to=req.message_id)
+    await fake.wait_until(lambda: finals(fake, "done"), within=10)
+    assert fake.uploads == []
