@@ -26,7 +26,11 @@ unchanged against :attr:`FakeSlack.base_url`:
   label or ``action_id`` in the message's current blocks) as a ``block_actions`` payload: an
   ``interactive`` envelope over Socket Mode, or a signed ``payload=<json>`` form POST to the
   Request URL. :meth:`FakeSlack.action_payload` / :meth:`FakeSlack.send_action` split that in
-  two (a double click: two payloads built before either is handled; a retried POST).
+  two (a double click: two payloads built before either is handled; a retried POST). Unlike
+  events, Slack neither holds nor retries an interaction: with no Socket Mode connection the
+  click raises ``ConnectionError`` (the clicker sees an error; nothing is delivered later), and
+  an unacked ``interactive`` envelope is not redelivered on a new connection (only
+  :meth:`FakeSlack.redeliver` sends one again, for duplicate-delivery tests).
 - Messages keep their ``blocks``: ``chat.update`` without ``blocks`` keeps the old ones, as
   Slack does (``blocks=[]`` removes them). Block shape is checked loosely (block types, a
   section's 3000 characters, a button's ``action_id`` / label / value).
@@ -508,6 +512,8 @@ class FakeSlack(LoopbackFake):
             self.http_deliveries.append(result)
             self._wake()
             return result
+        if not self.connected:
+            raise ConnectionError("no Socket Mode connection: Slack shows the clicker an error")
         envelope = {
             "envelope_id": str(uuid.uuid4()),
             "type": "interactive",
@@ -960,8 +966,8 @@ class FakeSlack(LoopbackFake):
         # Envelopes in flight on another live connection are left alone.
         queued, self._undelivered = self._undelivered, []
         for envelope_id, envelope in list(self.envelopes.items()):
-            if envelope_id in self.ack_payloads:
-                continue
+            if envelope_id in self.ack_payloads or envelope.get("type") == "interactive":
+                continue  # acked, or an interaction: Slack never sends those again
             if envelope_id in queued:
                 await self._send_envelope(envelope)
                 continue
