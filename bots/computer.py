@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from bots.commands import ActiveTurn
     from bots.events import ReplyTarget
     from bots.port import PlatformClient
+    from bots.progress import ProgressReporter
     from bots.store import ApprovalRecord
     from geode.daemon.display import ComputerDisplay
     from geode.daemon.factory import SessionContext
@@ -162,13 +163,15 @@ async def on_display(
     computer: ComputerDisplay | None, binding: BindingSettings, ctx: SessionContext,
     run: Callable[[SessionContext], Awaitable[_T]], *, holder: str, active: ActiveTurn,
     entered: Callable[[], None], client: PlatformClient, target: ReplyTarget,
+    progress: ProgressReporter | None = None,
 ) -> _T:
     """``run(ctx)`` holding the display when ``binding`` enables computer use (its session
     then drives that display, and a :class:`ScreenWatch` posts the screen to ``target``);
     other bindings' turns run at once.
 
     While another thread's turn (``holder`` names this one) has the display, ``active``
-    says so for ``/status`` and ``/stop``, and ``entered`` is called: the turn is queued.
+    says so for ``/status`` and ``/stop``, ``progress`` in the thread, and ``entered`` is
+    called: the turn is queued.
     """
     if computer is None or binding.computer_use is not True:
         return await run(ctx)
@@ -178,6 +181,9 @@ async def on_display(
             entered()  # queued for the display: turns that arrived after it may go on
         active.display_wait = bool(line)
         active.waiting = line
+        if progress is not None:
+            progress.waiting_on(f"Waiting for the computer display: {line.split(': ', 1)[1]}"
+                                if line else None)
 
     async with computer.turn(holder, on_wait=waiting) as display:
         watch = ScreenWatch(client=client, target=target, display=display,

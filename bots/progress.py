@@ -108,6 +108,13 @@ class ProgressReporter:
             self._running.clear()
         self._dirty.set()
 
+    def waiting_on(self, line: str | None) -> None:
+        """Show what the turn waits for (the computer display another thread's turn has),
+        under the heartbeat; None: it waits no more."""
+        if line != self.waiting:
+            self.waiting = line
+            self._dirty.set()
+
     def heartbeat(self) -> str:
         """Elapsed time, rounds, the current tool and the tokens spent so far."""
         elapsed = 0 if self.started is None else int(time.monotonic() - self.started)

@@ -371,7 +371,7 @@ class TurnRunner:
         turn = asyncio.ensure_future(on_display(
             deps.host.computer, binding, ctx, start, holder=event.thread_key, active=active,
             entered=lambda: deps.entry.entered(stored.id), client=deps.client,
-            target=row.target))
+            target=row.target, progress=progress))
         active.queue_task = turn
         try:
             result = await turn

@@ -265,8 +265,9 @@ class ComputerDisplay:
         this one got it. Released on every way out (the answer, an error, a cancel).
         """
         if self._lock.locked() and on_wait is not None:
+            # who holds it stays out of the line: it is shown in another channel's thread
             on_wait(f"waiting for the computer display {self.name}: another thread's "
-                    f"computer-use turn ({self.holder or 'starting'}) is using it")
+                    "computer-use turn is using it")
         try:
             await self._lock.acquire()
         finally:

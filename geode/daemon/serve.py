@@ -162,7 +162,8 @@ class Daemon:
             self.health = HealthServer(
                 metrics=self.metrics,
                 checks={"store": self._store_ready, "connectors": self._connectors_ready,
-                        "intake": self._intake_ready, "model": self._model_ready},
+                        "intake": self._intake_ready, "model": self._model_ready,
+                        **({"display": self._display_ready} if self.computer else {})},
                 port=self.settings.health_port,
                 host=self.settings.health_host,
             )
@@ -272,6 +273,16 @@ class Daemon:
 
     async def _intake_ready(self) -> tuple[bool, str]:
         return (False, "draining") if self.draining else (True, "accepting")
+
+    async def _display_ready(self) -> tuple[bool, str]:
+        computer = self.computer
+        if computer is None:
+            return False, "stopped"
+        if computer.supervisor is None:
+            return True, f"{computer.name} (configured)"
+        if computer.supervisor.pid is None:
+            return False, f"Xvfb {computer.name} is down (being restarted)"
+        return True, f"Xvfb {computer.name} (pid {computer.supervisor.pid})"
 
     async def _model_ready(self) -> tuple[bool, str]:
         return self.model_status

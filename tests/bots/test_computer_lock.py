@@ -75,6 +75,12 @@ async def test_a_second_threads_turn_waits_for_the_display_and_status_says_so(
         "waiting for the computer display" in m.plain_text
         for m in fake.messages_in(CHAT2, from_bot=True)), within=10)
     assert not model.asked("second")  # nothing of it ran while the other turn had the display
+    # its progress message in the thread says so too
+    await fake.wait_until(lambda: any(
+        "Waiting for the computer display: another thread's computer-use turn is using it"
+        in m.plain_text for m in fake.messages_in(CHAT2, from_bot=True)), within=10)
+    ready, why = await stack.daemon._display_ready()
+    assert ready and why.startswith("Xvfb :"), why
 
     model.release.set()
     await fake.wait_until(lambda: finals(fake, "answer to: first")

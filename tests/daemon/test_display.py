@@ -111,7 +111,8 @@ async def test_the_display_lock_serves_one_turn_at_a_time_and_frees_on_cancel() 
 
         waiter = asyncio.create_task(second())
         await _until(lambda: bool(lines), "waiting")
-        assert "thread-a" in lines[0] and order == []
+        assert lines[0] == ("waiting for the computer display :31997: another thread's "
+                            "computer-use turn is using it") and order == []
         waiter.cancel()  # /stop of the waiting turn
         with pytest.raises(asyncio.CancelledError):
             await waiter
