@@ -49,7 +49,8 @@ queued for a RESUME deterministically), ``srv.ack_heartbeats = False`` (zombie c
 Records: ``sent``, ``edits``, ``deleted``, ``reactions``, ``typing``, ``threads_created``,
 ``command_syncs``, ``interaction_responses``, ``requests``, ``connections``, ``identifies``,
 ``resumes``, ``heartbeats``, ``uploads`` (files the bot attached, with their bytes, served back
-on the fake CDN; a message's files over ``max_upload_bytes`` are 413 / 40005);
+on the fake CDN; a message's files over ``max_upload_bytes`` are 413 / 40005;
+:meth:`hold_upload_answers` lets a message with files take effect while its answer waits);
 :meth:`messages_in` gives a channel's final state.
 
 How to point discord.py at it: discord.py 2.x builds REST URLs from the class attribute

@@ -10,7 +10,8 @@ unchanged against :attr:`FakeSlack.base_url`:
   ``files.info`` (+ ``url_private``), the upload flow of ``files_upload_v2``
   (``files.getUploadURLExternal``, a POST of the bytes to its ``upload_url``,
   ``files.completeUploadExternal``: the file is shared in the channel / thread as a message
-  with ``files``; recorded in :attr:`FakeSlack.uploads` with its bytes),
+  with ``files``; recorded in :attr:`FakeSlack.uploads` with its bytes;
+  :meth:`FakeSlack.hold_upload_answers` lets an upload take effect while its answer waits),
   ``assistant.threads.setStatus`` and ``apps.connections.open`` (app token only; returns a
   loopback ``ws://`` URL). Tokens come from the ``Authorization`` header or a ``token`` param;
   an unknown one is ``invalid_auth``. Bodies may be JSON, form-encoded or query strings.

@@ -14,8 +14,10 @@ What is simulated: one bot (``getMe``) and the chats it is in, served over real 
   ``sendChatAction``, ``getFile`` (+ file download under :attr:`base_file_url`), ``getChat``,
   ``getChatMember``, ``setWebhook`` / ``deleteWebhook`` / ``getWebhookInfo``, ``sendDocument`` /
   ``sendPhoto`` with a multipart file (50 MB / 10 MB, recorded with their bytes in
-  :attr:`~FakeTelegramServer.uploads`; the file is then served by ``getFile``). Replies via
-  ``reply_parameters`` or ``reply_to_message_id``; forum topics via ``message_thread_id``.
+  :attr:`~FakeTelegramServer.uploads`; the file is then served by ``getFile``;
+  :meth:`~FakeTelegramServer.hold_upload_answers` lets one take effect while its answer
+  waits). Replies via ``reply_parameters`` or ``reply_to_message_id``; forum topics via
+  ``message_thread_id``.
 - While a webhook is set, queued updates are POSTed to it (header
   ``X-Telegram-Bot-Api-Secret-Token``) in order; a non-2xx answer is retried, like Telegram.
 - Request bodies are accepted as JSON, form-encoded (what PTB sends: each value JSON-encoded

@@ -80,8 +80,8 @@ async def test_kill_9_between_upload_and_record_uploads_once(fake: FakeDiscord,
         fake.release_upload_answers()
 
         proc = await start_serve(home, env)
+        # the turn's answer comes after its send_file call: a second upload would be in
         await fake.wait_for(lambda: _finals(fake, mid), timeout=40)
-        await asyncio.sleep(0.5)  # let a wrong second upload or answer show up
     finally:
         await stop(proc)
 

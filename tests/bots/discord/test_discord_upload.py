@@ -4,13 +4,16 @@ configured limit (10 MiB by default) it is refused before anything is sent."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from _discord_stack import dbinding, dfake, make_dstack, texts_in  # noqa: F401  (fixtures)
+from _harness import CRASH_POINTS, crash_at
 
 from bots.events import ReplyTarget
 from bots.port import UploadTooLarge
 from geode.providers.scripted import ScriptedProvider
-from tests.bots._files import sending
+from tests.bots._files import quiet, sending
 
 LOG = b"worker-3 OOMKilled at 02:14\n"
 
@@ -89,3 +92,22 @@ async def test_killed_between_upload_and_record_it_is_reconciled_from_the_thread
     await dfake.wait_for(lambda: _answers(dfake), timeout=15)
     assert [u.data for u in dfake.uploads] == [LOG]  # found in the thread: not sent again
     assert _answers(dfake) == ["result: sent pods.log (28 bytes) to the thread as a file"]
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+async def test_a_crash_at_any_pipeline_point_uploads_once(
+        make_dstack, dfake, home, point):  # noqa: F811 (fixtures)
+    _report(home, dfake)
+    hit, fault = crash_at(point)
+    stack = make_dstack(provider=ScriptedProvider([sending("pods.log")], repeat_last=True),
+                        bindings=[dbinding(dfake, tools=["send_file"])], fault=fault)
+    await stack.start()
+    await dfake.user_says(dfake.channel_id, "logs?", mention_bot=True)
+    await asyncio.wait_for(hit.wait(), 10)
+    await stack.crash()
+    stack.fault = None
+    await stack.start()
+    await dfake.wait_for(lambda: _answers(dfake), timeout=15)
+    await quiet(stack)
+    assert [u.data for u in dfake.uploads] == [LOG]
+    assert len(set(_answers(dfake))) == 1

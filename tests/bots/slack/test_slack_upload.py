@@ -4,10 +4,12 @@ thread as a message of the bot."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from _harness import CRASH_POINTS, crash_at
 from slack_helpers import ALICE, CH, SlackStack, bot_messages, mention, quiescent, slack_binding
 
 from bots.events import ReplyTarget
@@ -111,3 +113,27 @@ async def test_killed_between_upload_and_record_it_is_reconciled_from_the_thread
     assert [u.data for u in fake.uploads] == [CSV]  # found in the thread: not uploaded again
     assert len(fake.calls_to("files.completeUploadExternal")) == 1
     assert _answers(fake) == ["result: sent report.csv (24 bytes) to the thread as a file"]
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+async def test_a_crash_at_any_pipeline_point_uploads_once(home, fake, point):
+    folder = home / "workspaces" / f"slack-{CH}"
+    folder.mkdir(parents=True)
+    (folder / "report.csv").write_bytes(CSV)
+    hit, fault = crash_at(point)
+    stack = SlackStack(home=home, fake=fake,
+                       provider=ScriptedProvider([sending("report.csv")], repeat_last=True),
+                       bindings=[slack_binding(tools=["send_file"])], fault=fault)
+    try:
+        await stack.start()
+        await fake.user_posts(CH, mention("the report?"), user=ALICE)
+        await asyncio.wait_for(hit.wait(), 10)
+        await stack.crash()
+        stack.fault = None
+        await stack.start()
+        await fake.wait_until(lambda: _answers(fake), within=15)
+        await quiescent(stack)
+    finally:
+        await stack.stop()
+    assert [u.data for u in fake.uploads] == [CSV]
+    assert len(set(_answers(fake))) == 1
