@@ -110,6 +110,13 @@ async def _read(path: Path, within: float = 15.0) -> str:
     return path.read_text()
 
 
+async def _last_line(path: Path, text: str, within: float = 15.0) -> None:
+    """Until the window's key log ends with ``text`` (its key events arrive one by one)."""
+    async with asyncio.timeout(within):
+        while not (path.exists() and path.read_text().splitlines()[-1:] == [text]):
+            await asyncio.sleep(0.05)
+
+
 async def test_a_scripted_turn_clicks_and_types_into_a_window_and_the_thread_watches(
     make_stack, fake, tk_entry
 ):
@@ -170,7 +177,7 @@ async def test_with_computer_in_approve_nothing_is_typed_until_the_approval_clic
     fake.user_clicks(CHAT, first.message_id, from_user=43, button="Approve")
     await fake.wait_until(lambda: request() is not None and request().message_id
                           != first.message_id, within=20)  # the Return key asks next
-    assert (await _read(keys)).splitlines()[-1] == TEXT  # typed after the yes, only then
+    await _last_line(keys, TEXT)  # typed after the yes, only then
     assert not received.exists()  # Return not pressed: it waits for its own approval
     second = request()
     assert "computer: press the keys Return" in second.plain_text
