@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from slack_helpers import (
     ALICE,
     BOB,
@@ -384,3 +386,69 @@ async def test_an_approve_reply_written_while_the_daemon_is_down_is_caught_up_on
     await stack.start()
     # (a message read from history carries no user_profile here: the id alone names him)
     await one_effect_one_answer(stack, fake, root, req, by_name="")
+
+
+_scalar = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                    st.floats(allow_nan=True), st.text(max_size=20))
+_ts = st.one_of(st.sampled_from(["1700000000.000100", "abc", "", "1.2.3"]), _scalar)
+_action = st.one_of(_scalar, st.fixed_dictionaries({}, optional={
+    "type": st.one_of(st.sampled_from(["button", "static_select"]), _scalar),
+    "action_id": st.one_of(st.sampled_from([APPROVE_ACTION, DENY_ACTION, "other"]), _scalar),
+    "value": st.one_of(st.sampled_from(["K7Q2XM", "x y", "", "A" * 3000]), _scalar),
+    "action_ts": _ts,
+}))
+_click = st.fixed_dictionaries({"type": st.sampled_from(["block_actions", "block_actions",
+                                                          "view_submission", "shortcut"])},
+                               optional={
+    "user": st.one_of(_scalar, st.fixed_dictionaries({}, optional={
+        "id": st.one_of(st.sampled_from([ALICE, BOB, ""]), _scalar),
+        "name": _scalar, "username": _scalar})),
+    "team": st.one_of(_scalar, st.fixed_dictionaries({}, optional={
+        "id": st.one_of(st.sampled_from(["T0FAKE", "T0OTHER"]), _scalar)})),
+    "channel": st.one_of(_scalar, st.fixed_dictionaries({}, optional={
+        "id": st.one_of(st.sampled_from([CH, "x" * 300]), _scalar)})),
+    "container": st.one_of(_scalar, st.fixed_dictionaries({}, optional={
+        "channel_id": st.one_of(st.just(CH), _scalar), "message_ts": _ts, "thread_ts": _ts})),
+    "message": st.one_of(_scalar, st.fixed_dictionaries({}, optional={
+        "ts": _ts, "thread_ts": _ts})),
+    "trigger_id": st.one_of(st.text(max_size=300), _scalar),
+    "actions": st.one_of(_scalar, st.lists(_action, max_size=3)),
+})
+
+
+def _clicks() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+
+    @settings(max_examples=40, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(_click)
+    def collect(c: dict[str, Any]) -> None:
+        out.append(c)
+
+    collect()
+    return out
+
+
+@pytest.mark.parametrize("mode", ["socket", "http"])
+async def test_fuzzed_interactive_payloads_are_acked_and_the_next_click_still_decides(
+    stacks, home, fake, mode
+):
+    clicks = _clicks()
+    for body in clicks:  # the converter is total
+        ev = convert_action(body, team="T0FAKE")
+        assert ev is None or ev.text.split()[0] in ("/approve", "/deny")
+    stack = await start(stacks, home, fake, mode)
+    root = await fake.user_posts(CH, mention("write the notes"), user=ALICE)
+    req = await posted(fake, root)
+    for body in clicks:  # through bolt's real path, as Slack would send them
+        result = await fake.send_action(body)
+        if mode == "http":  # 400: bolt could not even build its request (not recorded)
+            assert not isinstance(result, str) and result.status in (200, 400), result
+    if mode == "socket":
+        await fake.wait_until(lambda: not fake.unacked, within=10)
+    (rec,) = await stack.layer.approvals.for_session(sid(root))
+    assert rec.pending  # no fuzzed payload decided anything
+    await fake.click(CH, req["ts"], BOB, "Approve")
+    await fake.wait_until(lambda: visible(fake, "done"), within=10)
+    ws = binding_workspace(stack.home, stack.bindings[0])
+    assert (ws / "notes.txt").read_text() == "hello\nworld\n"
