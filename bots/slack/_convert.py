@@ -33,7 +33,9 @@ _PERMALINK_TS = re.compile(r"/p(\d{10})(\d{6})(?:\D|$)")
 _QUERY_TS = re.compile(r"thread_ts=(\d{1,12}\.\d{1,9})")
 #: subtypes that are a person's (or a bot's) message; others (joins, deletes, topic) are not
 _MESSAGE_SUBTYPES = {None, "thread_broadcast", "file_share", "me_message", "bot_message"}
-COMMAND_NAMES = ("new", "reset", "status", "stop", "help")
+COMMAND_NAMES = ("new", "reset", "status", "stop", "help", "approve", "deny")
+#: subcommands whose first argument is theirs (a request's short id), not a thread
+_ARG_COMMANDS = ("approve", "deny")
 
 
 def valid_ts(value: Any) -> TypeGuard[str]:
@@ -137,6 +139,8 @@ class SlashCommand:
     user_name: str
     trigger_id: str
     thread: str | None
+    #: ``approve`` / ``deny``: the request's short id ("" = the one waiting in the channel)
+    arg: str = ""
 
 
 def parse_slash(body: Any) -> SlashCommand | None:
@@ -148,6 +152,9 @@ def parse_slash(body: Any) -> SlashCommand | None:
         return None
     words = _str(body.get("text")).split()
     name = words[0].lower().lstrip("/") if words else "help"
+    arg = ""
+    if name in _ARG_COMMANDS and len(words) > 1 and re.fullmatch(r"[A-Za-z0-9]{4,16}", words[1]):
+        arg, words = words[1].upper(), words[:1] + words[2:]
     thread: str | None = None
     for word in words[1:2]:
         word = word.strip("<>").split("|")[0]
@@ -160,7 +167,7 @@ def parse_slash(body: Any) -> SlashCommand | None:
     trigger = _str(body.get("trigger_id")) or f"{channel}:{user}:{time.time_ns()}"
     return SlashCommand(name=name, channel=channel[:100], user=user[:100],
                         user_name=_str(body.get("user_name"))[:200], trigger_id=trigger[:90],
-                        thread=thread)
+                        thread=thread, arg=arg)
 
 
 def command_event(cmd: SlashCommand, *, team: str, thread_root: str) -> InboundEvent:
@@ -168,7 +175,8 @@ def command_event(cmd: SlashCommand, *, team: str, thread_root: str) -> InboundE
     return InboundEvent(
         platform="slack", workspace=team, channel=cmd.channel, thread_root=thread_root,
         message_id=f"cmd:{cmd.trigger_id}", sender=cmd.user,
-        dedupe_key=f"slack:{team}:cmd:{cmd.trigger_id}", text=f"/{cmd.name}",
+        dedupe_key=f"slack:{team}:cmd:{cmd.trigger_id}",
+        text=f"/{cmd.name} {cmd.arg}" if cmd.arg else f"/{cmd.name}",
         sender_name=cmd.user_name, mentions_bot=True, date=int(time.time()),
         is_dm=cmd.channel.startswith("D"),
     )

@@ -452,3 +452,44 @@ async def test_fuzzed_interactive_payloads_are_acked_and_the_next_click_still_de
     await fake.wait_until(lambda: visible(fake, "done"), within=10)
     ws = binding_workspace(stack.home, stack.bindings[0])
     assert (ws / "notes.txt").read_text() == "hello\nworld\n"
+
+
+async def test_geode_approve_slash_command_decides_like_the_button(stacks, home, fake):
+    stack = await start(stacks, home, fake, "socket")
+    root = await fake.user_posts(CH, mention("write the notes"), user=ALICE)
+    req = await posted(fake, root)
+    short = buttons(req)[0]["value"]
+    # Slack's client takes a leading "/" for a command: /geode carries approve / deny
+    await fake.slash_command("/geode", "approve", CH, ALICE)  # the one waiting; not hers
+    await fake.wait_until(lambda: [m for m in bot_messages(fake, CH, thread=root)
+                                   if m["text"] == ONLY_BOB], within=10)
+    (rec,) = await stack.layer.approvals.for_session(sid(root))
+    assert rec.pending
+    envelope = await fake.slash_command("/geode", f"approve {short.lower()}", CH, BOB)
+    await fake.wait_until(lambda: visible(fake, "done"), within=10)
+    assert fake.ack_payloads[str(envelope)]["text"] == "`/geode approve`: answering in the thread."
+    ws = binding_workspace(stack.home, stack.bindings[0])
+    assert (ws / "notes.txt").read_text() == "hello\nworld\n"
+    (rec,) = await stack.layer.approvals.for_session(sid(root))
+    assert (rec.status, rec.decided_by, rec.decided_by_name) == ("approved", BOB, "bob")
+    assert now(fake, req)["blocks"] == []
+
+
+def test_slash_approve_takes_the_id_then_an_optional_thread():
+    from bots.slack._convert import command_event, parse_slash
+
+    def slash(text: str) -> Any:
+        cmd = parse_slash({"channel_id": CH, "user_id": BOB, "text": text, "trigger_id": "t1"})
+        assert cmd is not None
+        return cmd
+
+    cmd = slash("approve k7q2xm https://x.slack.com/archives/C1/p1700000000000100")
+    assert (cmd.name, cmd.arg, cmd.thread) == ("approve", "K7Q2XM", "1700000000.000100")
+    assert command_event(cmd, team="T", thread_root="1.2").text == "/approve K7Q2XM"
+    cmd = slash("deny")
+    assert (cmd.name, cmd.arg, cmd.thread) == ("deny", "", None)
+    assert command_event(cmd, team="T", thread_root="1.2").text == "/deny"
+    cmd = slash("deny 1700000000.000100")  # a thread, not an id
+    assert (cmd.arg, cmd.thread) == ("", "1700000000.000100")
+    cmd = slash("status K7Q2XM")  # only approve / deny take an id
+    assert (cmd.arg, command_event(cmd, team="T", thread_root="1.2").text) == ("", "/status")
