@@ -13,7 +13,8 @@ Intake (both feed the same bolt app, whose one global middleware records the eve
 Interactivity (the approval buttons, ``bots.slack._actions``) takes the same two paths: an
 ``interactive`` envelope over Socket Mode, or the signed ``payload=<json>`` form POST Slack
 sends to the Request URL (the same endpoint and the same signature check as events). A click
-is recorded before its ack, like an event, as the clicker's ``/approve ID`` / ``/deny ID``.
+is recorded before its ack, like an event, as the clicker's ``/approve ID`` / ``/deny ID``
+(Slack never retries an interaction: a failed record shows the clicker an error instead).
 
 Redeliveries (``X-Slack-Retry-Num``, ``retry_attempt``, a replayed envelope) and the
 ``message`` + ``app_mention`` pair of one post map to one dedupe key (channel + ts), so the
@@ -168,7 +169,9 @@ class _RecordFirst(AsyncMiddleware):
             return BoltResponse(status=200, body=json.dumps(payload),
                                 headers={"content-type": "application/json"})
         if is_block_actions(body):  # a button click (approvals): recorded, then acked
-            await self.connector.intake_action(body)  # raises -> 500 -> no ack: redelivered
+            # raises -> 500 / no ack: the clicker sees an error and may click again (Slack
+            # never retries an interaction; the request keeps its buttons)
+            await self.connector.intake_action(body)
             return BoltResponse(status=200, body="")
         return BoltResponse(status=200, body="")  # other interactivity: not used, acknowledged
 
