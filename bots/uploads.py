@@ -53,9 +53,9 @@ def image_type(data: bytes) -> str | None:
 
 @dataclass(frozen=True, kw_only=True)
 class UploadOutcome:
-    """What became of one file: ``sent`` (now or before: ``again`` False means this call
-    found it sent already), ``uncertain`` (a crash hid whether it was posted; not sent
-    again) or ``failed`` (``error`` says why)."""
+    """What became of one file: ``sent`` (``reconciled``: by an earlier ask, or found in
+    the thread), ``uncertain`` (whether it was posted is unknown; it is not sent again) or
+    ``failed`` (``error`` says why)."""
 
     status: Literal["sent", "uncertain", "failed"]
     file: OutgoingFile
@@ -131,7 +131,7 @@ class FileSender:
             platform_id = await self.client.upload(row.target, filename=file.name, data=data,
                                                    caption=caption or None, image=file.image)
         except DeliveryError as exc:
-            # "unknown": it may have been posted; a later ask reads the thread back
+            # "unknown": it may have been posted: uncertain, never sent again blindly
             status: Literal["uncertain", "failed"] = (
                 "uncertain" if exc.kind == "unknown" else "failed")
             await self.outbox.finish(row, status=status, error=str(exc))
