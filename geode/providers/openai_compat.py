@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import openai
 import structlog
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from geode.errors import ModelError
 from geode.messages import (
@@ -97,7 +98,7 @@ class OpenAICompatProvider(BaseProvider):
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         try:
-            completion = await self._client.chat.completions.create(**self._params(request))
+            completion: ChatCompletion = await self._post(self._params(request), stream=False)
         except Exception as exc:
             raise map_openai_error(exc, provider=self.name) from exc
         if not completion.choices:
@@ -129,7 +130,7 @@ class OpenAICompatProvider(BaseProvider):
         params["stream"] = True
         params["stream_options"] = {"include_usage": True}
         try:
-            chunks = await self._client.chat.completions.create(**params)
+            chunks: openai.AsyncStream[ChatCompletionChunk] = await self._post(params, stream=True)
             async with chunks:
                 async for chunk in chunks:
                     for event in acc.feed(chunk):
@@ -144,6 +145,25 @@ class OpenAICompatProvider(BaseProvider):
                 provider=self.name,
             )
         yield StreamEvent(kind="done", response=acc.response())
+
+    async def _post(self, params: dict[str, Any], *, stream: bool) -> Any:
+        """``chat.completions.create(**params)`` minus its parameter transform.
+
+        ``create`` walks every request, the whole conversation, through the SDK's recursive
+        TypedDict transform (aliases, dates, files): ~7% of ``geode serve``'s CPU in a
+        one-chat benchmark. These params already are the wire JSON (strings, numbers, plain
+        dicts and lists), so they go to the SDK's documented low-level ``post`` with
+        ``create``'s path, auth option and response types; retries, errors and parsing stay
+        the SDK's.
+        """
+        return await self._client.post(
+            "/chat/completions",
+            body=params,
+            cast_to=ChatCompletion,
+            options={"security": {"bearer_auth": True}},
+            stream=stream,
+            stream_cls=openai.AsyncStream[ChatCompletionChunk],
+        )
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
