@@ -25,8 +25,10 @@ Loads (each message a mention in a group chat, i.e. a new GEODE thread):
 Columns: p50 / p99 latency from the push to the visible final answer (both instants read in
 the fake's process); replies/s; **CPU ms per reply of the bot process** (utime + stime from
 ``/proc/<pid>/stat``, all its threads); Bot API calls per reply (``getUpdates`` excluded);
-messages lost (not answered within the bound); the bot's RSS after the load and its peak
-(``VmHWM``) so far; ``idle`` is its RSS once ready, before any message. MB = 2**20 bytes.
+``loop ms``: of that CPU, the main thread's (the event loop; GEODE's store commits, aiosqlite
+and file appends run on worker threads); messages lost (not answered within the bound); the
+bot's RSS after the load and its peak (``VmHWM``) so far; ``idle`` is its RSS once ready,
+before any message. MB = 2**20 bytes.
 
 GEODE's ``[lanes]`` are raised to ``--lanes`` (default 64) as an operator serving 50 busy
 chats would; the shipped defaults (8 / 6 turns at once) queue a 50-chat closed loop by
@@ -208,6 +210,14 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def loop_cpu_s(pid: int) -> float:
+    """CPU seconds of the process's main thread (GEODE's event loop; the rest of the bot's
+    CPU is its worker threads': the store's commits and aiosqlite, file appends)."""
+    stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
 def status_mb(pid: int, key: str) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(key + ":"):
@@ -291,6 +301,8 @@ class Row:
     per_s: float
     cpu_ms: float
     calls: float
+    #: of cpu_ms, the main thread's (the event loop)
+    loop_ms: float
     rss_mb: float
     peak_mb: float
     idle_mb: float
@@ -307,9 +319,9 @@ def _pct(samples: Sequence[float], q: float) -> float:
 async def measure(platform: str, side: str, load: str, fake: Child, pid: int, idle_mb: float,
                   op: str, **args: Any) -> Row:
     calls0 = (await fake.call("api_calls"))["calls"]
-    cpu0 = cpu_s(pid)
+    cpu0, loop0 = cpu_s(pid), loop_cpu_s(pid)
     result = await fake.call(op, **args)
-    cpu1 = cpu_s(pid)
+    cpu1, loop1 = cpu_s(pid), loop_cpu_s(pid)
     calls1 = (await fake.call("api_calls"))["calls"]
     lat = [x * 1000 for x in result["latencies"]]
     replies = len(lat)
@@ -318,7 +330,8 @@ async def measure(platform: str, side: str, load: str, fake: Child, pid: int, id
                lost=result["lost"],
                p50_ms=_pct(lat, 50), p99_ms=_pct(lat, 99),
                per_s=replies / result["elapsed_s"], cpu_ms=(cpu1 - cpu0) * 1000 / per,
-               calls=(calls1 - calls0) / per, rss_mb=status_mb(pid, "VmRSS"),
+               loop_ms=(loop1 - loop0) * 1000 / per, calls=(calls1 - calls0) / per,
+               rss_mb=status_mb(pid, "VmRSS"),
                peak_mb=status_mb(pid, "VmHWM"), idle_mb=idle_mb)
 
 
@@ -396,14 +409,15 @@ async def run_burst(args: argparse.Namespace) -> None:
 def print_table(rows: list[Row]) -> None:
     head = (f"{'platform':<9} {'side':<14} {'load':<9} {'sent':>5} {'lost':>4} {'p50 ms':>8} "
             f"{'p99 ms':>8} "
-            f"{'rep/s':>7} {'cpu ms/rep':>10} {'calls/rep':>9} {'idle MB':>7} {'rss MB':>7} "
+            f"{'rep/s':>7} {'cpu ms/rep':>10} {'calls/rep':>9} {'loop ms':>7} {'idle MB':>7} "
+            f"{'rss MB':>7} "
             f"{'peak MB':>7}")
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r.platform:<9} {r.side:<14} {r.load:<9} {r.sent:>5} {r.lost:>4} {r.p50_ms:>8.1f} "
               f"{r.p99_ms:>8.1f} {r.per_s:>7.1f} {r.cpu_ms:>10.2f} {r.calls:>9.2f} "
-              f"{r.idle_mb:>7.0f} {r.rss_mb:>7.0f} {r.peak_mb:>7.0f}")
+              f"{r.loop_ms:>7.2f} {r.idle_mb:>7.0f} {r.rss_mb:>7.0f} {r.peak_mb:>7.0f}")
     floor = {(r.platform, r.load): r for r in rows if r.side == "floor"}
     for r in rows:
         f = floor.get((r.platform, r.load))
