@@ -97,8 +97,45 @@ class ToolDef:
         return sorted(set(self.resource_keys(args, ctx)))
 
 
+#: schemas of tool functions by what they are built from (see _schema_key)
+_SCHEMAS: dict[tuple[Any, ...], dict[str, Any]] = {}
+_MAX_SCHEMAS = 256
+
+
+def _schema_key(fn: Callable[..., Any]) -> tuple[Any, ...] | None:
+    """What ``fn``'s schema is built from, or None when that cannot be told by value.
+
+    A tool defined inside a function (a channel's ``send_file``, bound to one thread) is a
+    new function object per call with the same code, defaults and annotations: its schema
+    (a pydantic model and its JSON schema, ~3 ms of CPU) was built again for every turn.
+    The key is the code object plus the reprs of the defaults and annotations, used only
+    when those reprs describe them by value (``Annotated[str, FieldInfo(...)]`` does; a
+    class made inside a function or an object shown by address does not).
+    """
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    shown = repr((fn.__defaults__, fn.__kwdefaults__, fn.__annotations__))
+    if "<locals>" in shown or " at 0x" in shown:
+        return None
+    return (code, shown)
+
+
 def _schema_from_signature(fn: Callable[..., Any]) -> dict[str, Any]:
-    """Build a JSON schema from ``fn(ctx, *, a: int, b: str = "x")`` via pydantic."""
+    """Build a JSON schema from ``fn(ctx, *, a: int, b: str = "x")`` via pydantic (once
+    per distinct signature: see :func:`_schema_key`)."""
+    key = _schema_key(fn)
+    if key is not None and key in _SCHEMAS:
+        return _SCHEMAS[key]
+    schema = _build_schema(fn)
+    if key is not None:
+        if len(_SCHEMAS) >= _MAX_SCHEMAS:
+            _SCHEMAS.clear()
+        _SCHEMAS[key] = schema
+    return schema
+
+
+def _build_schema(fn: Callable[..., Any]) -> dict[str, Any]:
     hints = typing.get_type_hints(fn, include_extras=True)
     fields: dict[str, Any] = {}
     for pname, param in inspect.signature(fn).parameters.items():
