@@ -86,7 +86,9 @@ class ScreenWatch:
         """``sink`` that also tells this watch about the turn's computer actions."""
 
         async def both(event: LoopEvent) -> None:
-            if isinstance(event, ToolResulted) and event.name == "computer":
+            # a denied action did nothing on screen: nothing new to show
+            if (isinstance(event, ToolResulted) and event.name == "computer"
+                    and event.status != "denied"):
                 self.used = True
                 self._changed.set()
             if sink is not None:

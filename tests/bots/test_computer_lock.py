@@ -168,5 +168,7 @@ async def test_the_watch_is_throttled_one_upload_at_a_time_and_shows_the_end():
     idle = ScreenWatch(client=client, target=ReplyTarget(channel="c", thread_root="t"),  # type: ignore[arg-type]
                        display=":5", every_s=0, shoot=shoot)
     idle.start()
+    await idle.tee(None)(ToolResulted(id="d", name="computer", status="denied"))
     await idle.close(final=True)
-    assert watch.posted == 2 and idle.posted == 0  # a turn that never used the screen: none
+    # a turn whose only computer call was denied never changed the screen: nothing posted
+    assert watch.posted == 2 and idle.posted == 0
