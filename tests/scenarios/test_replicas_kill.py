@@ -5,9 +5,11 @@ exactly one final reply (and enters its session once)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from bots.testing.telegram import FakeTelegramServer
@@ -26,8 +28,30 @@ async def fake() -> AsyncIterator[FakeTelegramServer]:
 
 def _replica(tmp_path: Path, name: str, fake: FakeTelegramServer,
              store_url: str) -> tuple[Path, dict[str, str]]:
-    return telegram_home(tmp_path, fake, name=name, store=store_url,
-                         channel_extra="max_concurrent_threads = 1")
+    home, env = telegram_home(tmp_path, fake, name=name, store=store_url,
+                              channel_extra="max_concurrent_threads = 1")
+    # A turn's model call outlasts the other replica's claim of the next thread even on a
+    # loaded machine: a replica that finishes its first turn before its peer claimed
+    # anything would run two of the four threads (and this test is about one each).
+    script = Path(env["GEODE_SCRIPTED_MODEL"])
+    script.write_text(json.dumps({**json.loads(script.read_text()), "latency": 2.5}))
+    return home, env
+
+
+async def _ready(env: dict[str, str], proc: asyncio.subprocess.Process) -> None:
+    """Wait until the replica answers /readyz (its channel layer is up)."""
+    url = f"http://127.0.0.1:{env['GEODE_HEALTH_PORT']}/readyz"
+    async with aiohttp.ClientSession() as http:
+        for _ in range(300):
+            assert proc.returncode is None, "replica exited while starting"
+            try:
+                async with http.get(url) as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"{url} never became ready")
 
 
 async def _holders(store_url: str) -> dict[str, int]:
@@ -50,7 +74,7 @@ async def test_kill_9_of_a_busy_replica_its_threads_are_answered_once_by_the_oth
     try:
         await fake.wait_until(lambda: fake.calls_to("getUpdates"), within=30)
         b = await start_serve(home_b, env_b)
-        await asyncio.sleep(1.0)  # b is up (and a standby for polling)
+        await _ready(env_b, b)  # b is up (and a standby for polling)
         mids = [fake.message_id_for(fake.user_says(CHAT, f"@geode_bot q{i}", from_user=42))
                 for i in range(4)]
         # one thread at a time per replica: two turns run, one on each replica
