@@ -159,3 +159,13 @@ def test_geode_main_turns_config_errors_into_exit_2(home: Path) -> None:
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "no pairing code 'ZZZZ'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_bindings_add_knows_the_channel_only_send_file_tool(cli: CliRunner, home: Path) -> None:
+    """send_file exists only in channel sessions (the layer adds it), yet a binding names it
+    in tools / approve like any other tool."""
+    for flag, channel in (("--tool", "-100901"), ("--approve", "-100902")):
+        added = cli.invoke(app, ["bindings", "add", "telegram", channel, flag, "send_file"])
+        assert added.exit_code == 0, added.output
+    listed = json.loads(cli.invoke(app, ["bindings", "list", "--json"]).output)
+    assert sorted((b["tools"] or []) + b["approve"] for b in listed) == [["send_file"]] * 2
