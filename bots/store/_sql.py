@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from geode.store import Store
 
-__all__ = ["dialect_insert", "insert_ignore"]
+__all__ = ["dialect_insert", "insert_for", "insert_ignore"]
 
 
 def insert_ignore(
@@ -27,16 +27,17 @@ def insert_ignore(
 def _insert_ignore_for(
     postgres: bool, table: Any, keys: tuple[str, ...], returning: tuple[str, ...]
 ) -> Any:
-    stmt = _insert(postgres)(table).on_conflict_do_nothing(index_elements=list(keys))
+    stmt = insert_for(postgres)(table).on_conflict_do_nothing(index_elements=list(keys))
     return stmt.returning(*(table.c[name] for name in returning)) if returning else stmt
 
 
 def dialect_insert(store: Store) -> Any:
     """The store dialect's ``insert`` (the one with ``ON CONFLICT``)."""
-    return _insert(store.is_postgres)
+    return insert_for(store.is_postgres)
 
 
-def _insert(postgres: bool) -> Any:
+def insert_for(postgres: bool) -> Any:
+    """The ``insert`` of PostgreSQL's or SQLite's dialect."""
     # imported by the store that uses it: PostgreSQL's dialect is ~3 MB a SQLite daemon
     # never needs (SQLAlchemy loads the SQLite one when it opens the engine)
     if postgres:

@@ -14,15 +14,16 @@ or ``ignored`` / ``expired`` (too old for catch-up) / ``failed``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, bindparam, select, update
 
 from bots.events import InboundEvent
-from bots.store._sql import dialect_insert, insert_ignore
+from bots.store._sql import insert_for, insert_ignore
 from bots.store._tables import cursors_table, events_table, messages_table
 from geode.store.models import utcnow
 
@@ -58,10 +59,18 @@ def _stored(row: Any) -> StoredEvent:
                        session_id=row.session_id)
 
 
-def _cursor_upsert(store: Store, name: str, value: str) -> Any:
-    """The statement that upserts a cursor (``ON CONFLICT (name) DO UPDATE``, both dialects)."""
-    insert_ = dialect_insert(store)
-    stmt = insert_(_C).values(name=name, value=value, updated_at=utcnow())
+def _cursor_upsert(store: Store, name: str, value: str) -> tuple[Any, dict[str, Any]]:
+    """The statement that upserts a cursor (``ON CONFLICT (name) DO UPDATE``, both dialects)
+    and its parameters: ``conn.execute(*upsert)``. A poller stores its cursor after every
+    batch of updates; the statement is built once per dialect, not per batch."""
+    return (_cursor_stmt(store.is_postgres),
+            {"b_name": name, "b_value": value, "b_updated_at": utcnow()})
+
+
+@functools.cache
+def _cursor_stmt(postgres: bool) -> Any:
+    stmt = insert_for(postgres)(_C).values(name=bindparam("b_name"), value=bindparam("b_value"),
+                                        updated_at=bindparam("b_updated_at"))
     return stmt.on_conflict_do_update(
         index_elements=[_C.c.name],
         set_={"value": stmt.excluded.value, "updated_at": stmt.excluded.updated_at},
@@ -81,12 +90,12 @@ class Cursors:
 
     async def put(self, conn: AsyncConnection, name: str, value: str) -> None:
         """Upsert inside the caller's (async) transaction."""
-        await conn.execute(_cursor_upsert(self._store, name, value))
+        await conn.execute(*_cursor_upsert(self._store, name, value))
 
     async def set(self, name: str, value: str) -> None:
         """Upsert in a transaction of its own."""
         stmt = _cursor_upsert(self._store, name, value)
-        await self._store.run_write(lambda conn: conn.execute(stmt))
+        await self._store.run_write(lambda conn: conn.execute(*stmt))
 
     async def watermark(self, prefix: str) -> int:
         """The highest numeric value of the cursors named ``prefix*`` (0 without one)."""
@@ -151,7 +160,7 @@ class InboundLog:
                         "thread_root": event.thread_root, "from_bot": False, "created_at": now,
                     })
             if cursor_stmt is not None:
-                conn.execute(cursor_stmt)
+                conn.execute(*cursor_stmt)
             if new_ids and store.is_postgres:  # delivered at commit, to every replica
                 for bot in sorted({f"{ev.platform}:{ev.workspace}" for ev, _ in events}):
                     conn.execute(store.notify_stmt(EVENTS_CHANNEL, f"{bot} {self.origin}"))
