@@ -167,3 +167,14 @@ async def test_killed_between_upload_and_record_it_is_not_uploaded_again(make_st
     assert [u.data for u in fake.uploads] == [CSV]
     [answer] = set(_answers(fake))
     assert "may or may not be in the thread" in answer
+
+
+async def test_an_image_too_large_for_a_photo_goes_as_a_document(make_stack, fake, home):
+    big = PNG + b"\x00" * (10 << 20)  # a PNG by its content, over the 10 MB photo limit
+    (_workspace(home) / "scan.png").write_bytes(big)
+    provider = ScriptedProvider([sending("scan.png")], repeat_last=True)
+    await make_stack(provider=provider, bindings=[binding(tools=["send_file"])]).start()
+    fake.user_says(CHAT, "@geode_bot the scan?", from_user=42)
+    await fake.wait_until(lambda: _answers(fake), within=15)
+    assert [(u.method, len(u.data)) for u in fake.uploads] == [("sendDocument", len(big))]
+    assert _answers(fake) == ["result: sent scan.png (10 MB) to the thread as a file"]
