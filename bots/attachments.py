@@ -7,8 +7,12 @@ folder, within the binding's limits, and tells the model where they are.
   binding accepts; anything else is refused. A refusal is a short line for the user, put
   before the turn's answer, and a note to the model.
 * saved as ``threads/<thread_root>/<message_id>-<n>-<name>`` in the binding's workspace,
-  written under a temporary name and renamed when complete: the file's presence is the
-  record that it was received, so a restarted turn never downloads it twice.
+  written under a temporary name, fsynced, renamed when complete (and the folder fsynced),
+  then recorded durably with the inbound event (``bots.store.AttachmentRecords``: path,
+  size, sha256; or refused and why). A recovered turn goes by the record: a saved file is
+  not downloaded again (its checksum is checked), a refused one stays refused with the same
+  words, and a saved file that has vanished is reported plainly (see :func:`_gone`). A
+  file renamed into place before a crash took the record is adopted, not fetched again.
 * text-like files (logs, code, CSV, JSON, Markdown; a PDF's text through pypdf) are also
   given inline up to ``INLINE_CHARS``, with a note when cut;
 * images (PNG, JPEG, GIF, WebP up to ``IMAGE_MAX_BYTES``) also go to the model as image
@@ -21,19 +25,22 @@ import asyncio
 import base64
 import contextlib
 import fnmatch
+import hashlib
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 import structlog
 
 from bots.events import Attachment, InboundEvent
 from bots.port import AttachmentRefused, DeliveryError, PlatformClient
+from bots.store import AttachmentRecord, AttachmentRecords
 from geode.messages import ImageBlock
 from geode.settings import BindingSettings
 
-__all__ = ["INLINE_CHARS", "Received", "receive_attachments"]
+__all__ = ["INLINE_CHARS", "Received", "receive_attachments", "recorded_notices"]
 
 log = structlog.get_logger(__name__)
 
@@ -125,68 +132,194 @@ def _read_text(path: Path, a: Attachment) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
-async def _fetch(client: PlatformClient, a: Attachment, dest: Path, max_bytes: int) -> int:
-    """Download into ``dest`` (via a temporary name: a crash leaves no half file there)."""
+def _no_fault(point: str) -> None:
+    return None
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _commit(part: Path, dest: Path) -> str:
+    """Make a complete download durable under its final name; returns its sha256.
+
+    The bytes are fsynced before the rename and the folder after it, so the record written
+    next never names a file a power cut could still lose or leave half-written."""
+    h = hashlib.sha256()
+    with part.open("rb+") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+        os.fsync(f.fileno())
+    os.replace(part, dest)
+    _fsync_dir(dest.parent)
+    return h.hexdigest()
+
+
+def _matches(path: Path, rec: AttachmentRecord) -> bool | None:
+    """True: the file is as recorded; False: it is there but changed; None: it is gone."""
+    try:
+        if path.stat().st_size != rec.size:
+            return False
+        return _sha256(path) == rec.sha256
+    except FileNotFoundError:
+        return None
+
+
+async def _fetch(client: PlatformClient, a: Attachment, dest: Path, max_bytes: int
+                 ) -> tuple[int, str]:
+    """Download into ``dest`` (via a temporary name: a crash leaves no half file there);
+    returns the size and the sha256. A file already at ``dest`` was complete when renamed
+    there (a crash took its record): it is adopted, not downloaded again."""
     with contextlib.suppress(FileNotFoundError):
-        # received before a restart: not downloaded twice
-        return (await asyncio.to_thread(os.stat, dest)).st_size
+        size = (await asyncio.to_thread(os.stat, dest)).st_size
+        return size, await asyncio.to_thread(_sha256, dest)
     part = dest.with_name(dest.name + ".part")
     try:
         size = await client.download(a, part, max_bytes=max_bytes)
         if size > max_bytes:  # a client that could not stop in time: still not kept
             raise AttachmentRefused("it is larger than this channel's limit")
-        await asyncio.to_thread(os.replace, part, dest)
-        return size
+        return size, await asyncio.to_thread(_commit, part, dest)
     finally:
         with contextlib.suppress(FileNotFoundError):
             part.unlink()
 
 
+def _refusal(label: str, why: str, out: Received) -> None:
+    out.notices.append(f"⚠️ I did not read {label}: {why}.")
+    out.parts.append(f"[attachment {label} not read: {why}]")
+
+
+def _gone(label: str, rec: AttachmentRecord, out: Received, *, changed: bool) -> None:
+    """A file received earlier (recorded as saved) that is no longer as it was: said plainly.
+
+    Deliberately not fetched again: the platform's reference may no longer be good (Discord
+    attachment URLs are signed and expire, Slack's ``url_private`` dies with the file),
+    and even where it is (a Telegram ``file_id``), the file was removed or changed in the
+    workspace after it was saved, by someone or something with access to it: fetching it
+    again behind their back would undo that silently. The user can send it again."""
+    what = ("has changed since (its checksum differs from the one recorded)" if changed
+            else "is no longer there (removed since)")
+    out.parts.append(
+        f"[attachment {label} was received earlier and saved as {rec.path} ({rec.size} "
+        f"bytes), but that file {what}; it was not downloaded again. Ask the user to send "
+        f"it again if it is needed.]")
+    out.notices.append(f"⚠️ I no longer have {label} as you sent it: the saved copy {what}. "
+                       f"Please send it again if I need it.")
+
+
+async def recorded_notices(records: AttachmentRecords, event_id: int) -> list[str]:
+    """The user's lines about an event's refused attachments, from the records alone (a
+    resumed turn: the model has its prompt already; nothing is downloaded or refused anew)."""
+    out = Received()
+    for _, rec in sorted((await records.for_event(event_id)).items()):
+        if rec.status == "refused":
+            _refusal(rec.name or "file", rec.reason, out)
+    return out.notices
+
+
+async def _receive_one(
+    client: PlatformClient, event: InboundEvent, i: int, a: Attachment, *,
+    binding: BindingSettings, workspace: Path, folder: Path, records: AttachmentRecords,
+    event_id: int, session_id: str, fault: Callable[[str], None],
+) -> AttachmentRecord | str:
+    """Refuse or download attachment ``i`` and record the outcome; returns the record, or
+    the reason it could not be downloaded this time (a network failure: not recorded, a
+    later run may try again)."""
+    max_bytes = int(binding.max_attachment_mb * 1024 * 1024)
+    base = AttachmentRecord(event_id=event_id, idx=i, status="refused", session_id=session_id,
+                            platform=event.platform, file_ref=a.ref, name=a.name or "file",
+                            mime=a.mime)
+    why: str | None = None
+    if not _allowed(a, binding.attachment_types):
+        why = f"files of type {a.mime or _suffix(a) or 'unknown'} are not accepted here"
+    elif a.size > max_bytes:
+        why = f"it is larger than this channel's limit ({binding.max_attachment_mb:g} MB)"
+    if why is None:
+        dest = folder / _file_name(event, i, a)
+        try:
+            size, sha = await _fetch(client, a, dest, max_bytes)
+        except AttachmentRefused as exc:
+            why = str(exc)
+        except DeliveryError as exc:
+            log.warning("attachment.download_failed", error=type(exc).__name__, kind=exc.kind)
+            if exc.kind != "fatal":
+                return "it could not be downloaded"
+            why = "it could not be downloaded"  # the platform refused it: so do we
+        except OSError as exc:
+            log.warning("attachment.download_failed", error=type(exc).__name__)
+            return "it could not be downloaded"
+        else:
+            fault("attachment_saved")
+            return await records.add(replace(
+                base, status="saved", path=dest.relative_to(workspace).as_posix(), size=size,
+                sha256=sha))
+    return await records.add(replace(base, reason=why))
+
+
 async def receive_attachments(
     client: PlatformClient, event: InboundEvent, *, binding: BindingSettings,
-    workspace: Path, folder: Path,
+    workspace: Path, folder: Path, records: AttachmentRecords, event_id: int,
+    session_id: str = "", fault: Callable[[str], None] = _no_fault,
 ) -> Received:
-    """Download ``event``'s attachments into ``folder`` (inside ``workspace``) per the
-    binding's limits; see the module docstring."""
+    """Receive ``event``'s attachments (``event_id``: its inbound row) into ``folder``
+    (inside ``workspace``) per the binding's limits, or take them from ``records`` when a
+    previous run received them; see the module docstring."""
     out = Received()
     if not event.attachments:
         return out
-    max_bytes = int(binding.max_attachment_mb * 1024 * 1024)
+    known = await records.for_event(event_id)
     await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
     for i, a in enumerate(event.attachments):
         label = a.name or "file"
-        why: str | None = None
-        if not _allowed(a, binding.attachment_types):
-            why = f"files of type {a.mime or _suffix(a) or 'unknown'} are not accepted here"
-        elif a.size > max_bytes:
-            why = f"it is larger than this channel's limit ({binding.max_attachment_mb:g} MB)"
-        dest = folder / _file_name(event, i, a)
-        size = 0
-        if why is None:
-            try:
-                size = await _fetch(client, a, dest, max_bytes)
-            except AttachmentRefused as exc:
-                why = str(exc)
-            except (DeliveryError, OSError) as exc:
-                log.warning("attachment.download_failed", error=type(exc).__name__)
-                why = "it could not be downloaded"
-        if why is not None:
-            out.notices.append(f"⚠️ I did not read {label}: {why}.")
-            out.parts.append(f"[attachment {label} not read: {why}]")
+        got: AttachmentRecord | str | None = known.get(i)
+        fresh = got is None
+        if got is None:
+            got = await _receive_one(client, event, i, a, binding=binding,
+                                     workspace=workspace, folder=folder, records=records,
+                                     event_id=event_id, session_id=session_id, fault=fault)
+        if isinstance(got, str):
+            _refusal(label, got, out)
             continue
-        rel = dest.relative_to(workspace).as_posix()
-        head = f"[attachment saved: {rel} ({a.mime or 'unknown type'}, {size} bytes)]"
-        media_type = _image_type(a)
-        if media_type is not None and size <= IMAGE_MAX_BYTES:
-            out.images.append(await asyncio.to_thread(_image, dest, media_type))
-            out.parts.append(f"{head} (the image itself is attached)")
+        if got.status != "saved":
+            _refusal(label, got.reason, out)
             continue
-        text = await asyncio.to_thread(_read_text, dest, a)
-        if text is None:
-            out.parts.append(head)
-            continue
-        cut = len(text) > INLINE_CHARS
-        body = text[:INLINE_CHARS]
-        note = (f"\n[cut at {INLINE_CHARS} characters; the whole file is {rel}]" if cut else "")
-        out.parts.append(f"{head}\n```\n{body}\n```{note}")
+        dest = workspace / got.path
+        if not fresh:  # received by an earlier run: is it still what was received?
+            state = await asyncio.to_thread(_matches, dest, got)
+            if not state:
+                _gone(label, got, out, changed=state is False)
+                continue
+        await _describe(a, dest, got, out)
+    fault("attachments_received")
     return out
+
+
+async def _describe(a: Attachment, dest: Path, rec: AttachmentRecord, out: Received) -> None:
+    """A saved file's parts for the model: its path, and its image or text."""
+    rel, size = rec.path, rec.size
+    head = f"[attachment saved: {rel} ({a.mime or 'unknown type'}, {size} bytes)]"
+    media_type = _image_type(a)
+    if media_type is not None and size <= IMAGE_MAX_BYTES:
+        out.images.append(await asyncio.to_thread(_image, dest, media_type))
+        out.parts.append(f"{head} (the image itself is attached)")
+        return
+    text = await asyncio.to_thread(_read_text, dest, a)
+    if text is None:
+        out.parts.append(head)
+        return
+    cut = len(text) > INLINE_CHARS
+    body = text[:INLINE_CHARS]
+    note = (f"\n[cut at {INLINE_CHARS} characters; the whole file is {rel}]" if cut else "")
+    out.parts.append(f"{head}\n```\n{body}\n```{note}")

@@ -122,6 +122,7 @@ class ChannelLayer:
             thread_leases=self.thread_leases, options=options, active=self.active,
             fault=self._fault_at, approvals=self.approvals, waiters=self.waiters,
             entry=self.entry, queue=records.queue, files=self.files,
+            attachments=records.attachments,
         ))
         self.commands = CommandContext(threads=self.threads, host=host, active=self.active,
                                        queued=self.processor.pending,

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from bots.approvals import ChatApprover
-from bots.attachments import Received, receive_attachments
+from bots.attachments import Received, receive_attachments, recorded_notices
 from bots.bindings import spend_scope
 from bots.commands import ActiveTurn
 from bots.computer import approval_screen, on_display
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from bots.port import PlatformClient, TurnHost
     from bots.store import (
         ApprovalRequests,
+        AttachmentRecords,
         ChannelQueue,
         InboundLog,
         MessageIndex,
@@ -186,6 +187,8 @@ class TurnDeps:
     queue: ChannelQueue
     #: files into the thread, exactly once (``send_file``; approvals' full diffs)
     files: FileSender
+    #: what was received of each event's attachments (a recovered turn goes by it)
+    attachments: AttachmentRecords
 
 
 class TurnRunner:
@@ -216,7 +219,11 @@ class TurnRunner:
             deps.fault("progress_started")
             received = Received()
             if prompt is None and not resume:
-                prompt, received = await self._prompt(stored, binding)
+                prompt, received = await self._prompt(stored, binding, row)
+            elif resume and stored.event.attachments:
+                # the model has the prompt already (checkpointed); the user is still told
+                # what was not read, from the records: nothing is downloaded again
+                received.notices = await recorded_notices(deps.attachments, stored.id)
             try:
                 text = await self._run_turn(stored, row, binding, prompt or "", progress,
                                             active, resume=resume, images=received.images)
@@ -261,7 +268,7 @@ class TurnRunner:
         return self.deps.thread_leases.fence(row.platform, row.workspace,
                                               (row.target.channel, row.target.thread_root))
 
-    async def _prompt(self, stored: StoredEvent, binding: BindingSettings
+    async def _prompt(self, stored: StoredEvent, binding: BindingSettings, row: OutboxRow
                       ) -> tuple[str, Received]:
         """The turn's prompt, and what its attachments gave (images, notices for the user
         about attachments not read)."""
@@ -271,7 +278,9 @@ class TurnRunner:
             workspace = binding_workspace(self.deps.host.home, binding)
             received = await receive_attachments(
                 self.deps.client, event, binding=binding, workspace=workspace,
-                folder=thread_folder(workspace, event.thread_root))
+                folder=thread_folder(workspace, event.thread_root),
+                records=self.deps.attachments, event_id=stored.id, session_id=row.session_key,
+                fault=self.deps.fault)
         event, history = await self._context(stored)
         return compose_prompt(event, history, received.parts), received
 

@@ -4,7 +4,8 @@ Inbound events and cursors (:class:`InboundLog`, :class:`Cursors`), leases
 (:class:`Lease`, :class:`ThreadLeases`), threads and the message index
 (:class:`ThreadSessions`, :class:`MessageIndex`), the outbox (:class:`Outbox`), pairing
 codes (:class:`PairingStore`), stored bindings (:class:`StoredBindings`) and approval
-requests (:class:`ApprovalRequests`), the operator's view of queued turns
+requests (:class:`ApprovalRequests`), what was received of attachments
+(:class:`AttachmentRecords`), the operator's view of queued turns
 (:class:`ChannelQueue`), each with
 named operations; :class:`ChannelStore` builds them on the harness's store and holds the
 units of work that span several tables (accepting a turn). The tables are on
@@ -19,6 +20,7 @@ from __future__ import annotations
 from bots.store._channel import ChannelStore, Tx
 from bots.store._tables import CHANNEL_METADATA
 from bots.store.approvals import ApprovalRecord, ApprovalRequests, ApprovalStatus, Decision
+from bots.store.attachments import AttachmentRecord, AttachmentRecords, AttachmentStatus
 from bots.store.bindings import StoredBindings
 from bots.store.inbound import EVENTS_CHANNEL, Cursors, InboundLog, StoredEvent
 from bots.store.leases import Lease, Thread, ThreadLeaseLost, ThreadLeases
@@ -36,6 +38,9 @@ __all__ = [
     "ApprovalRecord",
     "ApprovalRequests",
     "ApprovalStatus",
+    "AttachmentRecord",
+    "AttachmentRecords",
+    "AttachmentStatus",
     "ChannelQueue",
     "ChannelStore",
     "Cursors",

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bots.events import InboundEvent
 from bots.store.approvals import ApprovalRequests
+from bots.store.attachments import AttachmentRecords
 from bots.store.bindings import StoredBindings
 from bots.store.inbound import InboundLog
 from bots.store.leases import Lease, ThreadLeases
@@ -56,6 +57,7 @@ class ChannelStore:
         self.pairing = PairingStore(store=store, max_new_per_hour=pairing_max_new_per_hour)
         self.bindings = StoredBindings(store=store)
         self.approvals = ApprovalRequests(store=store)
+        self.attachments = AttachmentRecords(store=store)
         self.queue = ChannelQueue(store=store)
         self.thread_leases = ThreadLeases(store=store, owner=owner, ttl_s=lease_ttl_s)
 

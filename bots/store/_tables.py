@@ -32,6 +32,7 @@ from geode.store.models import Base as HarnessBase
 __all__ = [
     "CHANNEL_METADATA",
     "ChannelApprovalModel",
+    "ChannelAttachmentModel",
     "ChannelBindingModel",
     "ChannelCursorModel",
     "ChannelEventModel",
@@ -42,6 +43,7 @@ __all__ = [
     "ChannelThreadLeaseModel",
     "ChannelThreadModel",
     "approvals_table",
+    "attachments_table",
     "bindings_table",
     "cursors_table",
     "events_table",
@@ -289,6 +291,39 @@ class ChannelApprovalModel(Base):
     )
 
 
+class ChannelAttachmentModel(Base):
+    """One attachment of an inbound event, as the layer received it: ``saved`` (complete,
+    fsynced and renamed into the thread's folder before this row is written) or ``refused``
+    (with the reason told to the user). A recovered turn reads it instead of downloading
+    again; ``geode sessions show`` lists a session's rows.
+    """
+
+    __tablename__ = "channel_attachments"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    event_id: Mapped[int] = mapped_column(BigInteger)
+    #: the attachment's position in the event's list
+    idx: Mapped[int] = mapped_column(Integer)
+    session_id: Mapped[str] = mapped_column(String(200), default="")
+    platform: Mapped[str] = mapped_column(String(32))
+    #: the platform's file id (Telegram file_id, Slack file id, Discord attachment URL)
+    file_ref: Mapped[str] = mapped_column(Text, default="")
+    name: Mapped[str] = mapped_column(String(300), default="")
+    mime: Mapped[str] = mapped_column(String(200), default="")
+    status: Mapped[str] = mapped_column(String(16))  # saved | refused
+    reason: Mapped[str] = mapped_column(Text, default="")
+    #: where it was saved, relative to the binding's workspace ("" when refused)
+    path: Mapped[str] = mapped_column(String(1000), default="")
+    size: Mapped[int] = mapped_column(BigInteger, default=0)
+    sha256: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (
+        UniqueConstraint("event_id", "idx"),
+        Index(None, "session_id", "id"),
+    )
+
+
 events_table = cast(Table, ChannelEventModel.__table__)
 outbox_table = cast(Table, ChannelOutboxModel.__table__)
 threads_table = cast(Table, ChannelThreadModel.__table__)
@@ -299,3 +334,4 @@ cursors_table = cast(Table, ChannelCursorModel.__table__)
 leases_table = cast(Table, ChannelLeaseModel.__table__)
 thread_leases_table = cast(Table, ChannelThreadLeaseModel.__table__)
 approvals_table = cast(Table, ChannelApprovalModel.__table__)
+attachments_table = cast(Table, ChannelAttachmentModel.__table__)

@@ -79,12 +79,16 @@ def sessions_show(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """One session: status, checkpoint head, approvals (requested / decided / expired, by
-    whom) and effect receipts (uncertain ones flagged)."""
+    whom), effect receipts (uncertain ones flagged) and the attachments its channel thread
+    received (saved where, or refused and why)."""
+    from bots.store import AttachmentRecords
+
     settings, _ = load_typed()
 
     async def main() -> dict[str, Any]:
         async with await open_store(settings) as store:
             record = await _require_session(store, session_id)
+            attachments = await AttachmentRecords(store=store).for_session(session_id)
             checkpoints = await store.checkpoints.list(session_id, limit=1000)
             receipts = await store.receipts.list_for(session_id)
             approvals = [r for r in await store.timeline.list(session_id)
@@ -114,6 +118,7 @@ def sessions_show(
                                "resumed": bool(r.payload.get("resumed", False)),
                                "at": r.created_at.isoformat() if r.created_at else None}
                               for r in approvals],
+                "attachments": [a.to_json() for a in attachments],
             }
 
     info = asyncio.run(main())
@@ -134,6 +139,12 @@ def sessions_show(
         by = f" by {a['by']}" if a["by"] else ""
         typer.echo(f"    {(a['at'] or '-')[:19]}  {a['call_id']}  {a['tool']}  "
                    f"{a['kind']}{outcome}{by}")
+    if info["attachments"]:
+        typer.echo(f"  attachments received {len(info['attachments'])}")
+    for a in info["attachments"]:
+        where = (f"{a['path']}" if a["status"] == "saved"
+                 else f"refused: {a['reason']}")
+        typer.echo(f"    {a['name'] or 'file'}  {a['size']} bytes  {a['status']}  {where}")
     typer.echo(f"  effect receipts {len(info['receipts'])}")
     for r in info["receipts"]:
         flag = "  UNCERTAIN: check the outcome by hand" if r["call_id"] in info["uncertain"] else ""

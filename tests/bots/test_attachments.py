@@ -1,18 +1,23 @@
 """bots.attachments and bots._download without a platform: the byte limit while streaming,
-and a file received before a restart is not downloaded again."""
+and what a restart finds: a recorded file is not downloaded again (a vanished one is reported,
+not fetched), a refusal is repeated from its record, a half download is fetched again."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
 from bots._download import stream_to_file
-from bots.attachments import receive_attachments
+from bots.attachments import Received, receive_attachments
 from bots.events import Attachment, InboundEvent
-from bots.port import AttachmentRefused
+from bots.port import AttachmentRefused, DeliveryError
+from bots.store import AttachmentRecords
 from geode.settings import BindingSettings
+from geode.store import open_store
 
 
 async def test_a_body_growing_past_the_limit_is_cut_off(tmp_path: Path) -> None:
@@ -59,27 +64,113 @@ class _Client:
         return len(self.content)
 
 
-def _event() -> InboundEvent:
+def _event(mid: str = "7") -> InboundEvent:
     return InboundEvent(platform="telegram", workspace="1", channel="-1", thread_root="7",
-                        message_id="7", sender="42", dedupe_key="k7", text="see",
+                        message_id=mid, sender="42", dedupe_key=f"k{mid}", text="see",
                         attachments=(Attachment(name="a.log", mime="text/plain", size=3,
                                                 ref="F1"),))
 
 
-async def test_a_file_received_before_a_restart_is_not_downloaded_again(tmp_path: Path) -> None:
-    binding = BindingSettings(platform="telegram", channel="-1")
-    client = _Client(b"abc")
-    folder = tmp_path / "threads" / "7"
-    first = await receive_attachments(client, _event(), binding=binding,  # type: ignore[arg-type]
-                                      workspace=tmp_path, folder=folder)
-    again = await receive_attachments(client, _event(), binding=binding,  # type: ignore[arg-type]
-                                      workspace=tmp_path, folder=folder)
+@pytest.fixture
+async def records(tmp_path: Path) -> AsyncIterator[AttachmentRecords]:
+    async with await open_store(f"sqlite:///{tmp_path / 'geode.db'}") as store:
+        yield AttachmentRecords(store=store)
+
+
+async def _receive(client: _Client, records: AttachmentRecords, ws: Path, *, event_id: int,
+                   mid: str = "7") -> Received:
+    return await receive_attachments(
+        client, _event(mid), binding=BindingSettings(platform="telegram", channel="-1"),  # type: ignore[arg-type]
+        workspace=ws, folder=ws / "threads" / "7", records=records, event_id=event_id,
+        session_id="s1")
+
+
+async def test_a_recorded_file_is_not_downloaded_again_and_its_record_holds_the_checksum(
+    tmp_path: Path, records: AttachmentRecords
+) -> None:
+    ws, client = tmp_path / "ws", _Client(b"abc")
+    first = await _receive(client, records, ws, event_id=1)
+    again = await _receive(client, records, ws, event_id=1)
     assert client.calls == 1
     assert first.parts == again.parts and "abc" in first.parts[0]
-    # a half download left by a crash (the temporary name) does not count as received
-    (folder / next(folder.iterdir()).name).unlink()
-    (folder / "7-0-a.log.part").write_bytes(b"a")
-    await receive_attachments(client, _event(), binding=binding,  # type: ignore[arg-type]
-                              workspace=tmp_path, folder=folder)
-    assert client.calls == 2 and (folder / "7-0-a.log").read_bytes() == b"abc"
+    rec = (await records.for_event(1))[0]
+    assert (rec.status, rec.path, rec.size, rec.sha256, rec.file_ref, rec.session_id) == (
+        "saved", "threads/7/7-0-a.log", 3, hashlib.sha256(b"abc").hexdigest(), "F1", "s1")
+    assert not list((ws / "threads" / "7").glob("*.part"))
+
+
+async def test_a_half_download_left_by_a_crash_is_downloaded_again(
+    tmp_path: Path, records: AttachmentRecords
+) -> None:
+    ws, client = tmp_path / "ws", _Client(b"abc")
+    folder = ws / "threads" / "7"
+    folder.mkdir(parents=True)
+    (folder / "7-0-a.log.part").write_bytes(b"a")  # the temporary name: not received
+    await _receive(client, records, ws, event_id=1)
+    assert client.calls == 1 and (folder / "7-0-a.log").read_bytes() == b"abc"
     assert not (folder / "7-0-a.log.part").exists()
+
+
+async def test_a_file_renamed_into_place_before_its_record_is_adopted_not_fetched(
+    tmp_path: Path, records: AttachmentRecords
+) -> None:
+    ws, client = tmp_path / "ws", _Client(b"abc")
+    folder = ws / "threads" / "7"
+    folder.mkdir(parents=True)
+    (folder / "7-0-a.log").write_bytes(b"xyz")  # complete (renamed), then the crash
+    got = await _receive(client, records, ws, event_id=1)
+    assert client.calls == 0 and "xyz" in got.parts[0]
+    rec = (await records.for_event(1))[0]
+    assert (rec.status, rec.sha256) == ("saved", hashlib.sha256(b"xyz").hexdigest())
+
+
+async def test_a_saved_file_that_vanished_or_changed_is_reported_not_fetched_again(
+    tmp_path: Path, records: AttachmentRecords
+) -> None:
+    ws, client = tmp_path / "ws", _Client(b"abc")
+    await _receive(client, records, ws, event_id=1)
+    saved = ws / "threads" / "7" / "7-0-a.log"
+    saved.write_bytes(b"abd")  # same size, other bytes
+    changed = await _receive(client, records, ws, event_id=1)
+    assert "checksum differs" in changed.parts[0] and "abd" not in changed.parts[0]
+    saved.unlink()
+    gone = await _receive(client, records, ws, event_id=1)
+    assert client.calls == 1 and not saved.exists()
+    assert "no longer there" in gone.parts[0] and "threads/7/7-0-a.log" in gone.parts[0]
+    assert gone.notices and "send it again" in gone.notices[0]
+
+
+async def test_a_refusal_is_recorded_and_repeated_without_asking_the_platform(
+    tmp_path: Path, records: AttachmentRecords
+) -> None:
+    class Refusing(_Client):
+        async def download(self, attachment: Attachment, dest: Path, *, max_bytes: int) -> int:
+            self.calls += 1
+            raise AttachmentRefused("Telegram did not give the file")
+
+    ws, client = tmp_path / "ws", Refusing(b"")
+    first = await _receive(client, records, ws, event_id=1)
+    again = await _receive(client, records, ws, event_id=1)
+    assert client.calls == 1 and first.notices == again.notices
+    assert "did not give the file" in first.notices[0]
+    rec = (await records.for_event(1))[0]
+    assert (rec.status, rec.reason, rec.path, rec.sha256) == (
+        "refused", "Telegram did not give the file", "", "")
+
+
+async def test_a_network_failure_is_not_recorded_a_later_run_tries_again(
+    tmp_path: Path, records: AttachmentRecords
+) -> None:
+    class Flaky(_Client):
+        async def download(self, attachment: Attachment, dest: Path, *, max_bytes: int) -> int:
+            self.calls += 1
+            if self.calls == 1:
+                raise DeliveryError("retry", "file download failed")
+            dest.write_bytes(self.content)
+            return len(self.content)
+
+    ws, client = tmp_path / "ws", Flaky(b"abc")
+    first = await _receive(client, records, ws, event_id=1)
+    assert "could not be downloaded" in first.notices[0] and await records.for_event(1) == {}
+    again = await _receive(client, records, ws, event_id=1)
+    assert client.calls == 2 and "abc" in again.parts[0] and not again.notices
