@@ -55,7 +55,8 @@ class AttachmentRecord:
         return {"event_id": self.event_id, "index": self.idx, "name": self.name,
                 "mime": self.mime, "status": self.status, "reason": self.reason,
                 "path": self.path, "size": self.size, "sha256": self.sha256,
-                "file_ref": self.file_ref,
+                # a URL's query (Discord signs its attachment links there) is not shown
+                "file_ref": self.file_ref.split("?", 1)[0],
                 "at": self.created_at.isoformat() if self.created_at else None}
 
 

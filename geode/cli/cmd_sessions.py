@@ -142,8 +142,7 @@ def sessions_show(
     if info["attachments"]:
         typer.echo(f"  attachments received {len(info['attachments'])}")
     for a in info["attachments"]:
-        where = (f"{a['path']}" if a["status"] == "saved"
-                 else f"refused: {a['reason']}")
+        where = a["path"] if a["status"] == "saved" else f"refused: {a['reason']}"
         typer.echo(f"    {a['name'] or 'file'}  {a['size']} bytes  {a['status']}  {where}")
     typer.echo(f"  effect receipts {len(info['receipts'])}")
     for r in info["receipts"]:

@@ -38,6 +38,10 @@ async def test_a_record_is_kept_once_per_attachment_and_listed_by_session(store:
         (ev, 0, "a.log"), (ev, 1, "big.csv"), (ev + 1, 0, "b.png")]
     assert later.to_json()["index"] == 0 and later.to_json()["status"] == "saved"
     assert await recs.for_session("nobody") == []
+    # what `sessions show` prints of a platform link leaves out its signature (the query)
+    signed = AttachmentRecord(event_id=1, idx=0, status="saved",
+                              file_ref="https://cdn.example/a/x.png?ex=1&hm=sig")
+    assert signed.to_json()["file_ref"] == "https://cdn.example/a/x.png"
 
 
 async def test_records_survive_a_reopen_of_the_store(store_url: str) -> None:

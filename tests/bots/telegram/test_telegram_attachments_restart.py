@@ -7,6 +7,7 @@ what a session received."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import sys
 from typing import Any
@@ -85,12 +86,15 @@ async def sessions_show(stack: Stack, session: str, monkeypatch: pytest.MonkeyPa
     return json.loads(out.output)
 
 
+# attachment_saved: renamed into place, the record not yet written (the file is adopted);
+# attachments_received: recorded, the turn not yet run
+@pytest.mark.parametrize("point", ["attachment_saved", "attachments_received"])
 async def test_a_file_received_before_a_crash_is_not_downloaded_again_and_reaches_the_model(
-    make_stack: Any, fake: Any, home: Any, monkeypatch: pytest.MonkeyPatch
+    make_stack: Any, fake: Any, home: Any, monkeypatch: pytest.MonkeyPatch, point: str
 ) -> None:
     provider = ScriptedProvider(["read it"], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[binding()])
-    mid = await crash_then_restart(stack, fake, "attachments_received",
+    mid = await crash_then_restart(stack, fake, point,
                                    document(fake, LOG, "boot.log", "text/plain"))
     await fake.wait_until(lambda: finals(fake, "read it"), within=15)
     assert fake.downloads == ["documents/boot.log"]  # once, before the crash
@@ -102,9 +106,7 @@ async def test_a_file_received_before_a_crash_is_not_downloaded_again_and_reache
     [att] = info["attachments"]
     assert (att["name"], att["status"], att["size"], att["path"]) == (
         "boot.log", "saved", len(LOG), f"threads/{mid}/{mid}-0-boot.log")
-    import hashlib
-
-    assert att["sha256"] == hashlib.sha256(LOG).hexdigest()
+    assert att["sha256"] == hashlib.sha256(LOG).hexdigest() and att["file_ref"].startswith("FILE")
     assert (home / "workspaces" / f"telegram-{CHAT}" / att["path"]).read_bytes() == LOG
 
 
