@@ -98,9 +98,9 @@ async def test_home_store_and_ledger_are_private(tmp_path: Path) -> None:
     async with runtime:
         from geode.daemon.factory import SessionContext
 
-        session = await runtime.open_session(
-            SessionContext(mode="HEADLESS", workspace=tmp_path, provider=ScriptedProvider(["hi"]))
-        )
+        ctx = SessionContext(mode="HEADLESS", workspace=tmp_path,
+                             provider=ScriptedProvider(["hi"]))
+        session = await runtime.open_session(ctx)
         await session.run("hello")
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     made = [p for p in home.rglob("*") if p.is_file() and p.name.startswith("geode.db")]
@@ -108,7 +108,7 @@ async def test_home_store_and_ledger_are_private(tmp_path: Path) -> None:
     for p in made + [p for p in (home / "ledger").rglob("*") if p.is_file()]:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
     # the tools get GEODE's own files as protected paths
-    protected = runtime._tool_extra()["protected_paths"]
+    protected = runtime._tool_extra(ctx)["protected_paths"]
     assert home in protected and home / "geode.db" in protected
 
 
