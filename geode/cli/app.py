@@ -92,10 +92,21 @@ def hoist_root_options(args: list[str]) -> list[str]:
     return hoisted + rest
 
 
+#: what only asks for help or the version: no command runs, nothing is logged
+_INFO_ONLY = frozenset({"--help", "-h", "--version"})
+
+
 def main() -> None:
     _register()
+    args = hoist_root_options(sys.argv[1:])
+    if args and not _INFO_ONLY.intersection(args):
+        # A command runs, and logs: structlog without rich, before any module imports it
+        # (geode._imports). Help and --version never import structlog at all.
+        from geode._imports import import_without
+
+        import_without("structlog", "rich")
     try:
-        app(args=hoist_root_options(sys.argv[1:]))
+        app(args=args)
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)

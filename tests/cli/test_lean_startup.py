@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: decryption and webhook server) never by these commands (geode._imports)
 HEAVY = ("discord", "telegram", "slack_bolt", "slack_sdk", "mcp", "mcp_types", "alembic",
          "openai", "anthropic", "jsonschema", "httpx", "sqlalchemy.dialects.postgresql",
-         "rich", "pygments", "cryptography", "tornado")
+         "rich", "pygments", "cryptography", "tornado", "structlog", "sqlalchemy")
 
 _PROBE = """
 import atexit, json, sys
@@ -53,9 +53,17 @@ def test_run_demo_imports_no_platform_sdk_no_mcp_no_alembic(tmp_path: Path) -> N
     # dialect's DDL, and pygments through its templates), nothing else; the demo's tool calls
     # validate their arguments (jsonschema)
     assert _loaded(tmp_path, "run", "--demo", "hi", home=home) == [
-        "alembic", "jsonschema", "pygments", "sqlalchemy.dialects.postgresql"]
+        "alembic", "jsonschema", "pygments", "sqlalchemy", "sqlalchemy.dialects.postgresql",
+        "structlog"]
     # the second opens a current store, the everyday case
-    assert _loaded(tmp_path, "run", "--demo", "hi again", home=home) == ["jsonschema"]
+    assert _loaded(tmp_path, "run", "--demo", "hi again", home=home) == [
+        "jsonschema", "sqlalchemy", "structlog"]
+
+
+def test_help_imports_no_logging_stack(tmp_path: Path) -> None:
+    # help renders with typer's rich; it runs no command, so nothing logs
+    heavy = _loaded(tmp_path, "--help")
+    assert "structlog" not in heavy and "sqlalchemy" not in heavy, heavy
 
 
 def test_mcp_sdk_is_imported_when_a_server_is_configured(tmp_path: Path) -> None:
@@ -117,7 +125,7 @@ async def test_serve_with_telegram_imports_no_other_platform_sdk(tmp_path: Path)
     # no other channel's SDK, no MCP, no Alembic on a current store; no model SDK either
     # (the start-up model check reads the credential, it builds no client); no jsonschema
     # before a tool call; no rich, pygments or cryptography at all
-    assert json.loads(out.read_text()) == ["httpx", "telegram"]
+    assert json.loads(out.read_text()) == ["httpx", "sqlalchemy", "structlog", "telegram"]
 
 
 def _get_json(url: str) -> dict[str, Any]:
