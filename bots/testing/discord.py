@@ -83,6 +83,8 @@ from typing import Any
 import structlog
 from aiohttp import WSMsgType, web
 
+from bots.testing._uploads import UploadHold
+
 __all__ = ["FakeDiscord", "InteractionResponse", "SentMessage", "UploadedFile"]
 
 log = structlog.get_logger(__name__)
@@ -233,7 +235,7 @@ def _check_components(rows: Any) -> list[JSON]:
     return rows
 
 
-class FakeDiscord:
+class FakeDiscord(UploadHold):
     """Fake Discord REST API and gateway; see the module docstring."""
 
     def __init__(
@@ -286,7 +288,6 @@ class FakeDiscord:
         self.downloads: list[str] = []
         #: files the bot attached to its messages (bytes included), in order
         self.uploads: list[UploadedFile] = []
-        self._upload_hold: asyncio.Event | None = None
         self.connections: list[JSON] = []
         self.identifies = 0
         self.resumes = 0
@@ -1041,22 +1042,6 @@ class FakeDiscord:
         if files:
             await self._held_upload()
         return _json(msg)
-
-    def hold_upload_answers(self) -> None:
-        """From now on an upload takes effect but its answer waits for
-        :meth:`release_upload_answers` (the client can die between the two)."""
-        self._upload_hold = asyncio.Event()
-
-    def release_upload_answers(self) -> None:
-        """Answer the held uploads, and hold no more."""
-        if self._upload_hold is not None:
-            self._upload_hold.set()
-            self._upload_hold = None
-
-    async def _held_upload(self) -> None:
-        hold = self._upload_hold
-        if hold is not None:
-            await hold.wait()
 
     async def _patch_message(self, request: web.Request) -> web.Response:
         cid, mid = int(request.match_info["cid"]), int(request.match_info["mid"])

@@ -74,6 +74,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from bots.testing._uploads import UploadHold
 from geode.testing._fakebase import LoopbackFake
 
 log = structlog.get_logger(__name__)
@@ -199,7 +200,7 @@ class _Failure:
 Handler = Callable[[JSONDict], Awaitable[JSONDict]]
 
 
-class FakeSlack(LoopbackFake):
+class FakeSlack(LoopbackFake, UploadHold):
     """Fake Slack workspace with one app; see the module docstring for what it simulates.
 
     Args:
@@ -258,7 +259,6 @@ class FakeSlack(LoopbackFake):
         self.uploads: list[SlackUpload] = []
         #: file id -> (filename, declared length, bytes POSTed to its upload_url or None)
         self._staged: dict[str, tuple[str, int, bytes | None]] = {}
-        self._upload_hold: asyncio.Event | None = None
         self._channels: dict[str, JSONDict] = {}
         self._users: dict[str, JSONDict] = {}
         self._messages: dict[str, dict[str, JSONDict]] = {}
@@ -849,22 +849,6 @@ class FakeSlack(LoopbackFake):
         if fid not in self._files:
             return web.Response(status=404)
         return web.Response(body=self._files[fid][1])
-
-    def hold_upload_answers(self) -> None:
-        """From now on an upload takes effect but its answer waits for
-        :meth:`release_upload_answers` (the client can die between the two)."""
-        self._upload_hold = asyncio.Event()
-
-    def release_upload_answers(self) -> None:
-        """Answer the held uploads, and hold no more."""
-        if self._upload_hold is not None:
-            self._upload_hold.set()
-            self._upload_hold = None
-
-    async def _held_upload(self) -> None:
-        hold = self._upload_hold
-        if hold is not None:
-            await hold.wait()
 
     async def _get_upload_url(self, params: JSONDict) -> JSONDict:
         filename = str(params.get("filename") or "")

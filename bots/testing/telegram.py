@@ -60,6 +60,7 @@ import structlog
 from aiohttp import web
 
 from bots.testing._telegram_html import TelegramEntityError, parse_telegram_html, utf16_len
+from bots.testing._uploads import UploadHold
 from geode.testing._fakebase import LoopbackFake
 
 log = structlog.get_logger(__name__)
@@ -173,7 +174,7 @@ def _bad(description: str) -> _ApiError:
 Handler = Callable[[JSONDict], Awaitable[Any]]
 
 
-class FakeTelegramServer(LoopbackFake):
+class FakeTelegramServer(LoopbackFake, UploadHold):
     """Fake Telegram Bot API for one bot; see the module docstring for what it simulates.
 
     Args:
@@ -201,7 +202,6 @@ class FakeTelegramServer(LoopbackFake):
         self.sent: list[SentMessage] = []
         #: sendDocument / sendPhoto that took effect, with the file's bytes
         self.uploads: list[TelegramUpload] = []
-        self._upload_hold: asyncio.Event | None = None
         self.deleted: list[tuple[ChatId, int]] = []
         self.chat_actions: list[JSONDict] = []
         self.reactions: list[JSONDict] = []
@@ -804,22 +804,6 @@ class FakeTelegramServer(LoopbackFake):
             if root is None or "forum_topic_created" not in root.raw:
                 raise _bad("message thread not found")
         return thread_id, reply_to
-
-    def hold_upload_answers(self) -> None:
-        """From now on an upload takes effect but its answer waits for
-        :meth:`release_upload_answers` (the client can die between the two)."""
-        self._upload_hold = asyncio.Event()
-
-    def release_upload_answers(self) -> None:
-        """Answer the held uploads, and hold no more."""
-        if self._upload_hold is not None:
-            self._upload_hold.set()
-            self._upload_hold = None
-
-    async def _held_upload(self) -> None:
-        hold = self._upload_hold
-        if hold is not None:
-            await hold.wait()
 
     async def _send_document(self, params: JSONDict) -> JSONDict:
         return await self._send_file("sendDocument", "document", params)
