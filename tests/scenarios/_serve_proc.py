@@ -9,6 +9,13 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from bots.testing.discord import FakeDiscord
+    from bots.testing.telegram import FakeTelegramServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -17,6 +24,59 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def store_url_for(request: pytest.FixtureRequest, tmp_path: Path, dialect: str) -> str:
+    """The store of a scenario's daemon: SQLite in its home (``tmp_path/home``), or the test
+    PostgreSQL database."""
+    if dialect == "sqlite":
+        return f"sqlite:///{tmp_path / 'home' / 'geode.db'}"
+    return str(request.getfixturevalue("pg_store_url"))
+
+
+def write_home(tmp_path: Path, config: str, *, name: str = "home", exist_ok: bool = False) -> Path:
+    """A daemon home ``tmp_path/name`` whose config.toml is ``config``."""
+    home = tmp_path / name
+    home.mkdir(exist_ok=exist_ok)
+    (home / "config.toml").write_text(config)
+    return home
+
+
+def telegram_section(fake: FakeTelegramServer, extra: str = "") -> str:
+    """``[channels.telegram]`` on ``fake`` with a scenario's short lease and pump, no progress
+    edits and no group rate limit (``extra``: more lines of the section)."""
+    return f"""
+[channels.telegram]
+base_url = "{fake.base_url}"
+base_file_url = "{fake.base_file_url}"
+poll_timeout_s = 1
+lease_ttl_s = 1.5
+progress_edit_interval_s = 0
+pump_interval_s = 0.2
+rate_group_per_min = 0
+{extra}
+"""
+
+
+def discord_config(fake: FakeDiscord, binding_extra: str = "") -> str:
+    """A config.toml on ``fake``: ``[channels.discord]`` with a scenario's short lease and
+    pump, and one binding of its channel for its user (``binding_extra``: more lines of it)."""
+    return f"""
+[channels.discord]
+api_base = "{fake.api_base}"
+gateway_url = "{fake.gateway_url}"
+lease_ttl_s = 1.5
+progress_edit_interval_s = 0
+pump_interval_s = 0.2
+guild_ready_timeout_s = 0.2
+identify_delay_s = 0
+
+[[bindings]]
+platform = "discord"
+channel = "{fake.channel_id}"
+allow_users = ["{fake.user_id}"]
+{binding_extra}
+"""
 
 
 def serve_env(

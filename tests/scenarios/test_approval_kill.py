@@ -18,7 +18,15 @@ from typing import Any
 import pytest
 
 from bots.testing.telegram import FakeTelegramServer
-from tests.scenarios._serve_proc import kill_9, serve_env, start_serve, stop
+from tests.scenarios._serve_proc import (
+    kill_9,
+    serve_env,
+    start_serve,
+    stop,
+    store_url_for,
+    telegram_section,
+    write_home,
+)
 
 TOKEN = "123456:APPROVAL-KILL-TOKEN"
 CHAT = -100123
@@ -32,27 +40,10 @@ async def fake() -> AsyncIterator[FakeTelegramServer]:
         yield srv
 
 
-def _store_url(request: pytest.FixtureRequest, tmp_path: Path, dialect: str) -> str:
-    if dialect == "sqlite":
-        return f"sqlite:///{tmp_path / 'home' / 'geode.db'}"
-    return str(request.getfixturevalue("pg_store_url"))
-
-
 def _home(tmp_path: Path, fake: FakeTelegramServer, store_url: str) -> tuple[Path, dict[str, str]]:
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.toml").write_text(f"""[store]
+    home = write_home(tmp_path, f"""[store]
 url = "{store_url}"
-
-[channels.telegram]
-base_url = "{fake.base_url}"
-base_file_url = "{fake.base_file_url}"
-poll_timeout_s = 1
-lease_ttl_s = 1.5
-progress_edit_interval_s = 0
-pump_interval_s = 0.2
-rate_group_per_min = 0
-
+{telegram_section(fake)}
 [[bindings]]
 platform = "telegram"
 channel = "{CHAT}"
@@ -112,7 +103,7 @@ async def test_kill_9_while_an_approval_waits_then_the_click_is_honoured_once(
 ) -> None:
     import asyncio
 
-    store_url = _store_url(request, tmp_path, dialect)
+    store_url = store_url_for(request, tmp_path, dialect)
     home, env = _home(tmp_path, fake, store_url)
     proc = await start_serve(home, env)
     try:

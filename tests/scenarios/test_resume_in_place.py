@@ -21,7 +21,16 @@ import pytest
 
 from bots.testing.telegram import FakeTelegramServer
 from geode.testing.fake_anthropic import FakeAnthropicServer
-from tests.scenarios._serve_proc import REPO, free_port, kill_9, start_serve, stop
+from tests.scenarios._serve_proc import (
+    REPO,
+    free_port,
+    kill_9,
+    start_serve,
+    stop,
+    store_url_for,
+    telegram_section,
+    write_home,
+)
 
 LAUNCHER = Path(__file__).with_name("_paused_geode.py")
 
@@ -32,9 +41,7 @@ CHAT = -100777
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'home' / 'geode.db'}"
-    return str(request.getfixturevalue("pg_store_url"))
+    return store_url_for(request, tmp_path, request.param)
 
 
 @pytest.fixture
@@ -51,9 +58,7 @@ async def model() -> AsyncIterator[FakeAnthropicServer]:
 
 def _home(tmp_path: Path, fake: FakeTelegramServer, model: FakeAnthropicServer,
           store_url: str, loop: str) -> tuple[Path, dict[str, str]]:
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    (home / "config.toml").write_text(f"""
+    home = write_home(tmp_path, f"""
 [store]
 url = "{store_url}"
 
@@ -63,22 +68,13 @@ max_retries = 1
 
 [loop]
 {loop}
-
-[channels.telegram]
-base_url = "{fake.base_url}"
-base_file_url = "{fake.base_file_url}"
-poll_timeout_s = 1
-lease_ttl_s = 1.5
-progress_edit_interval_s = 0
-pump_interval_s = 0.2
-rate_group_per_min = 0
-
+{telegram_section(fake)}
 [[bindings]]
 platform = "telegram"
 channel = "{CHAT}"
 allow_users = ["42"]
 time_budget_s = 600
-""")
+""", exist_ok=True)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GEODE_", "TELEGRAM_", "ANTHROPIC_"))}
     env.update(

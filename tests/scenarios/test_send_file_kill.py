@@ -13,7 +13,14 @@ import pytest
 from sqlalchemy import select
 
 from bots.testing.discord import FakeDiscord
-from tests.scenarios._serve_proc import kill_9, serve_env, start_serve, stop
+from tests.scenarios._serve_proc import (
+    discord_config,
+    kill_9,
+    serve_env,
+    start_serve,
+    stop,
+    write_home,
+)
 
 TOKEN = "fake-bot-token-sendfile"
 FINAL = "Done: the log is in the thread."
@@ -27,24 +34,7 @@ async def fake() -> AsyncIterator[FakeDiscord]:
 
 
 def _home(tmp_path: Path, fake: FakeDiscord) -> tuple[Path, dict[str, str]]:
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.toml").write_text(f"""
-[channels.discord]
-api_base = "{fake.api_base}"
-gateway_url = "{fake.gateway_url}"
-lease_ttl_s = 1.5
-progress_edit_interval_s = 0
-pump_interval_s = 0.2
-guild_ready_timeout_s = 0.2
-identify_delay_s = 0
-
-[[bindings]]
-platform = "discord"
-channel = "{fake.channel_id}"
-allow_users = ["{fake.user_id}"]
-tools = ["send_file"]
-""")
+    home = write_home(tmp_path, discord_config(fake, 'tools = ["send_file"]'))
     env = serve_env(home, tmp_path, final=FINAL, drop_prefix="DISCORD_", DISCORD_BOT_TOKEN=TOKEN)
     # each session: send the file, and answer once the tool's result is in (a resumed
     # turn's first request already ends with it)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bots.testing.slack import FakeSlack
-from tests.scenarios._serve_proc import kill_9, serve_env, start_serve, stop
+from tests.scenarios._serve_proc import kill_9, serve_env, start_serve, stop, write_home
 
 CHANNEL = "C0KILL"
 FINAL = "Done: the answer."
@@ -27,9 +27,7 @@ async def fake() -> AsyncIterator[FakeSlack]:
 
 
 def _home(tmp_path: Path, fake: FakeSlack) -> tuple[Path, dict[str, str]]:
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.toml").write_text(f"""
+    home = write_home(tmp_path, f"""
 [channels.slack]
 base_url = "{fake.base_url}"
 lease_ttl_s = 1.5

@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 
 from bots.testing.telegram import FakeTelegramServer
-from tests.scenarios._serve_proc import kill_9, serve_env, start_serve, stop
+from tests.scenarios._serve_proc import (
+    kill_9,
+    serve_env,
+    start_serve,
+    stop,
+    telegram_section,
+    write_home,
+)
 
 TOKEN = "123456:KILL-TEST-TOKEN"
 CHAT = -100123
@@ -35,25 +42,13 @@ def _home(
 ) -> tuple[Path, dict[str, str]]:
     """A daemon home bound to ``CHAT`` (``store``: a ``[store]`` url; ``channel_extra``:
     more ``[channels.telegram]`` lines) and its environment."""
-    home = tmp_path / name
-    home.mkdir()
     store_section = f'[store]\nurl = "{store}"\n' if store else ""
-    (home / "config.toml").write_text(f"""{store_section}
-[channels.telegram]
-base_url = "{fake.base_url}"
-base_file_url = "{fake.base_file_url}"
-poll_timeout_s = 1
-lease_ttl_s = 1.5
-progress_edit_interval_s = 0
-pump_interval_s = 0.2
-rate_group_per_min = 0
-{channel_extra}
-
+    home = write_home(tmp_path, f"""{store_section}{telegram_section(fake, channel_extra)}
 [[bindings]]
 platform = "telegram"
 channel = "{CHAT}"
 allow_users = ["42"]
-""")
+""", name=name)
     work = tmp_path / f"{name}-work"
     work.mkdir()
     env = serve_env(home, work, final=FINAL, drop_prefix="TELEGRAM_", TELEGRAM_BOT_TOKEN=TOKEN)
