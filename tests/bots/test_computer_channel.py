@@ -11,8 +11,6 @@ import asyncio
 import os
 import shutil
 import subprocess
-import sys
-import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -22,42 +20,15 @@ import pytest
 from geode.messages import ImageBlock, ToolResultBlock
 from geode.providers.base import ModelRequest
 from geode.providers.scripted import ScriptedProvider, ToolCall
+from tests._tk_entry import close_entry, open_entry, tk_python
 from tests.bots.conftest import CHAT, binding, finals
 
 PNG = b"\x89PNG\r\n\x1a\n"
 TEXT = "hello geode"
 
-TK_APP = """
-import sys, tkinter as tk
-root = tk.Tk()
-root.title(sys.argv[2])
-root.geometry("400x100+0+0")
-entry = tk.Entry(root)
-entry.pack(fill="both", expand=True)
-def done(_event):
-    with open(sys.argv[1], "w") as fh:
-        fh.write(entry.get())
-entry.bind("<Return>", done)
-def typed(_event):
-    with open(sys.argv[1] + ".keys", "a") as fh:
-        fh.write(entry.get() + "\\n")
-entry.bind("<KeyRelease>", typed, add="+")
-root.mainloop()
-"""
-
-
-def _tk_python() -> str:
-    for candidate in (sys.executable, "/usr/bin/python3"):
-        if os.path.exists(candidate) and subprocess.run(
-                [candidate, "-c", "import tkinter"], capture_output=True, check=False
-        ).returncode == 0:
-            return candidate
-    return ""
-
-
 @pytest.fixture(autouse=True)
 def _x_tools() -> None:
-    have = all(shutil.which(p) for p in ("Xvfb", "xdotool", "import")) and _tk_python()
+    have = all(shutil.which(p) for p in ("Xvfb", "xdotool", "import")) and tk_python()
     if not have:
         if os.environ.get("CI") == "true":
             pytest.fail("Xvfb, xdotool, ImageMagick and python3-tk are required under CI=true")
@@ -71,22 +42,13 @@ async def tk_entry(tmp_path: Path) -> AsyncIterator[Callable[[str], Any]]:
     procs: list[subprocess.Popen[bytes]] = []
 
     async def start(display: str) -> Path:
-        app = tmp_path / "app.py"
-        app.write_text(TK_APP)
-        out = tmp_path / "received.txt"
-        title = f"geode-entry-{uuid.uuid4().hex[:8]}"
-        env = {"DISPLAY": display, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        procs.append(subprocess.Popen([_tk_python(), str(app), str(out), title], env=env))
-        # --sync: until the window is mapped
-        await asyncio.to_thread(subprocess.run, ["xdotool", "search", "--sync", "--onlyvisible",
-                                                 "--name", title],
-                                env=env, check=True, capture_output=True, timeout=30)
+        proc, out = await asyncio.to_thread(open_entry, tk_python(), display, tmp_path)
+        procs.append(proc)
         return out
 
     yield start
     for p in procs:
-        p.kill()
-        p.wait()
+        close_entry(p)
 
 
 def _script() -> list[Any]:

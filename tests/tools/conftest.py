@@ -9,7 +9,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import jsonschema
 import pytest
 
 from geode.tools.base import ToolContext, ToolDef, ToolOutput
+from tests._tk_entry import tk_python as tk_python_found
 
 IN_CI = os.environ.get("CI") == "true"
 
@@ -159,12 +159,6 @@ def x_display(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def tk_python() -> str:
     """A Python interpreter that can import tkinter (this one, or Debian's python3-tk)."""
-    for candidate in (sys.executable, "/usr/bin/python3"):
-        if os.path.exists(candidate):
-            probe = subprocess.run(
-                [candidate, "-c", "import tkinter"], capture_output=True, check=False
-            )
-            if probe.returncode == 0:
-                return candidate
-    require(False, "a Python with tkinter (apt-get install python3-tk)")
-    raise AssertionError("unreachable")
+    python = tk_python_found()
+    require(bool(python), "a Python with tkinter (apt-get install python3-tk)")
+    return python

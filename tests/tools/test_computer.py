@@ -8,7 +8,6 @@ import base64
 import shutil
 import struct
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,24 +19,7 @@ from geode.messages import ImageBlock, TextBlock
 from geode.tools.base import ToolContext
 from geode.tools.builtin import computer
 from geode.tools.errors import ToolFailure
-
-TK_APP = """
-import sys, tkinter as tk
-root = tk.Tk()
-root.title(sys.argv[2])
-root.geometry("400x100+0+0")
-entry = tk.Entry(root)
-entry.pack(fill="both", expand=True)
-def done(_event):
-    with open(sys.argv[1], "w") as fh:
-        fh.write(entry.get())
-entry.bind("<Return>", done)
-def clicked(event):
-    with open(sys.argv[1] + ".click", "a") as fh:
-        fh.write(f"{event.num} {event.x_root} {event.y_root}\\n")
-entry.bind("<ButtonPress>", clicked, add="+")
-root.mainloop()
-"""
+from tests._tk_entry import close_entry, open_entry
 
 
 def _ctx(workspace: Path, display: str | None) -> ToolContext:
@@ -54,25 +36,11 @@ def _ctx(workspace: Path, display: str | None) -> ToolContext:
 @pytest.fixture
 def tk_window(x_display: str, tk_python: str, tmp_path: Path) -> Iterator[Path]:
     """A Tk entry at (0,0) 400x100; Return writes its text to the yielded file."""
-    app = tmp_path / "app.py"
-    app.write_text(TK_APP)
-    out = tmp_path / "received.txt"
-    title = f"geode-test-{uuid.uuid4().hex[:8]}"
-    env = {"DISPLAY": x_display, "PATH": "/usr/bin:/bin"}
-    proc = subprocess.Popen([tk_python, str(app), str(out), title], env=env)
+    proc, out = open_entry(tk_python, x_display, tmp_path)
     try:
-        # --sync: wait until the window is mapped (bounded by the timeout)
-        subprocess.run(
-            ["xdotool", "search", "--sync", "--onlyvisible", "--name", title],
-            env=env,
-            check=True,
-            capture_output=True,
-            timeout=30,
-        )
         yield out
     finally:
-        proc.kill()
-        proc.wait()
+        close_entry(proc)
 
 
 async def _wait_for(path: Path) -> str:
