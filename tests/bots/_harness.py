@@ -4,6 +4,7 @@ scripted answers, and the crash seam of the exactly-once tests."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,26 @@ def answering(request: ModelRequest) -> object:
     if last.role == "user" and "(id " in (last.text or ""):
         return ToolCall("list_dir", {"path": "."})
     return echo(request)
+
+
+def calls_tool(name: str, args: dict[str, Any]) -> Callable[[ModelRequest], object]:
+    """A scripted answer: a user's message gets a call of tool ``name`` with ``args``; the
+    request after it (the tool's result, or its denial) gets "done"."""
+
+    def respond(request: ModelRequest) -> object:
+        last = request.messages[-1]
+        if last.role == "user" and "(id " in (last.text or ""):
+            return ToolCall(name, args)
+        return "done"
+
+    return respond
+
+
+def tool_results(provider: ScriptedProvider) -> list[str]:
+    """The text of every tool result ``provider`` was shown, request after request."""
+    return [text for req in provider.calls for m in req.messages
+            for block in getattr(m, "content", []) or []
+            if (text := getattr(block, "text_content", None))]
 
 
 class SimulatedCrash(BaseException):

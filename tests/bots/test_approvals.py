@@ -11,30 +11,11 @@ from typing import Any
 from bots.workspaces import binding_workspace
 from geode.providers.base import ModelRequest
 from geode.providers.scripted import ScriptedProvider, ToolCall
+from tests.bots._harness import calls_tool, tool_results
 from tests.bots.conftest import CHAT, binding, finals
 
 WRITE = {"path": "notes.txt", "content": "hello\nworld\n"}
 
-
-def proposes(name: str, args: dict[str, Any]) -> object:
-    def respond(request: ModelRequest) -> object:
-        last = request.messages[-1]
-        if last.role == "user" and "(id " in (last.text or ""):
-            return ToolCall(name, args)
-        return "done"
-
-    return respond
-
-
-def _tool_results(provider: ScriptedProvider) -> list[str]:
-    out = []
-    for req in provider.calls:
-        for m in req.messages:
-            for block in getattr(m, "content", []) or []:
-                text = getattr(block, "text_content", None)
-                if text:
-                    out.append(text)
-    return out
 
 
 def _request_message(fake: Any) -> Any:
@@ -70,7 +51,7 @@ def _approval_binding(**kw: Any) -> Any:
 async def test_an_approvers_reply_runs_the_write_once_and_a_strangers_changes_nothing(
     make_stack, fake
 ):
-    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_approval_binding()])
     await stack.start()
     ws = binding_workspace(stack.home, stack.bindings[0])
@@ -104,7 +85,7 @@ async def test_an_approvers_reply_runs_the_write_once_and_a_strangers_changes_no
 
 
 async def test_deny_tells_the_model_who_denied_and_nothing_is_written(make_stack, fake):
-    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_approval_binding()])
     await stack.start()
     fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
@@ -112,20 +93,20 @@ async def test_deny_tells_the_model_who_denied_and_nothing_is_written(make_stack
     fake.user_says(CHAT, f"/deny {short}", from_user=43)  # by id, not as a reply
     await fake.wait_until(lambda: finals(fake, "done"), within=10)
     assert not list((stack.home / "workspaces").rglob("notes.txt"))
-    told = [t for t in _tool_results(provider) if t.startswith("denied by approval: ")]
+    told = [t for t in tool_results(provider) if t.startswith("denied by approval: ")]
     assert told and "denied by" in told[-1].removeprefix("denied by approval: ")
     assert "(43)" in told[-1]
     assert _request_message(fake).plain_text.startswith("🚫 write_file (")
 
 
 async def test_no_decision_in_time_is_denied_as_expired(make_stack, fake):
-    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_approval_binding(approval_timeout_s=1)])
     await stack.start()
     mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot write the notes", from_user=42))
     await fake.wait_until(lambda: finals(fake, "done"), within=15)
     assert not list((stack.home / "workspaces").rglob("notes.txt"))
-    assert any("expired" in t for t in _tool_results(provider))
+    assert any("expired" in t for t in tool_results(provider))
     expired = [r for r in await stack.store.timeline.list(f"telegram:123456:{CHAT}:{mid}")
                if r.kind == "approval.expired"]
     assert len(expired) == 1 and expired[0].payload["decision"] == "deny"
@@ -133,17 +114,17 @@ async def test_no_decision_in_time_is_denied_as_expired(make_stack, fake):
 
 
 async def test_without_approvers_the_call_is_denied_and_the_model_told_why(make_stack, fake):
-    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_approval_binding(approvers=[])])
     await stack.start()
     fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
     await fake.wait_until(lambda: finals(fake, "done"), within=10)
-    assert any("names no approvers" in t for t in _tool_results(provider))
+    assert any("names no approvers" in t for t in tool_results(provider))
     assert _request_message(fake) is None  # nothing was posted: nobody could answer it
 
 
 async def test_stop_cancels_a_waiting_request(make_stack, fake):
-    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_approval_binding()])
     await stack.start()
     fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
@@ -161,7 +142,7 @@ async def test_stop_cancels_a_waiting_request(make_stack, fake):
 
 
 async def test_telegram_buttons_approve_once_and_answer_each_click(make_stack, fake):
-    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_approval_binding()])
     await stack.start()
     ws = binding_workspace(stack.home, stack.bindings[0])
@@ -234,7 +215,7 @@ async def test_a_turn_waiting_for_approval_does_not_hold_the_only_global_slot(ma
 
 
 async def test_the_wait_for_a_person_does_not_use_up_the_turns_time_budget(make_stack, fake):
-    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_approval_binding(time_budget_s=1)])
     await stack.start()
     fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
@@ -258,7 +239,7 @@ async def test_run_bash_in_approve_runs_in_the_sandbox_after_approval(make_stack
             pytest.fail("the bubblewrap sandbox must be available under CI")
         pytest.skip("bubblewrap sandbox not available")
     cmd = {"command": "echo sandboxed > made.txt"}
-    provider = ScriptedProvider([proposes("run_bash", cmd)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("run_bash", cmd)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_approval_binding(approve=["run_bash"])])
     await stack.start()
     ws = binding_workspace(stack.home, stack.bindings[0])

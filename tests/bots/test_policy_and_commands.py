@@ -4,19 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from geode.providers.base import ModelRequest
-from geode.providers.scripted import ScriptedProvider, ToolCall
+from geode.providers.scripted import ScriptedProvider
+from tests.bots._harness import calls_tool
 from tests.bots.conftest import CHAT, binding, finals
-
-
-def calls_tool(name: str, args: dict) -> object:
-    def respond(request: ModelRequest) -> object:
-        last = request.messages[-1]
-        if last.role == "user" and "(id " in (last.text or ""):
-            return ToolCall(name, args)
-        return "done"
-
-    return respond
 
 
 async def _denials(store, sid: str) -> list[dict]:

@@ -25,26 +25,11 @@ from bots.port import DeliveryError
 from bots.store._tables import events_table, outbox_table
 from bots.testing.discord import FakeDiscord, InteractionResponse
 from bots.workspaces import binding_workspace
-from geode.providers.base import ModelRequest
-from geode.providers.scripted import ScriptedProvider, ToolCall
+from geode.providers.scripted import ScriptedProvider
+from tests.bots._harness import calls_tool, tool_results
 
 WRITE = {"path": "notes.txt", "content": "hello\nworld\n"}
 
-
-def proposes(name: str, args: dict[str, Any]) -> object:
-    def respond(request: ModelRequest) -> object:
-        last = request.messages[-1]
-        if last.role == "user" and "(id " in (last.text or ""):
-            return ToolCall(name, args)
-        return "done"
-
-    return respond
-
-
-def _tool_results(provider: ScriptedProvider) -> list[str]:
-    return [text for req in provider.calls for m in req.messages
-            for block in getattr(m, "content", []) or []
-            if (text := getattr(block, "text_content", None))]
 
 
 def _binding(fake: FakeDiscord, **kw: Any) -> Any:
@@ -103,7 +88,7 @@ def store_url(request: pytest.FixtureRequest) -> str | None:
 async def test_buttons_approve_once_a_stranger_changes_nothing_a_double_click_decides_once(
     store_url, make_dstack, dfake  # noqa: F811 (fixtures)
 ):
-    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
     stack = make_dstack(provider=provider, bindings=[_binding(dfake)], store_url=store_url)
     await stack.start()
     ws = binding_workspace(stack.home, stack.bindings[0])
@@ -172,7 +157,7 @@ async def test_buttons_approve_once_a_stranger_changes_nothing_a_double_click_de
 async def test_deny_button_has_no_effect_and_tells_the_model_who_denied(make_dstack, dfake):  # noqa: F811 (fixtures)
     # a channel where threads are refused: the request is answered in place (reply chain)
     inline = dfake.add_text_channel(dfake.guild_id, "no-threads", threads_allowed=False)
-    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
     stack = make_dstack(provider=provider, bindings=[_binding(dfake, channel=inline)])
     await stack.start()
     bob = dfake.bob  # type: ignore[attr-defined]
@@ -182,7 +167,7 @@ async def test_deny_button_has_no_effect_and_tells_the_model_who_denied(make_dst
     iid = await dfake.user_clicks(mid, "Deny", user_id=bob)
     await wait_shown(dfake, "done")
     assert not list((stack.home / "workspaces").rglob("notes.txt"))
-    told = [t for t in _tool_results(provider) if t.startswith("denied by approval: ")]
+    told = [t for t in tool_results(provider) if t.startswith("denied by approval: ")]
     assert told and f"denied by bob ({bob})" in told[-1]
     shown = next(m for m in dfake.messages_in(inline) if m["id"] == str(mid))
     assert shown["content"].startswith("🚫 write_file (") and dfake.buttons(mid) == []
@@ -191,7 +176,7 @@ async def test_deny_button_has_no_effect_and_tells_the_model_who_denied(make_dst
 
 
 async def test_no_click_in_time_expires_and_the_buttons_go(make_dstack, dfake):  # noqa: F811 (fixtures)
-    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
     stack = make_dstack(provider=provider,
                         bindings=[_binding(dfake, approval_timeout_s=1)])
     await stack.start()
@@ -199,7 +184,7 @@ async def test_no_click_in_time_expires_and_the_buttons_go(make_dstack, dfake): 
     mid = int((await _posted(dfake, root))["id"])
     await wait_shown(dfake, "done", timeout=15)
     assert not list((stack.home / "workspaces").rglob("notes.txt"))
-    assert any("expired" in t for t in _tool_results(provider))
+    assert any("expired" in t for t in tool_results(provider))
     shown = next(m for m in dfake.messages_in(root) if m["id"] == str(mid))
     assert shown["content"].startswith("⌛ write_file (") and dfake.buttons(mid) == []
 
@@ -220,7 +205,7 @@ async def test_killed_while_waiting_then_approved_runs_once_and_answers_once(
     """The buttons are plain components handled by ``on_interaction``, not a View that lived
     in the killed process's memory: the restarted process takes the click (or catches up the
     text command typed while it was down) and the resumed wait runs the call once."""
-    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
     stack = make_dstack(provider=provider, bindings=[_binding(dfake)])
     await stack.start()
     ws = binding_workspace(stack.home, stack.bindings[0])

@@ -21,19 +21,9 @@ from hypothesis import strategies as st
 from bots.discord import SLASH_COMMANDS, sync_commands
 from bots.discord._convert import convert_message
 from bots.discord.format import _fence_step
-from geode.providers.base import ModelRequest
-from geode.providers.scripted import ScriptedProvider, ToolCall
+from geode.providers.scripted import ScriptedProvider
 from geode.settings import load_settings
-
-
-def calls_tool(name: str, args: dict) -> object:
-    def respond(request: ModelRequest) -> object:
-        last = request.messages[-1]
-        if last.role == "user" and "(id " in (last.text or ""):
-            return ToolCall(name, args)
-        return "done"
-
-    return respond
+from tests.bots._harness import calls_tool
 
 
 async def test_binding_without_write_file_denies_it_at_runtime(make_dstack, dfake):  # noqa: F811 (fixtures)

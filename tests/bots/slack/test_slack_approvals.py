@@ -33,25 +33,15 @@ from slack_helpers import (
 from bots.slack._actions import APPROVE_ACTION, DENY_ACTION, approval_blocks, convert_action
 from bots.testing.slack import FakeSlack
 from bots.workspaces import binding_workspace
-from geode.providers.base import ModelRequest
-from geode.providers.scripted import ScriptedProvider, ToolCall
+from geode.providers.scripted import ScriptedProvider
+from tests.bots._harness import calls_tool, tool_results
 from tests.bots.conftest import store_url_for
 
 WRITE = {"path": "notes.txt", "content": "hello\nworld\n"}
 ONLY_BOB = f"Only {BOB} may approve or deny this."
 
 
-def proposes_write(request: ModelRequest) -> object:
-    last = request.messages[-1]
-    if last.role == "user" and "(id " in (last.text or ""):
-        return ToolCall("write_file", WRITE)
-    return "done"
-
-
-def tool_results(provider: ScriptedProvider) -> list[str]:
-    return [text for req in provider.calls for m in req.messages
-            for block in getattr(m, "content", []) or []
-            if (text := getattr(block, "text_content", None))]
+proposes_write = calls_tool("write_file", WRITE)
 
 
 @pytest.fixture

@@ -26,8 +26,8 @@ from slack_helpers import (
 )
 
 from bots.testing.slack import FakeSlack
-from geode.providers.base import ModelRequest
-from geode.providers.scripted import ScriptedProvider, ToolCall
+from geode.providers.scripted import ScriptedProvider
+from tests.bots._harness import calls_tool
 from tests.bots.conftest import echo, user_messages
 
 
@@ -193,15 +193,6 @@ async def test_catch_up_finds_a_mention_in_an_old_thread_the_bot_never_joined(
     await fake.wait_until(lambda: visible(fake, "answer to: marker 2"), within=10)
     assert len(visible(fake, "answer to: in the old thread")) == 1
 
-
-def calls_tool(name: str, args: dict) -> object:
-    def respond(request: ModelRequest) -> object:
-        last = request.messages[-1]
-        if last.role == "user" and "(id " in (last.text or ""):
-            return ToolCall(name, args)
-        return "done"
-
-    return respond
 
 
 async def test_binding_tool_allow_list_denies_at_runtime(stacks, home, fake):
