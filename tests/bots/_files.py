@@ -3,9 +3,6 @@ workspace file with ``send_file`` and then answers with what the tool said."""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 from geode.messages import ToolResultBlock
 from geode.providers.base import ModelRequest
 from geode.providers.scripted import ToolCall
@@ -38,22 +35,3 @@ def sending(path: str, caption: str | None = None) -> object:
 
     return step
 
-
-async def quiet(stack: Any, within: float = 10.0) -> None:
-    """Until no recorded event is undecided and no outbox row (reply, notice, file) is owed:
-    counts taken afterwards are final."""
-    from sqlalchemy import func, select
-
-    from bots.store._tables import events_table, outbox_table
-
-    async def idle() -> bool:
-        async with stack.store.read() as conn:
-            busy = (await conn.execute(select(func.count()).select_from(events_table).where(
-                events_table.c.status.in_(("received", "processing", "running"))))).scalar_one()
-            owed = (await conn.execute(select(func.count()).select_from(outbox_table).where(
-                outbox_table.c.status.in_(("pending", "ready", "sending"))))).scalar_one()
-        return busy == 0 and owed == 0
-
-    async with asyncio.timeout(within):
-        while not await idle():
-            await asyncio.sleep(0.02)

@@ -71,6 +71,26 @@ def tool_results(provider: ScriptedProvider) -> list[str]:
             if (text := getattr(block, "text_content", None))]
 
 
+async def quiescent(stack: Any, within: float = 10.0) -> None:
+    """Until every recorded event is decided and nothing is owed in the outbox (reply,
+    notice, file): nothing is queued or running, so counts taken afterwards are final."""
+    from sqlalchemy import func, select
+
+    from bots.store._tables import events_table, outbox_table
+
+    async def idle() -> bool:
+        async with stack.store.read() as conn:
+            busy = (await conn.execute(select(func.count()).select_from(events_table).where(
+                events_table.c.status.in_(("received", "processing", "running"))))).scalar_one()
+            owed = (await conn.execute(select(func.count()).select_from(outbox_table).where(
+                outbox_table.c.status.in_(("pending", "ready", "sending"))))).scalar_one()
+        return busy == 0 and owed == 0
+
+    async with asyncio.timeout(within):
+        while not await idle():
+            await asyncio.sleep(0.02)
+
+
 class SimulatedCrash(BaseException):
     """Not an Exception: no handler in the layer or the SDKs may swallow it (like SIGKILL)."""
 

@@ -13,7 +13,8 @@ from _harness import CRASH_POINTS, crash_at
 from bots.events import ReplyTarget
 from bots.port import UploadTooLarge
 from geode.providers.scripted import ScriptedProvider
-from tests.bots._files import quiet, sending
+from tests.bots._files import sending
+from tests.bots._harness import quiescent
 
 LOG = b"worker-3 OOMKilled at 02:14\n"
 
@@ -108,6 +109,6 @@ async def test_a_crash_at_any_pipeline_point_uploads_once(
     stack.fault = None
     await stack.start()
     await dfake.wait_for(lambda: _answers(dfake), timeout=15)
-    await quiet(stack)
+    await quiescent(stack)
     assert [u.data for u in dfake.uploads] == [LOG]
     assert len(set(_answers(dfake))) == 1

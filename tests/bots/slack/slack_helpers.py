@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _harness import DaemonHost
+from _harness import DaemonHost, echo
+from _harness import quiescent as quiescent  # the Slack tests import it from here
 from sqlalchemy import func, select
 
 from bots.slack import SlackConnector, SlackOptions
@@ -90,6 +91,16 @@ class SlackStack(DaemonHost):
                        .scalar_one())
 
 
+def make(stacks: list[SlackStack], home: Path, fake: FakeSlack, **kw: object) -> SlackStack:
+    """A stack on ``home`` (by default: echoing, one binding of ``CH``) that the test's
+    ``stacks`` fixture stops at its end."""
+    kw.setdefault("provider", ScriptedProvider([echo], repeat_last=True))
+    kw.setdefault("bindings", [slack_binding()])
+    s = SlackStack(home=home, fake=fake, **kw)  # type: ignore[arg-type]
+    stacks.append(s)
+    return s
+
+
 def bot_messages(fake: FakeSlack, channel: str = CH, thread: str | None = None) -> list[dict]:
     """Visible messages of the bot: in one thread, or everywhere in the channel."""
     if thread is not None:
@@ -116,18 +127,3 @@ async def settle(predicate: Callable[[], Any], within: float = 10.0) -> None:
         while not await predicate():
             await asyncio.sleep(0.02)
 
-
-async def quiescent(stack: SlackStack, within: float = 10.0) -> None:
-    """Wait until every recorded event is decided and every owed reply sent (nothing is
-    queued or running), so counts taken afterwards are final."""
-    from bots.store._tables import outbox_table
-
-    async def idle() -> bool:
-        async with stack.store.read() as conn:
-            busy = (await conn.execute(select(func.count()).select_from(events_table).where(
-                events_table.c.status.in_(("received", "processing", "running"))))).scalar_one()
-            owed = (await conn.execute(select(func.count()).select_from(outbox_table).where(
-                outbox_table.c.status.in_(("pending", "ready", "sending"))))).scalar_one()
-        return busy == 0 and owed == 0
-
-    await settle(idle, within)

@@ -53,14 +53,6 @@ async def fake() -> AsyncIterator[FakeSlack]:
         yield srv
 
 
-@pytest.fixture
-async def stacks() -> AsyncIterator[list[SlackStack]]:
-    made: list[SlackStack] = []
-    yield made
-    for s in made:
-        await s.stop()
-
-
 async def start(stacks: list[SlackStack], home: Path, fake: FakeSlack, mode: str,
                 store_url: str | None = None, **binding: Any) -> SlackStack:
     binding.setdefault("approve", ["write_file"])

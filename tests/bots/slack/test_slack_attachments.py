@@ -4,39 +4,12 @@ never downloaded."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
+from slack_helpers import ALICE, CH, bot_messages, make, mention, slack_binding, visible
 
-import pytest
-from slack_helpers import ALICE, CH, SlackStack, bot_messages, mention, slack_binding, visible
-
-from bots.testing.slack import FakeSlack
 from geode.providers.scripted import ScriptedProvider
 from tests.bots.conftest import user_messages
 
 CSV = b"region,revenue\nnorth,42\nsouth,17\n"
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as srv:
-        srv.add_channel(CH)
-        yield srv
-
-
-@pytest.fixture
-async def stacks(home: Path, fake: FakeSlack) -> AsyncIterator[list[SlackStack]]:
-    made: list[SlackStack] = []
-    yield made
-    for s in made:
-        await s.stop()
-
-
-def make(stacks: list[SlackStack], home: Path, fake: FakeSlack, **kw: object) -> SlackStack:
-    kw.setdefault("bindings", [slack_binding()])
-    s = SlackStack(home=home, fake=fake, **kw)  # type: ignore[arg-type]
-    stacks.append(s)
-    return s
 
 
 async def test_a_csv_is_downloaded_with_the_bot_token_and_given_inline(stacks, home, fake):

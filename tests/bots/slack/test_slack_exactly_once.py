@@ -5,7 +5,6 @@ restart on the same store, and count what FakeSlack shows."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,15 +22,7 @@ from slack_helpers import (
     written,
 )
 
-from bots.testing.slack import FakeSlack
 from geode.providers.scripted import ScriptedProvider
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as srv:
-        srv.add_channel(CH)
-        yield srv
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from slack_helpers import (
@@ -16,6 +15,7 @@ from slack_helpers import (
     STRANGER,
     SlackStack,
     bot_messages,
+    make,
     mention,
     quiescent,
     settle,
@@ -28,7 +28,7 @@ from slack_helpers import (
 from bots.testing.slack import FakeSlack
 from geode.providers.scripted import ScriptedProvider
 from tests.bots._harness import calls_tool
-from tests.bots.conftest import echo, user_messages
+from tests.bots.conftest import user_messages
 
 
 @pytest.fixture
@@ -37,22 +37,6 @@ async def fake() -> AsyncIterator[FakeSlack]:
         srv.add_channel(CH)
         srv.add_channel(CH2)
         yield srv
-
-
-@pytest.fixture
-async def stacks(home: Path, fake: FakeSlack) -> AsyncIterator[list[SlackStack]]:
-    made: list[SlackStack] = []
-    yield made
-    for s in made:
-        await s.stop()
-
-
-def make(stacks: list[SlackStack], home: Path, fake: FakeSlack, **kw: object) -> SlackStack:
-    kw.setdefault("provider", ScriptedProvider([echo], repeat_last=True))
-    kw.setdefault("bindings", [slack_binding()])
-    s = SlackStack(home=home, fake=fake, **kw)  # type: ignore[arg-type]
-    stacks.append(s)
-    return s
 
 
 async def test_bound_allowed_mention_gets_one_threaded_reply(stacks, home, fake):

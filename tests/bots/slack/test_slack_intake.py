@@ -27,13 +27,6 @@ from tests.bots.conftest import echo
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as srv:
-        srv.add_channel(CH)
-        yield srv
-
-
-@pytest.fixture
 async def http_stack(home: Path, fake: FakeSlack) -> AsyncIterator[SlackStack]:
     stack = SlackStack(home=home, fake=fake, provider=ScriptedProvider([echo], repeat_last=True),
                        bindings=[slack_binding()], mode="http")

@@ -23,13 +23,6 @@ def shared_url(request: pytest.FixtureRequest, home: Path) -> str:
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as srv:
-        srv.add_channel(CH)
-        yield srv
-
-
-@pytest.fixture
 async def pair(shared_url: str, home: Path,
                fake: FakeSlack) -> AsyncIterator[tuple[SlackStack, SlackStack]]:
     stacks = []

@@ -23,13 +23,6 @@ CSV = b"region,revenue\nnorth,42\n"
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as srv:
-        srv.add_channel(CH)
-        yield srv
-
-
-@pytest.fixture
 async def stack(home: Path, fake: FakeSlack) -> AsyncIterator[SlackStack]:
     s = SlackStack(home=home, fake=fake, provider=ScriptedProvider(["ok"], repeat_last=True),
                    bindings=[slack_binding()])
