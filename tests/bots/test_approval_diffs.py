@@ -9,8 +9,9 @@ from typing import Any
 
 from bots.workspaces import binding_workspace
 from geode.providers.scripted import ScriptedProvider
+from tests.bots._harness import calls_tool
 from tests.bots.conftest import CHAT, binding, finals
-from tests.bots.test_approvals import _posted, proposes
+from tests.bots.test_approvals import _posted
 from tests.bots.test_approvals_restart import _waiting_again
 
 LONG = {"path": "big.txt",
@@ -28,7 +29,7 @@ def _short_id(text: str) -> str:
 
 
 async def test_a_long_diff_is_cut_in_the_request_and_attached_whole(make_stack, fake):
-    provider = ScriptedProvider([proposes("write_file", LONG)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", LONG)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_approval_binding()])
     await stack.start()
     fake.user_says(CHAT, "@geode_bot write it", from_user=42)
@@ -51,7 +52,7 @@ async def test_a_long_diff_is_cut_in_the_request_and_attached_whole(make_stack, 
 
 
 async def test_a_restart_while_the_request_waits_does_not_attach_twice(make_stack, fake):
-    provider = ScriptedProvider([proposes("write_file", LONG)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", LONG)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_approval_binding()])
     await stack.start()
     mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot write it", from_user=42))
@@ -67,7 +68,7 @@ async def test_a_restart_while_the_request_waits_does_not_attach_twice(make_stac
 
 
 async def test_a_short_diff_is_shown_whole_and_nothing_is_attached(make_stack, fake):
-    provider = ScriptedProvider([proposes("write_file", SHORT)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", SHORT)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_approval_binding()])
     await stack.start()
     fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)

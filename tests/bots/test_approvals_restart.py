@@ -14,8 +14,9 @@ import pytest
 
 from bots.workspaces import binding_workspace
 from geode.providers.scripted import ScriptedProvider
+from tests.bots._harness import calls_tool
 from tests.bots.conftest import CHAT, Stack, binding, finals, store_url_for
-from tests.bots.test_approvals import WRITE, proposes
+from tests.bots.test_approvals import WRITE
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -85,7 +86,7 @@ async def _settle(stack: Stack) -> None:
 async def test_a_wait_interrupted_by_a_restart_resumes_and_the_approval_after_it_runs_once(
     url: str, make_stack: Any, fake: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_binding()], store_url=url)
     await stack.start()
     ws = binding_workspace(stack.home, stack.bindings[0])
@@ -155,7 +156,7 @@ async def _sessions_show(stack: Stack, url: str, session: str,
 async def test_clicks_made_while_the_daemon_is_down_are_caught_up_and_applied_once(
     url: str, make_stack: Any, fake: Any
 ) -> None:
-    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_binding()], store_url=url)
     await stack.start()
     ws = binding_workspace(stack.home, stack.bindings[0])
@@ -187,7 +188,7 @@ async def test_the_expiry_counts_from_the_original_request_across_a_restart(
 ) -> None:
     import time
 
-    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_binding(approval_timeout_s=2)])
     await stack.start()
     mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot write the notes", from_user=42))
@@ -213,7 +214,7 @@ async def test_the_expiry_counts_from_the_original_request_across_a_restart(
 
 
 async def test_stop_during_a_resumed_wait_cancels_the_request(make_stack: Any, fake: Any) -> None:
-    provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
     stack = make_stack(provider=provider, bindings=[_binding()])
     await stack.start()
     mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot write the notes", from_user=42))
@@ -241,7 +242,7 @@ async def test_the_replica_taking_the_thread_over_resumes_the_wait(
     url = store_url_for(home)
     stacks = []
     for n in range(2):
-        provider = ScriptedProvider([proposes("write_file", WRITE)], repeat_last=True)
+        provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
         stack = make_stack(provider=provider, bindings=[_binding()], store_url=url)
         if n:
             stack.home = home / "replica2"

@@ -6,7 +6,9 @@ the open batch the old way (the call did not run) and asks nobody."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from geode.daemon.factory import Runtime, SessionContext
@@ -39,15 +41,24 @@ class Approvers:
                               by_id="43", by_name="ann", outcome="approved")
 
 
-async def _interrupted(tmp_path: Path, approvers: Approvers) -> tuple[Runtime, str, object]:
-    """A DAEMON session whose turn t-1 waits for an approval in a runtime left for dead."""
+@contextlib.asynccontextmanager
+async def _restarted(tmp_path: Path, approvers: Approvers) -> AsyncIterator[tuple[Runtime, str]]:
+    """A DAEMON session whose turn t-1 waits for an approval in a runtime left for dead, and
+    a second runtime on the same home (the restart): yields that runtime and the session."""
     settings, secrets = load_settings(env={"GEODE_HOME": str(tmp_path / "home")})
     dead = await Runtime.create(settings=settings, secrets=secrets)
     first = await dead.open_session(_ctx(tmp_path, ScriptedProvider(
         [ToolCall("write_file", WRITE)]), approvers.never))
     running = asyncio.create_task(first.run("write it", turn_id="t-1"))
     await asyncio.wait_for(approvers.waiting.wait(), 10)
-    return dead, first.session_id, running
+    rt = await Runtime.create(settings=settings, secrets=secrets)
+    try:
+        yield rt, first.session_id
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        await rt.aclose()
+        await dead.aclose()
 
 
 def _ctx(tmp_path: Path, provider: ScriptedProvider, approver: object,
@@ -62,10 +73,7 @@ async def test_resuming_the_turn_asks_again_for_the_same_call_and_it_runs_once(
     tmp_path: Path,
 ) -> None:
     approvers = Approvers()
-    dead, sid, running = await _interrupted(tmp_path, approvers)
-    settings, secrets = load_settings(env={"GEODE_HOME": str(tmp_path / "home")})
-    rt = await Runtime.create(settings=settings, secrets=secrets)
-    try:
+    async with _restarted(tmp_path, approvers) as (rt, sid):
         model = ScriptedProvider(["written"])
         second = await rt.open_session(_ctx(tmp_path, model, approvers.yes, sid))
         assert second.can_resume("t-1")
@@ -80,21 +88,13 @@ async def test_resuming_the_turn_asks_again_for_the_same_call_and_it_runs_once(
             "done", "43", "ann")
         rows = [r for r in await rt.store.timeline.list(sid) if r.kind == "approval.requested"]
         assert [r.payload.get("resumed", False) for r in rows] == [False, True]
-    finally:
-        running.cancel()  # type: ignore[attr-defined]
-        await asyncio.gather(running, return_exceptions=True)  # type: ignore[arg-type]
-        await rt.aclose()
-        await dead.aclose()
 
 
 async def test_a_new_turn_closes_the_waiting_batch_as_not_run_and_asks_nobody(
     tmp_path: Path,
 ) -> None:
     approvers = Approvers()
-    dead, sid, running = await _interrupted(tmp_path, approvers)
-    settings, secrets = load_settings(env={"GEODE_HOME": str(tmp_path / "home")})
-    rt = await Runtime.create(settings=settings, secrets=secrets)
-    try:
+    async with _restarted(tmp_path, approvers) as (rt, sid):
         model = ScriptedProvider(["fine"])
         second = await rt.open_session(_ctx(tmp_path, model, approvers.yes, sid))
         result = await second.run("something else", turn_id="t-2")
@@ -103,8 +103,3 @@ async def test_a_new_turn_closes_the_waiting_batch_as_not_run_and_asks_nobody(
         assert not (tmp_path / "notes.txt").exists()
         sent = json.dumps([m.model_dump() for m in model.calls[0].messages])
         assert sent.count(NOT_STARTED_TEXT[:40]) == 1
-    finally:
-        running.cancel()  # type: ignore[attr-defined]
-        await asyncio.gather(running, return_exceptions=True)  # type: ignore[arg-type]
-        await rt.aclose()
-        await dead.aclose()
