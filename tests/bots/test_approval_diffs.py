@@ -5,13 +5,9 @@ restart while the request waits (Telegram stack, real store)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from bots.workspaces import binding_workspace
-from geode.providers.scripted import ScriptedProvider
-from tests.bots._harness import calls_tool
-from tests.bots.conftest import CHAT, binding, finals
-from tests.bots.test_approvals import _posted
+from tests.bots.conftest import CHAT, finals
+from tests.bots.test_approvals import _asked, _posted
 from tests.bots.test_approvals_restart import _waiting_again
 
 LONG = {"path": "big.txt",
@@ -20,19 +16,12 @@ LONG = {"path": "big.txt",
 SHORT = {"path": "notes.txt", "content": "hello\nworld\n"}
 
 
-def _approval_binding(**kw: Any) -> Any:
-    return binding(tools=["read_file"], approve=["write_file"], approvers=["43"], **kw)
-
-
 def _short_id(text: str) -> str:
     return text.split("(", 1)[1].split(")", 1)[0]
 
 
 async def test_a_long_diff_is_cut_in_the_request_and_attached_whole(make_stack, fake):
-    provider = ScriptedProvider([calls_tool("write_file", LONG)], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[_approval_binding()])
-    await stack.start()
-    fake.user_says(CHAT, "@geode_bot write it", from_user=42)
+    stack, _ = await _asked(make_stack, fake, LONG, text="write it")
     req = await _posted(stack, fake)
     short = _short_id(req.plain_text)
     assert "+line 3:" in req.plain_text and "+line 199:" not in req.plain_text  # cut
@@ -52,10 +41,7 @@ async def test_a_long_diff_is_cut_in_the_request_and_attached_whole(make_stack, 
 
 
 async def test_a_restart_while_the_request_waits_does_not_attach_twice(make_stack, fake):
-    provider = ScriptedProvider([calls_tool("write_file", LONG)], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[_approval_binding()])
-    await stack.start()
-    mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot write it", from_user=42))
+    stack, mid = await _asked(make_stack, fake, LONG, text="write it")
     req = await _posted(stack, fake)
     await fake.wait_until(lambda: fake.uploads, within=10)
     await stack.crash()
@@ -68,10 +54,7 @@ async def test_a_restart_while_the_request_waits_does_not_attach_twice(make_stac
 
 
 async def test_a_short_diff_is_shown_whole_and_nothing_is_attached(make_stack, fake):
-    provider = ScriptedProvider([calls_tool("write_file", SHORT)], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[_approval_binding()])
-    await stack.start()
-    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    stack, _ = await _asked(make_stack, fake, SHORT)
     req = await _posted(stack, fake)
     assert "+world" in req.plain_text and "attached" not in req.plain_text
     fake.user_says(CHAT, "/approve", from_user=43, reply_to=req.message_id)

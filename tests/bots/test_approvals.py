@@ -48,14 +48,22 @@ def _approval_binding(**kw: Any) -> Any:
     return binding(tools=["read_file"], **kw)
 
 
+async def _asked(make_stack: Any, fake: Any, args: dict[str, Any] = WRITE, *,
+                 tool: str = "write_file", text: str = "write the notes",
+                 **binding_kw: Any) -> tuple[Any, int]:
+    """A started stack (``binding_kw``: more of its approval binding) whose model calls
+    ``tool`` with ``args`` on a mention saying ``text``: the stack and the mention's id."""
+    provider = ScriptedProvider([calls_tool(tool, args)], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[_approval_binding(**binding_kw)])
+    await stack.start()
+    return stack, fake.message_id_for(fake.user_says(CHAT, f"@geode_bot {text}", from_user=42))
+
+
 async def test_an_approvers_reply_runs_the_write_once_and_a_strangers_changes_nothing(
     make_stack, fake
 ):
-    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[_approval_binding()])
-    await stack.start()
+    stack, _ = await _asked(make_stack, fake)
     ws = binding_workspace(stack.home, stack.bindings[0])
-    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
     req = await _posted(stack, fake)
     text = req.plain_text
     assert "write_file notes.txt (new file)" in text
@@ -85,10 +93,8 @@ async def test_an_approvers_reply_runs_the_write_once_and_a_strangers_changes_no
 
 
 async def test_deny_tells_the_model_who_denied_and_nothing_is_written(make_stack, fake):
-    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[_approval_binding()])
-    await stack.start()
-    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    stack, _ = await _asked(make_stack, fake)
+    provider = stack.provider
     short = (await _posted(stack, fake)).plain_text.split("(", 1)[1].split(")", 1)[0]
     fake.user_says(CHAT, f"/deny {short}", from_user=43)  # by id, not as a reply
     await fake.wait_until(lambda: finals(fake, "done"), within=10)
@@ -100,10 +106,8 @@ async def test_deny_tells_the_model_who_denied_and_nothing_is_written(make_stack
 
 
 async def test_no_decision_in_time_is_denied_as_expired(make_stack, fake):
-    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[_approval_binding(approval_timeout_s=1)])
-    await stack.start()
-    mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot write the notes", from_user=42))
+    stack, mid = await _asked(make_stack, fake, approval_timeout_s=1)
+    provider = stack.provider
     await fake.wait_until(lambda: finals(fake, "done"), within=15)
     assert not list((stack.home / "workspaces").rglob("notes.txt"))
     assert any("expired" in t for t in tool_results(provider))
@@ -114,20 +118,15 @@ async def test_no_decision_in_time_is_denied_as_expired(make_stack, fake):
 
 
 async def test_without_approvers_the_call_is_denied_and_the_model_told_why(make_stack, fake):
-    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[_approval_binding(approvers=[])])
-    await stack.start()
-    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    stack, _ = await _asked(make_stack, fake, approvers=[])
+    provider = stack.provider
     await fake.wait_until(lambda: finals(fake, "done"), within=10)
     assert any("names no approvers" in t for t in tool_results(provider))
     assert _request_message(fake) is None  # nothing was posted: nobody could answer it
 
 
 async def test_stop_cancels_a_waiting_request(make_stack, fake):
-    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[_approval_binding()])
-    await stack.start()
-    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    stack, _ = await _asked(make_stack, fake)
     req = await _posted(stack, fake)
     fake.user_says(CHAT, "/stop", from_user=42, reply_to=req.message_id)
     await fake.wait_until(
@@ -142,11 +141,8 @@ async def test_stop_cancels_a_waiting_request(make_stack, fake):
 
 
 async def test_telegram_buttons_approve_once_and_answer_each_click(make_stack, fake):
-    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[_approval_binding()])
-    await stack.start()
+    stack, mid = await _asked(make_stack, fake)
     ws = binding_workspace(stack.home, stack.bindings[0])
-    mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot write the notes", from_user=42))
     req = await _posted(stack, fake)
     buttons = [b["text"] for row in req.raw["reply_markup"]["inline_keyboard"] for b in row]
     assert any("Approve" in b for b in buttons) and any("Deny" in b for b in buttons)
@@ -215,10 +211,7 @@ async def test_a_turn_waiting_for_approval_does_not_hold_the_only_global_slot(ma
 
 
 async def test_the_wait_for_a_person_does_not_use_up_the_turns_time_budget(make_stack, fake):
-    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[_approval_binding(time_budget_s=1)])
-    await stack.start()
-    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    stack, _ = await _asked(make_stack, fake, time_budget_s=1)
     req = await _posted(stack, fake)
     await asyncio.sleep(1.5)  # the approver takes longer than the whole turn may work
     fake.user_says(CHAT, "/approve", from_user=43, reply_to=req.message_id)
@@ -239,11 +232,9 @@ async def test_run_bash_in_approve_runs_in_the_sandbox_after_approval(make_stack
             pytest.fail("the bubblewrap sandbox must be available under CI")
         pytest.skip("bubblewrap sandbox not available")
     cmd = {"command": "echo sandboxed > made.txt"}
-    provider = ScriptedProvider([calls_tool("run_bash", cmd)], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[_approval_binding(approve=["run_bash"])])
-    await stack.start()
+    stack, _ = await _asked(make_stack, fake, cmd, tool="run_bash", text="make the file",
+                            approve=["run_bash"])
     ws = binding_workspace(stack.home, stack.bindings[0])
-    fake.user_says(CHAT, "@geode_bot make the file", from_user=42)
     await fake.wait_until(lambda: any("Approval needed" in m.plain_text
                                       for m in fake.messages_in(CHAT, from_bot=True)), within=10)
     req = next(m for m in fake.messages_in(CHAT, from_bot=True)

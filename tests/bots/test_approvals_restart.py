@@ -54,6 +54,18 @@ async def _one_request(stack: Stack, fake: Any) -> Any:
     return _requests_posted(fake)[0]
 
 
+async def _requested(make_stack: Any, fake: Any, **stack_kw: Any) -> tuple[Stack, int, Any]:
+    """A started stack (``stack_kw``: more of it, ``binding``: the binding's keywords) whose
+    model proposed write_file on a mention: the stack, the thread's message id and the request
+    message posted for 43 to approve."""
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
+    bound = _binding(**stack_kw.pop("binding", {}))
+    stack = make_stack(provider=provider, bindings=[bound], **stack_kw)
+    await stack.start()
+    mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot write the notes", from_user=42))
+    return stack, mid, await _one_request(stack, fake)
+
+
 async def _waiting_again(stack: Stack, mid: int) -> None:
     """Until the resumed turn of thread ``mid`` waits for its approver again."""
     layer = stack.connector.layer if stack.connector is not None else None
@@ -86,12 +98,8 @@ async def _settle(stack: Stack) -> None:
 async def test_a_wait_interrupted_by_a_restart_resumes_and_the_approval_after_it_runs_once(
     url: str, make_stack: Any, fake: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[_binding()], store_url=url)
-    await stack.start()
+    stack, mid, req = await _requested(make_stack, fake, store_url=url)
     ws = binding_workspace(stack.home, stack.bindings[0])
-    mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot write the notes", from_user=42))
-    req = await _one_request(stack, fake)
     await stack.crash()  # the turn dies while it waits; nothing is finished
 
     await stack.start()
@@ -156,12 +164,8 @@ async def _sessions_show(stack: Stack, url: str, session: str,
 async def test_clicks_made_while_the_daemon_is_down_are_caught_up_and_applied_once(
     url: str, make_stack: Any, fake: Any
 ) -> None:
-    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[_binding()], store_url=url)
-    await stack.start()
+    stack, mid, req = await _requested(make_stack, fake, store_url=url)
     ws = binding_workspace(stack.home, stack.bindings[0])
-    mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot write the notes", from_user=42))
-    req = await _one_request(stack, fake)
     await stack.crash()
     # while nothing runs: the approver clicks twice (a double click), both queued at Telegram
     fake.user_clicks(CHAT, req.message_id, from_user=43, button="Approve")
@@ -188,11 +192,8 @@ async def test_the_expiry_counts_from_the_original_request_across_a_restart(
 ) -> None:
     import time
 
-    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[_binding(approval_timeout_s=2)])
-    await stack.start()
-    mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot write the notes", from_user=42))
-    req = await _one_request(stack, fake)
+    stack, mid, req = await _requested(make_stack, fake, binding={"approval_timeout_s": 2})
+    provider = stack.provider
     await stack.crash()
     (before,) = await _rows_while_down(stack.store_url, _session(mid))
     while time.time() * 1000 <= before.expires_at:  # its time runs out while nothing runs
@@ -214,11 +215,7 @@ async def test_the_expiry_counts_from_the_original_request_across_a_restart(
 
 
 async def test_stop_during_a_resumed_wait_cancels_the_request(make_stack: Any, fake: Any) -> None:
-    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[_binding()])
-    await stack.start()
-    mid = fake.message_id_for(fake.user_says(CHAT, "@geode_bot write the notes", from_user=42))
-    req = await _one_request(stack, fake)
+    stack, mid, req = await _requested(make_stack, fake)
     await stack.crash()
     await stack.start()
     await _waiting_again(stack, mid)

@@ -99,13 +99,20 @@ async def test_a_recorded_file_is_not_downloaded_again_and_its_record_holds_the_
     assert not list((ws / "threads" / "7").glob("*.part"))
 
 
-async def test_a_half_download_left_by_a_crash_is_downloaded_again(
-    tmp_path: Path, records: AttachmentRecords
-) -> None:
+def _crashed_with(tmp_path: Path, name: str, data: bytes) -> tuple[Path, _Client, Path]:
+    """A workspace whose thread 7 folder holds ``name`` as a crash left it (``data``), a
+    client serving ``abc`` for it, and the folder."""
     ws, client = tmp_path / "ws", _Client(b"abc")
     folder = ws / "threads" / "7"
     folder.mkdir(parents=True)
-    (folder / "7-0-a.log.part").write_bytes(b"a")  # the temporary name: not received
+    (folder / name).write_bytes(data)
+    return ws, client, folder
+
+
+async def test_a_half_download_left_by_a_crash_is_downloaded_again(
+    tmp_path: Path, records: AttachmentRecords
+) -> None:
+    ws, client, folder = _crashed_with(tmp_path, "7-0-a.log.part", b"a")  # not received
     await _receive(client, records, ws, event_id=1)
     assert client.calls == 1 and (folder / "7-0-a.log").read_bytes() == b"abc"
     assert not (folder / "7-0-a.log.part").exists()
@@ -114,10 +121,7 @@ async def test_a_half_download_left_by_a_crash_is_downloaded_again(
 async def test_a_file_renamed_into_place_before_its_record_is_adopted_not_fetched(
     tmp_path: Path, records: AttachmentRecords
 ) -> None:
-    ws, client = tmp_path / "ws", _Client(b"abc")
-    folder = ws / "threads" / "7"
-    folder.mkdir(parents=True)
-    (folder / "7-0-a.log").write_bytes(b"xyz")  # complete (renamed), then the crash
+    ws, client, _ = _crashed_with(tmp_path, "7-0-a.log", b"xyz")  # renamed, then the crash
     got = await _receive(client, records, ws, event_id=1)
     assert client.calls == 0 and "xyz" in got.parts[0]
     rec = (await records.for_event(1))[0]

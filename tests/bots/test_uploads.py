@@ -87,10 +87,13 @@ async def test_sent_once_then_a_second_ask_only_reads_the_row(outbox):
     assert row.file is not None and row.file.size == len(DATA) and row.message_ids == ["M1"]
 
 
-async def test_a_row_recorded_but_never_started_is_uploaded(outbox):
-    await _row_left(outbox, "ready")
+@pytest.mark.parametrize("status", ["ready", "sending"],
+                         ids=["recorded but never started", "interrupted, not in the thread"])
+async def test_a_row_left_unsent_is_uploaded_now(outbox, status):
+    await _row_left(outbox, status)
     client = Client()
-    assert (await send(sender(outbox, client))).status == "sent"
+    out = await send(sender(outbox, client))
+    assert (out.status, out.platform_id) == ("sent", "M1")
     assert len(client.uploads) == 1
 
 
@@ -101,13 +104,6 @@ async def test_an_interrupted_upload_found_in_the_thread_is_recorded_not_repeate
     out = await send(sender(outbox, client))
     assert (out.status, out.platform_id, out.reconciled) == ("sent", "F9", True)
     assert client.uploads == []
-
-
-async def test_an_interrupted_upload_not_in_the_thread_is_made_now(outbox):
-    await _row_left(outbox, "sending")
-    client = Client()
-    assert (await send(sender(outbox, client))).platform_id == "M1"
-    assert len(client.uploads) == 1
 
 
 async def test_where_the_thread_cannot_be_read_back_it_is_not_sent_again(outbox):

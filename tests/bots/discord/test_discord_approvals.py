@@ -52,6 +52,22 @@ async def _posted(fake: FakeDiscord, where: int) -> dict[str, Any]:
     return req
 
 
+async def _requested(make: Any, fake: FakeDiscord, *, inline: int | None = None,
+                     store_url: str | None = None,
+                     **binding_kw: Any) -> tuple[DStack, int, dict[str, Any]]:
+    """A started stack whose model proposed write_file on a mention (``binding_kw``: more of
+    the binding): the stack, the mention (or the ``inline`` channel it was made and bound
+    in) and the request message posted there."""
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
+    if inline is not None:
+        binding_kw["channel"] = inline
+    stack = make(provider=provider, bindings=[_binding(fake, **binding_kw)], store_url=store_url)
+    await stack.start()
+    root = await fake.user_says(inline or fake.channel_id, "write the notes", mention_bot=True)
+    where = inline or root
+    return stack, where, await _posted(fake, where)
+
+
 def _answers(fake: FakeDiscord, iid: int) -> list[InteractionResponse]:
     return [r for r in fake.interaction_responses if r.interaction_id == iid]
 
@@ -88,13 +104,9 @@ def store_url(request: pytest.FixtureRequest) -> str | None:
 async def test_buttons_approve_once_a_stranger_changes_nothing_a_double_click_decides_once(
     store_url, make_dstack, dfake  # noqa: F811 (fixtures)
 ):
-    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
-    stack = make_dstack(provider=provider, bindings=[_binding(dfake)], store_url=store_url)
-    await stack.start()
+    stack, root, req = await _requested(make_dstack, dfake, store_url=store_url)
     ws = binding_workspace(stack.home, stack.bindings[0])
     bob = dfake.bob  # type: ignore[attr-defined]
-    root = await dfake.user_says(dfake.channel_id, "write the notes", mention_bot=True)
-    req = await _posted(dfake, root)
     mid = int(req["id"])
     short = req["content"].split("(", 1)[1].split(")", 1)[0]
     assert [(b["label"], b["style"], b["custom_id"]) for b in dfake.buttons(mid)] == [
@@ -157,12 +169,9 @@ async def test_buttons_approve_once_a_stranger_changes_nothing_a_double_click_de
 async def test_deny_button_has_no_effect_and_tells_the_model_who_denied(make_dstack, dfake):  # noqa: F811 (fixtures)
     # a channel where threads are refused: the request is answered in place (reply chain)
     inline = dfake.add_text_channel(dfake.guild_id, "no-threads", threads_allowed=False)
-    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
-    stack = make_dstack(provider=provider, bindings=[_binding(dfake, channel=inline)])
-    await stack.start()
+    stack, _, req = await _requested(make_dstack, dfake, inline=inline)
+    provider = stack.provider
     bob = dfake.bob  # type: ignore[attr-defined]
-    await dfake.user_says(inline, "write the notes", mention_bot=True)
-    req = await _posted(dfake, inline)
     mid = int(req["id"])
     iid = await dfake.user_clicks(mid, "Deny", user_id=bob)
     await wait_shown(dfake, "done")
@@ -176,12 +185,9 @@ async def test_deny_button_has_no_effect_and_tells_the_model_who_denied(make_dst
 
 
 async def test_no_click_in_time_expires_and_the_buttons_go(make_dstack, dfake):  # noqa: F811 (fixtures)
-    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
-    stack = make_dstack(provider=provider,
-                        bindings=[_binding(dfake, approval_timeout_s=1)])
-    await stack.start()
-    root = await dfake.user_says(dfake.channel_id, "write the notes", mention_bot=True)
-    mid = int((await _posted(dfake, root))["id"])
+    stack, root, req = await _requested(make_dstack, dfake, approval_timeout_s=1)
+    provider = stack.provider
+    mid = int(req["id"])
     await wait_shown(dfake, "done", timeout=15)
     assert not list((stack.home / "workspaces").rglob("notes.txt"))
     assert any("expired" in t for t in tool_results(provider))
@@ -205,13 +211,9 @@ async def test_killed_while_waiting_then_approved_runs_once_and_answers_once(
     """The buttons are plain components handled by ``on_interaction``, not a View that lived
     in the killed process's memory: the restarted process takes the click (or catches up the
     text command typed while it was down) and the resumed wait runs the call once."""
-    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
-    stack = make_dstack(provider=provider, bindings=[_binding(dfake)])
-    await stack.start()
+    stack, root, req = await _requested(make_dstack, dfake)
     ws = binding_workspace(stack.home, stack.bindings[0])
     bob = dfake.bob  # type: ignore[attr-defined]
-    root = await dfake.user_says(dfake.channel_id, "write the notes", mention_bot=True)
-    req = await _posted(dfake, root)
     mid = int(req["id"])
     short = req["content"].split("(", 1)[1].split(")", 1)[0]
     approvals = stack.connector.layer.approvals

@@ -133,20 +133,28 @@ async def test_a_saved_file_gone_after_the_crash_is_reported_to_the_model_not_fe
     assert "I no longer have boot.log" in reply
 
 
+async def _big_csv_across_a_crash(make_stack: Any, fake: Any, provider: ScriptedProvider,
+                                  point: str) -> tuple[Any, int, str]:
+    """big.csv (5000 bytes, the message says 10) to a binding that takes 1 kB, a crash at
+    ``point`` and a restart: the stack, the message's id and the one reply ending "ok"."""
+    stack = make_stack(provider=provider, bindings=[binding(max_attachment_mb=0.001)])
+    mid = await crash_then_restart(
+        stack, fake, point, document(fake, b"x" * 5000, "big.csv", "text/csv", declared=10))
+    await fake.wait_until(lambda: [s for s in fake.sent if s.plain_text.endswith("ok")],
+                          within=15)
+    [reply] = [s.plain_text for s in fake.sent if s.plain_text.endswith("ok")]
+    return stack, mid, reply
+
+
 async def test_a_refused_file_is_not_asked_for_again_after_a_crash(
     make_stack: Any, fake: Any, home: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the message understates the size: only getFile tells the truth, so the refusal
     # comes from asking the platform (which a restart must not do again)
     provider = ScriptedProvider(["ok"], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[binding(max_attachment_mb=0.001)])
-    mid = await crash_then_restart(
-        stack, fake, "attachments_received",
-        document(fake, b"x" * 5000, "big.csv", "text/csv", declared=10))
-    await fake.wait_until(lambda: [s for s in fake.sent if s.plain_text.endswith("ok")],
-                          within=15)
+    stack, mid, reply = await _big_csv_across_a_crash(make_stack, fake, provider,
+                                                      "attachments_received")
     assert get_file_calls(fake) == 1 and fake.downloads == []
-    [reply] = [s.plain_text for s in fake.sent if s.plain_text.endswith("ok")]
     assert "did not read big.csv" in reply and "limit" in reply
     assert "big.csv not read" in last_user_text(provider.calls[0])
     await settled(stack)
@@ -162,14 +170,8 @@ async def test_a_resumed_turn_still_tells_the_user_what_was_refused(
     # the crash comes after the model proposed a tool: the turn is checkpointed as started,
     # so recovery resumes it (its prompt is in the session) instead of composing it again
     provider = ScriptedProvider([ToolCall("list_dir", {"path": "."}), "ok"], repeat_last=True)
-    stack = make_stack(provider=provider, bindings=[binding(max_attachment_mb=0.001)])
-    mid = await crash_then_restart(
-        stack, fake, "tool_call",
-        document(fake, b"x" * 5000, "big.csv", "text/csv", declared=10))
-    await fake.wait_until(lambda: [s for s in fake.sent if s.plain_text.endswith("ok")],
-                          within=15)
+    stack, mid, reply = await _big_csv_across_a_crash(make_stack, fake, provider, "tool_call")
     assert get_file_calls(fake) == 1
-    [reply] = [s.plain_text for s in fake.sent if s.plain_text.endswith("ok")]
     assert reply.startswith("⚠️ I did not read big.csv") and "limit" in reply
     restored = await stack.store.checkpointer(session_of(mid)).load()
     assert sum("big.csv not read" in t for t in user_messages(restored.messages)) == 1

@@ -18,6 +18,10 @@ from tests.bots.conftest import CHAT, binding, settled
 CSV = b"region,revenue\nnorth,42\n"
 
 
+def _answers(fake) -> list[str]:
+    return [s.plain_text for s in fake.sent if s.plain_text.startswith("result:")]
+
+
 async def test_a_document_goes_with_its_bytes_as_a_reply_in_the_topic(make_stack, fake):
     fake.add_chat(CHAT, is_forum=True)
     topic = fake.create_topic(CHAT, "ops")
@@ -77,13 +81,12 @@ async def test_send_file_uploads_the_workspace_file_once_into_the_thread(make_st
     provider = ScriptedProvider([sending("report.csv", "Q4 numbers")], repeat_last=True)
     await make_stack(provider=provider, bindings=[binding(tools=["send_file"])]).start()
     asked = fake.message_id_for(fake.user_says(CHAT, "@geode_bot the report?", from_user=42))
-    await fake.wait_until(lambda: [s for s in fake.sent if s.plain_text.startswith("result:")],
-                          within=10)
+    await fake.wait_until(lambda: _answers(fake), within=10)
     [up] = fake.uploads
     assert (up.method, up.filename, up.data, up.caption) == ("sendDocument", "report.csv", CSV,
                                                              "Q4 numbers")
     assert up.reply_to_message_id == asked
-    [answer] = [s.plain_text for s in fake.sent if s.plain_text.startswith("result:")]
+    [answer] = _answers(fake)
     assert answer == "result: sent report.csv (24 bytes) to the thread as a file"
 
 
@@ -101,10 +104,9 @@ async def test_send_file_is_denied_unless_the_binding_allows_it(make_stack, fake
     provider = ScriptedProvider([sending("report.csv")], repeat_last=True)
     await make_stack(provider=provider, bindings=[binding()]).start()  # default tools
     fake.user_says(CHAT, "@geode_bot the report?", from_user=42)
-    await fake.wait_until(lambda: [s for s in fake.sent if s.plain_text.startswith("result:")],
-                          within=10)
+    await fake.wait_until(lambda: _answers(fake), within=10)
     assert fake.uploads == []
-    [answer] = [s.plain_text for s in fake.sent if s.plain_text.startswith("result:")]
+    [answer] = _answers(fake)
     assert "send_file" in answer and "sent report.csv" not in answer
 
 
@@ -114,18 +116,13 @@ async def test_a_path_outside_the_workspace_is_refused(make_stack, fake, home):
     provider = ScriptedProvider([sending("../../secret.txt")], repeat_last=True)
     await make_stack(provider=provider, bindings=[binding(tools=["send_file"])]).start()
     fake.user_says(CHAT, "@geode_bot leak", from_user=42)
-    await fake.wait_until(lambda: [s for s in fake.sent if s.plain_text.startswith("result:")],
-                          within=10)
+    await fake.wait_until(lambda: _answers(fake), within=10)
     assert fake.uploads == []
-    [answer] = [s.plain_text for s in fake.sent if s.plain_text.startswith("result:")]
+    [answer] = _answers(fake)
     assert "refused" in answer and "s3cret" not in answer
 
 
 # -- exactly once across crashes ------------------------------------------------------------
-
-
-def _answers(fake) -> list[str]:
-    return [s.plain_text for s in fake.sent if s.plain_text.startswith("result:")]
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
