@@ -122,6 +122,34 @@ async def test_a_path_outside_the_workspace_is_refused(make_stack, fake, home):
     assert "refused" in answer and "s3cret" not in answer
 
 
+
+@pytest.mark.parametrize("plant", ["file_link", "dir_link", "geode_env"])
+async def test_send_file_cannot_be_pointed_at_what_the_workspace_does_not_hold(
+        make_stack, fake, home, tmp_path, plant):
+    """The attacker's routes out through send_file: a symlink planted in the workspace to a
+    file outside it, one to a directory outside it, and GEODE's own .env (home files are
+    never readable through a tool). Nothing is uploaded and the secret never reaches the
+    thread."""
+    work = _workspace(home)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("s3cret")
+    (home / ".env").write_text("TELEGRAM_BOT_TOKEN=s3cret\n")
+    path = {"file_link": "leak.txt", "dir_link": "out/secret.txt",
+            "geode_env": str(home / ".env")}[plant]
+    if plant == "file_link":
+        (work / "leak.txt").symlink_to(outside / "secret.txt")
+    elif plant == "dir_link":
+        (work / "out").symlink_to(outside, target_is_directory=True)
+    provider = ScriptedProvider([sending(path)], repeat_last=True)
+    await make_stack(provider=provider, bindings=[binding(tools=["send_file"])]).start()
+    fake.user_says(CHAT, "@geode_bot leak", from_user=42)
+    await fake.wait_until(lambda: _answers(fake), within=10)
+    assert fake.uploads == []
+    assert not any("s3cret" in s.plain_text for s in fake.sent)
+    [answer] = _answers(fake)
+    assert "sent " not in answer and "refused" in answer, answer
+
 # -- exactly once across crashes ------------------------------------------------------------
 
 
