@@ -245,3 +245,34 @@ async def test_run_bash_in_approve_runs_in_the_sandbox_after_approval(make_stack
                    from_user=43)
     await fake.wait_until(lambda: finals(fake, "done"), within=20)
     assert (ws / "made.txt").read_text() == "sandboxed\n"
+
+
+async def test_a_request_is_decided_only_from_its_own_channel(make_stack, fake):
+    """The attacker's route round the approver list: the request's short id typed in another
+    bound channel — by someone who approves there, and by the request's own approver — finds
+    nothing ("No approval request … here"); the call still waits, then runs once when decided
+    where it was asked."""
+    other = CHAT + 1
+    fake.add_chat(other)
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
+    stack = make_stack(provider=provider, bindings=[
+        _approval_binding(),
+        binding(channel=other, allow_users=["43", "44"], approve=["write_file"],
+                approvers=["44"]),
+    ])
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot write the notes", from_user=42)
+    short = (await _posted(stack, fake)).plain_text.split("(", 1)[1].split(")", 1)[0]
+
+    for who in (44, 43):
+        fake.user_says(other, f"/approve {short}", from_user=who)
+    await fake.wait_until(lambda: len([
+        m for m in fake.messages_in(other, from_bot=True)
+        if f"No approval request {short} here" in m.plain_text]) == 2, within=10)
+    assert not list((stack.home / "workspaces").rglob("notes.txt"))
+    assert "Approval needed" in _request_message(fake).plain_text  # still waiting
+
+    fake.user_says(CHAT, f"/approve {short}", from_user=43)
+    await fake.wait_until(lambda: finals(fake, "done"), within=10)
+    [written] = list((stack.home / "workspaces").rglob("notes.txt"))
+    assert written.read_text() == WRITE["content"]
