@@ -294,6 +294,13 @@ class BaseConnector(ABC):
         platform cannot read back what the bot posted."""
         raise DeliveryError("unknown", f"{self.platform} cannot read back what the bot posted")
 
+    async def find_approval(
+        self, target: ReplyTarget, *, short_id: str, since: datetime
+    ) -> str | None:
+        """An approval request the bot posted in the thread (see the port). Default: the
+        platform cannot read back what the bot posted, so none is found."""
+        return None
+
     @abstractmethod
     def render(self, markdown: str) -> list[Chunk]:
         """The model's Markdown as this platform's message chunks, each in the platform's

@@ -137,6 +137,19 @@ class PlatformClient(Protocol):
         """
         ...
 
+    async def find_approval(
+        self, target: ReplyTarget, *, short_id: str, since: datetime
+    ) -> str | None:
+        """The id :meth:`send_approval` returned for the request ``short_id`` the bot posted
+        in the thread since ``since`` (a kill hid it before it was recorded), or None when
+        there is none, or when the platform cannot read back what the bot posted (Telegram's
+        Bot API): the request is then posted again.
+
+        Raises:
+            DeliveryError: the lookup failed.
+        """
+        ...
+
     async def typing(self, target: ReplyTarget) -> None: ...
 
     def render(self, markdown: str) -> list[Chunk]: ...

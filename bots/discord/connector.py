@@ -840,33 +840,60 @@ class DiscordConnector(BaseConnector):
     async def find_upload(
         self, target: ReplyTarget, *, filename: str, size: int, since: datetime
     ) -> str | None:
-        """A message of the bot posted since ``since`` (a minute earlier: clocks differ)
-        with an attachment of that name and size, where the thread's replies go (after a
-        restart: where the route says, then the thread, then the channel); its id."""
+        """A message of the bot posted since ``since`` with an attachment of that name and
+        size (:meth:`_posted_since`); its id."""
+        wanted = _attachment_name(filename)
+        for m in await self._posted_since(target, since):
+            for a in m.get("attachments") or []:
+                if (isinstance(a, dict) and a.get("size") == size
+                        and _attachment_name(str(a.get("filename", ""))) == wanted):
+                    return str(m["id"])
+        return None
+
+    async def find_approval(
+        self, target: ReplyTarget, *, short_id: str, since: datetime
+    ) -> str | None:
+        """A message of the bot posted since ``since`` (:meth:`_posted_since`) with the
+        buttons of the request ``short_id`` (:func:`approval_components`); its id."""
+        ours = {b["custom_id"] for row in approval_components(short_id)
+                for b in row["components"]}
+        for m in await self._posted_since(target, since):
+            for row in m.get("components") or []:
+                for b in (row.get("components") or []) if isinstance(row, dict) else []:
+                    if isinstance(b, dict) and b.get("custom_id") in ours:
+                        return str(m["id"])
+        return None
+
+    async def _posted_since(
+        self, target: ReplyTarget, since: datetime
+    ) -> list[dict[str, Any]]:
+        """The bot's messages posted since ``since`` (a minute earlier: clocks differ) where
+        the thread's replies go (after a restart: where the route says, then the thread,
+        then the channel), read back to reconcile a post whose outcome a crash hid.
+
+        Raises:
+            DeliveryError: ``unknown``: they could not be read.
+        """
         assert self.client is not None
         after = max(0, int((since.timestamp() - 60.0) * 1000) - DISCORD_EPOCH_MS) << 22
-        wanted = _attachment_name(filename)
+        found: list[dict[str, Any]] = []
         try:
             routed, _ = await self._route(target, create=False)
             for cid in dict.fromkeys([routed, target.thread_root, target.channel]):
                 if snowflake(cid) is None:
                     continue
                 try:
-                    page = await self._rest(self.client.http.logs_from(int(cid), 100,
-                                                                       after=after))
+                    page: list[Any] = await self._rest(
+                        self.client.http.logs_from(int(cid), 100, after=after))
                 except discord.NotFound:
                     continue  # no such thread (the reply went inline)
                 for m in page:
-                    if (not isinstance(m, dict)
-                            or str((m.get("author") or {}).get("id")) != self.bot_id):
-                        continue
-                    for a in m.get("attachments") or []:
-                        if (isinstance(a, dict) and a.get("size") == size
-                                and _attachment_name(str(a.get("filename", ""))) == wanted):
-                            return str(m["id"])
+                    if (isinstance(m, dict)
+                            and str((m.get("author") or {}).get("id")) == self.bot_id):
+                        found.append(m)
         except (discord.DiscordException, aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise DeliveryError("unknown", f"cannot read the thread back: {exc}") from exc
-        return None
+        return found
 
     async def react(self, target: ReplyTarget, message_id: str, emoji: str | None) -> None:
         assert self.client is not None

@@ -62,7 +62,12 @@ from bots.format import Chunk
 from bots.options import LayerOptions
 from bots.port import AttachmentRefused, DeliveryError, TurnHost
 from bots.progress import WORKING
-from bots.slack._actions import approval_blocks, convert_action, is_block_actions
+from bots.slack._actions import (
+    APPROVE_ACTION,
+    approval_blocks,
+    convert_action,
+    is_block_actions,
+)
 from bots.slack._convert import (
     COMMAND_NAMES,
     SlashCommand,
@@ -565,9 +570,38 @@ class SlackConnector(BaseConnector):
     async def find_upload(
         self, target: ReplyTarget, *, filename: str, size: int, since: datetime
     ) -> str | None:
-        """A file of that name and size the bot shared in the thread (``conversations.
-        replies``; the channel's ``conversations.history`` outside a thread) since
-        ``since`` (a minute earlier: clocks differ); its file id."""
+        """A file of that name and size the bot shared in the thread since ``since``
+        (:meth:`_posted_since`); its file id."""
+        for msg in await self._posted_since(target, since):
+            for f in msg.get("files") or []:
+                if (isinstance(f, dict) and f.get("name") == filename
+                        and f.get("size") == size and isinstance(f.get("id"), str)):
+                    return str(f["id"])
+        return None
+
+    async def find_approval(
+        self, target: ReplyTarget, *, short_id: str, since: datetime
+    ) -> str | None:
+        """The bot's message in the thread since ``since`` (:meth:`_posted_since`) whose
+        Approve button carries ``short_id`` (:func:`approval_blocks`); its ts."""
+        for msg in await self._posted_since(target, since):
+            for block in msg.get("blocks") or []:
+                if not isinstance(block, dict) or block.get("type") != "actions":
+                    continue
+                for el in block.get("elements") or []:
+                    if (isinstance(el, dict) and el.get("action_id") == APPROVE_ACTION
+                            and el.get("value") == short_id and isinstance(msg.get("ts"), str)):
+                        return str(msg["ts"])
+        return None
+
+    async def _posted_since(self, target: ReplyTarget, since: datetime) -> list[dict[str, Any]]:
+        """The bot's messages in the thread (``conversations.replies``; the channel's
+        ``conversations.history`` outside a thread) since ``since`` (a minute earlier:
+        clocks differ), read back to reconcile a post whose outcome a crash hid.
+
+        Raises:
+            DeliveryError: ``unknown``: the thread could not be read.
+        """
         assert self.client is not None
         oldest = f"{max(0.0, since.timestamp() - 60.0):.6f}"
         try:
@@ -579,15 +613,9 @@ class SlackConnector(BaseConnector):
                     channel=target.channel, oldest=oldest, limit=200)
         except (SlackApiError, SlackClientError, ClientError, TimeoutError) as exc:
             raise DeliveryError("unknown", f"cannot read the thread back: {exc}") from exc
-        for msg in resp.get("messages") or []:
-            if not isinstance(msg, dict) or (msg.get("bot_id") != self.bot_id
-                                             and msg.get("user") != self.bot_uid):
-                continue
-            for f in msg.get("files") or []:
-                if (isinstance(f, dict) and f.get("name") == filename
-                        and f.get("size") == size and isinstance(f.get("id"), str)):
-                    return str(f["id"])
-        return None
+        return [msg for msg in resp.get("messages") or []
+                if isinstance(msg, dict) and (msg.get("bot_id") == self.bot_id
+                                              or msg.get("user") == self.bot_uid)]
 
     async def react(self, target: ReplyTarget, message_id: str, emoji: str | None) -> None:
         assert self.client is not None
