@@ -14,7 +14,11 @@ A wait ends with the request cancelled only when the turn was stopped (``/stop``
 process stops (a restart, a deploy, a thread taken over by another replica) the request
 stays pending: the resumed turn asks for the same call again, :meth:`ApprovalRequests.open`
 returns the same row (no second message), and the wait resumes with its original expiry,
-or ends at once with the decision taken meanwhile.
+or ends at once with the decision taken meanwhile. A kill between posting the request and
+recording its message id leaves a resumed row without one: the thread is read back first
+(:meth:`PlatformClient.find_approval`, the bot's request carrying the short id) and the
+message found there is recorded instead of posting the request again. Where the platform
+cannot read back what the bot posted (Telegram's Bot API) it is posted once more.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from bots.port import DeliveryError
 from geode.daemon.lanes import slots_released
 from geode.executor.decisions import ApprovalAnswer, ApprovalCancelled, ApprovalRequest
 from geode.executor.summary import describe_call, full_diff
@@ -125,6 +130,8 @@ class ChatApprover:
     before_request: Callable[[ApprovalRecord], Awaitable[None]] | None = None
     #: attaches a long diff whole (``<tool>-<short_id>.diff``); None: the cut diff only
     files: FileSender | None = None
+    #: test seam: called at named points (a test raises there to simulate a crash)
+    fault: Callable[[str], None] = lambda point: None
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalAnswer:
         b = self.binding
@@ -141,6 +148,7 @@ class ChatApprover:
             summary = await asyncio.to_thread(describe_call, request.tool, dict(request.args),
                                               self.workspace, diff_chars=POSTED_DIFF_CHARS)
         ev = self.event
+        asked_at = int(time.time() * 1000)
         rec = await self.requests.open(
             session_id=request.session_id, turn_id=request.turn_id, call_id=request.call_id,
             thread_key=ev.thread_key, platform=ev.platform, workspace=ev.workspace,
@@ -148,8 +156,14 @@ class ChatApprover:
             args=json.loads(json.dumps(dict(request.args), default=str)),
             summary=redact_text(summary), requested_by=ev.sender,
             requested_by_name=ev.sender_name, approvers=b.approvers,
-            timeout_s=b.approval_timeout_s,
+            timeout_s=b.approval_timeout_s, now_ms=asked_at,
         )
+        resumed = rec.requested_at != asked_at  # the row was there: asked before a restart
+        if rec.pending and rec.message_id is None and resumed:
+            found = await self._find_posted(rec)
+            if found is not None:
+                await self._file(rec, found)
+                rec = await self.requests.get(rec.id) or rec
         if rec.pending and rec.message_id is None:
             try:
                 if self.before_request is not None:
@@ -163,12 +177,8 @@ class ChatApprover:
             except BaseException:
                 await asyncio.shield(self.requests.cancel(rec.id))
                 raise
-            await self.requests.set_message(rec.id, message_id)
-            if self.index is not None:
-                await self.index.remember(
-                    platform=ev.platform, workspace=ev.workspace, channel=self.target.channel,
-                    message_ids=[message_id], thread_root=self.target.thread_root,
-                    from_bot=True)
+            self.fault("approval_sent_before_record")
+            await self._file(rec, message_id)
             rec = await self.requests.get(rec.id) or rec
         if diff is not None and rec.pending:
             await self._attach(rec, diff)
@@ -183,6 +193,29 @@ class ChatApprover:
         finally:
             if self.on_wait is not None:
                 self.on_wait("")
+
+    async def _find_posted(self, rec: ApprovalRecord) -> str | None:
+        """The request message already in the thread (posted before a kill hid its id)."""
+        since = datetime.fromtimestamp(rec.requested_at / 1000, UTC)
+        try:
+            found = await self.client.find_approval(self.target, short_id=rec.short_id,
+                                                    since=since)
+        except DeliveryError as exc:  # cannot tell: posting again beats a hidden request
+            log.warning("approval.not_read_back", request=rec.id, error=str(exc))
+            return None
+        if found is not None:
+            log.info("approval.found_in_thread", request=rec.id, short_id=rec.short_id)
+        return found
+
+    async def _file(self, rec: ApprovalRecord, message_id: str) -> None:
+        """Record the request's message on its row and file it under its thread."""
+        await self.requests.set_message(rec.id, message_id)
+        if self.index is not None:
+            ev = self.event
+            await self.index.remember(
+                platform=ev.platform, workspace=ev.workspace, channel=self.target.channel,
+                message_ids=[message_id], thread_root=self.target.thread_root,
+                from_bot=True)
 
     async def _long_diff(self, request: ApprovalRequest) -> str | None:
         """The call's whole diff when the request message would have to cut it."""

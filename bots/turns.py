@@ -322,7 +322,7 @@ class TurnRunner:
             index=deps.index, on_wait=waiting, stopped=lambda: active.stop_requested,
             before_request=approval_screen(deps.host.computer, binding, deps.client,
                                            row.target),
-            files=deps.files,
+            files=deps.files, fault=deps.fault,
         )
 
     async def _run_turn(

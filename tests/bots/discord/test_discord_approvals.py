@@ -26,7 +26,7 @@ from bots.store._tables import events_table, outbox_table
 from bots.testing.discord import FakeDiscord, InteractionResponse
 from bots.workspaces import binding_workspace
 from geode.providers.scripted import ScriptedProvider
-from tests.bots._harness import calls_tool, tool_results
+from tests.bots._harness import calls_tool, crash_at, tool_results
 
 WRITE = {"path": "notes.txt", "content": "hello\nworld\n"}
 
@@ -243,6 +243,46 @@ async def test_killed_while_waiting_then_approved_runs_once_and_answers_once(
     assert shown["content"].startswith(f"✅ write_file ({short}): approved by bob ({bob})")
     receipts = await stack.store.receipts.list_for(session)
     assert [(r.tool, r.status) for r in receipts] == [("write_file", "done")]
+
+
+async def test_a_kill_between_posting_the_request_and_recording_it_asks_once(
+    make_dstack, dfake  # noqa: F811 (fixtures)
+):
+    """Killed after the request reached the thread but before its row recorded the message:
+    the resumed turn reads the thread back, finds the request by its buttons' short id and
+    records it; nothing is posted again, and a click on that one message runs the write
+    once and the turn answers once."""
+    hit, fault = crash_at("approval_sent_before_record")
+    provider = ScriptedProvider([calls_tool("write_file", WRITE)], repeat_last=True)
+    stack = make_dstack(provider=provider, bindings=[_binding(dfake)], fault=fault)
+    await stack.start()
+    root = await dfake.user_says(dfake.channel_id, "write the notes", mention_bot=True)
+    await asyncio.wait_for(hit.wait(), 10)
+    req = await _posted(dfake, root)
+    short = req["content"].split("(", 1)[1].split(")", 1)[0]
+    approvals = stack.connector.layer.approvals
+    rec = await approvals.by_short_id(short)
+    assert rec.pending and rec.message_id is None  # posted, never recorded
+    await stack.crash()
+
+    stack.fault = None
+    await stack.start()
+    session = f"discord:{dfake.bot_id}:{dfake.channel_id}:{root}"
+    await _waiting_again(stack, session)
+    approvals = stack.connector.layer.approvals
+    assert (await approvals.by_short_id(short)).message_id == req["id"]  # found, recorded
+    assert sum("Approval needed" in s.content for s in dfake.sent) == 1
+    bob = dfake.bob  # type: ignore[attr-defined]
+    iid = await dfake.user_clicks(int(req["id"]), "Approve", user_id=bob)
+    await dfake.wait_for(lambda: bool(_followups(dfake, iid)), timeout=10)
+    await wait_shown(dfake, "done", timeout=15)
+    ws = binding_workspace(stack.home, stack.bindings[0])
+    assert (ws / "notes.txt").read_text() == "hello\nworld\n"
+    assert texts_in(dfake, root).count("done") == 1
+    assert sum("Approval needed" in s.content for s in dfake.sent) == 1  # asked once
+    receipts = await stack.store.receipts.list_for(session)
+    assert [(r.tool, r.status) for r in receipts] == [("write_file", "done")]
+    await dfake.wait_for(lambda: dfake.buttons(int(req["id"])) == [], timeout=10)
 
 
 async def test_a_stopped_connector_sends_nothing(make_dstack, dfake):  # noqa: F811 (fixtures)

@@ -34,7 +34,7 @@ from bots.slack._actions import APPROVE_ACTION, DENY_ACTION, approval_blocks, co
 from bots.testing.slack import FakeSlack
 from bots.workspaces import binding_workspace
 from geode.providers.scripted import ScriptedProvider
-from tests.bots._harness import calls_tool, tool_results
+from tests.bots._harness import calls_tool, crash_at, tool_results
 from tests.bots.conftest import store_url_for
 
 WRITE = {"path": "notes.txt", "content": "hello\nworld\n"}
@@ -286,7 +286,7 @@ async def waiting_again(stack: SlackStack, root: str) -> None:
 
 async def filed(stack: SlackStack, root: str) -> None:
     """Until the request's row records its message (posted, then recorded: a crash between
-    the two posts it again after the restart, the window the Telegram tests also avoid)."""
+    the two is the case of the test_a_kill_between_posting_… test)."""
     async with asyncio.timeout(10):
         while not [r for r in await stack.layer.approvals.for_session(sid(root))
                    if r.message_id]:
@@ -326,6 +326,37 @@ async def test_a_click_after_a_crash_and_restart_runs_the_write_once(
     await fake.click(CH, req["ts"], BOB, "Approve")
     await one_effect_one_answer(stack, fake, root, req)
     assert len(ephemerals_to(fake, BOB)) == 1
+
+
+async def test_a_kill_between_posting_the_request_and_recording_it_asks_once(
+    stacks, home, fake
+):
+    """Killed after the request reached the thread but before its row recorded the message:
+    the resumed turn reads the thread back, finds the request by its short id and records
+    it; nothing is posted again, and a click on that one message runs the write once."""
+    hit, fault = crash_at("approval_sent_before_record")
+    stack = SlackStack(home=home, fake=fake, mode="socket", fault=fault,
+                       provider=ScriptedProvider([proposes_write], repeat_last=True),
+                       bindings=[slack_binding(tools=["read_file"], approve=["write_file"],
+                                               approvers=[BOB])])
+    stacks.append(stack)
+    await stack.start()
+    root = await fake.user_posts(CH, mention("write the notes"), user=ALICE)
+    await asyncio.wait_for(hit.wait(), 10)
+    req = await posted(fake, root)
+    (rec,) = await stack.layer.approvals.for_session(sid(root))
+    assert rec.pending and rec.message_id is None  # posted, never recorded
+    await stack.crash()
+
+    stack.fault = None
+    await stack.start()
+    await waiting_again(stack, root)
+    await filed(stack, root)
+    (rec,) = await stack.layer.approvals.for_session(sid(root))
+    assert rec.message_id == req["ts"]  # the message found in the thread
+    assert len(requests_posted(fake)) == 1
+    await fake.click(CH, req["ts"], BOB, "Approve")
+    await one_effect_one_answer(stack, fake, root, req)
 
 
 async def test_a_click_while_the_daemon_is_down_fails_visibly_and_the_request_still_waits(
