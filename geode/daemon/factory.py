@@ -9,6 +9,7 @@ resource locks, hooks, observers, MCP manager); :meth:`Runtime.open_session` ret
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -477,10 +478,11 @@ class Runtime:
             waiting_notice_s=self.settings.model.waiting_notice_s,
         )
 
-    def _tool_extra(self, ctx: SessionContext) -> dict[str, Any]:
-        """What the built-in tools need of the settings: GEODE's own files (never reachable
-        through a tool, wherever the workspace is), the sandbox's limits, and the X display
-        of a computer-use session."""
+    @functools.cached_property
+    def _tool_settings(self) -> dict[str, Any]:
+        """What the built-in tools need of the settings (fixed for the runtime's life, so
+        built once, not per session): GEODE's own files (never reachable through a tool,
+        wherever the workspace is) and the sandbox's limits."""
         from geode.tools.builtin import SandboxLimits
 
         protected = [self.settings.home]
@@ -494,8 +496,13 @@ class Runtime:
         return {
             "protected_paths": tuple(protected),
             "sandbox_limits": SandboxLimits(**self.settings.sandbox.model_dump()),
-            **({"display": ctx.overrides.display} if ctx.overrides.display else {}),
         }
+
+    def _tool_extra(self, ctx: SessionContext) -> dict[str, Any]:
+        """The settings' part (:attr:`_tool_settings`) and the X display of a computer-use
+        session."""
+        display = ctx.overrides.display
+        return {**self._tool_settings, **({"display": display} if display else {})}
 
     async def open_session(self, ctx: SessionContext) -> Session:
         """Build (or resume) a session with its paired executor and loop."""
