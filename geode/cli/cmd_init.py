@@ -48,7 +48,7 @@ def init(
     if config.exists() and not force and not _confirm(f"{config} exists; replace it?"):
         typer.echo(f"kept   {config}")
     else:
-        _write(config, example_config(), mode=0o644)
+        _write(config, example_config(), mode=0o600)  # bindings, user ids: doctor wants 0600
         typer.echo(f"wrote  {config}")
     env = home / ".env"
     if env.exists():

@@ -29,6 +29,9 @@ def test_init_writes_the_example_config_and_a_0600_env(tmp_path: Path) -> None:
     assert config == (REPO / "config" / "config.example.toml").read_text(encoding="utf-8")
     env = home / ".env"
     assert stat.S_IMODE(env.stat().st_mode) == 0o600
+    # what doctor checks (config names channels, user ids, approvers): init leaves nothing for
+    # it to warn about
+    assert stat.S_IMODE((home / "config.toml").stat().st_mode) == 0o600
     assert all(not line or line.startswith("#") for line in env.read_text().splitlines())
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
 
