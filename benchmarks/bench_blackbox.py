@@ -262,7 +262,8 @@ def geode_config(platform: PlatformSpec, fake: dict[str, Any], *, n_chats: int, 
 
 @contextlib.asynccontextmanager
 async def geode_side(platform: PlatformSpec, fake: dict[str, Any], model_url: str, *,
-                     n_chats: int, paced: bool, lanes: int) -> AsyncIterator[int]:
+                     n_chats: int, paced: bool, lanes: int,
+                     profile: Path | None = None) -> AsyncIterator[int]:
     home = Path(tempfile.mkdtemp(prefix="geode-bench-"))
     try:
         (home / "config.toml").write_text(
@@ -271,8 +272,9 @@ async def geode_side(platform: PlatformSpec, fake: dict[str, Any], model_url: st
         env = _env(GEODE_HOME=str(home), GEODE_HEALTH_PORT=str(port),
                    OPENAI_BASE_URL=model_url, OPENAI_API_KEY="bench", **platform.env(fake))
         with (home / "serve.log").open("ab") as log:
-            async with _child(sys.executable, "-m", "geode", "serve", env=env,
-                              json_ready=False, stderr=log) as serve:
+            argv = ((sys.executable, str(HERE / "_profiled_serve.py"), str(profile))
+                    if profile is not None else (sys.executable, "-m", "geode", "serve"))
+            async with _child(*argv, env=env, json_ready=False, stderr=log) as serve:
                 await _until_ready(port, serve.proc)
                 yield serve.pid
     finally:
@@ -347,8 +349,10 @@ async def run_side(platform: PlatformSpec, side: str, model_url: str,
         if side == "floor":
             bot = floor_side(platform, info, model_url)
         else:
+            profile = (None if args.profile is None
+                       else args.profile.resolve() / f"{platform.name}-{side}-seq.pstat")
             bot = geode_side(platform, info, model_url, n_chats=args.chats,
-                             paced=side == "geode-paced", lanes=args.lanes)
+                             paced=side == "geode-paced", lanes=args.lanes, profile=profile)
         async with bot as pid:
             if platform.name == "slack":
                 await fake.call("wait_connected", within=30)
@@ -364,9 +368,16 @@ async def run_side(platform: PlatformSpec, side: str, model_url: str,
                 if not warm["lost"]:
                     break
             name = platform.name
+            profiled = args.profile is not None and side != "floor"
+            if profiled:  # the one-chat load only (see _profiled_serve.py)
+                os.kill(pid, signal.SIGUSR1)
             rows = [await measure(name, side, "seq", fake, pid, idle, "closed",
                                   chats=all_chats[:1], user=user, per_chat=args.seq,
                                   prefix="q1", within=60)]
+            if profiled:
+                os.kill(pid, signal.SIGUSR2)
+                print(f"profile ({name} {side}, one chat, yappi: CPU figures inflated): "
+                      f"{args.profile}/{name}-{side}-seq.pstat", file=sys.stderr)
             if args.duration > 0:
                 rows.append(await measure(
                     name, side, f"light {args.chats}", fake, pid, idle, "open",
@@ -467,7 +478,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="then N mentions at once, each a new thread, GEODE alone (1000)")
     p.add_argument("--burst-latency", type=float, default=2.0, help="model s in --burst")
     p.add_argument("--burst-only", action="store_true", help="skip the table")
-    return p.parse_args(argv)
+    p.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                   help="run GEODE under yappi and write its one-chat load's profile to DIR")
+    args = p.parse_args(argv)
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    return args
 
 
 if __name__ == "__main__":
