@@ -143,7 +143,8 @@ def _build_sync_engine(url: URL) -> Engine:
     """The engine behind :meth:`Store.run_write` / :meth:`Store.run_read`.
 
     One pooled connection per worker thread, no overflow: a worker never waits for a
-    connection, and the store never holds more than ``SYNC_WORKERS`` of them. No
+    connection, and the store never holds more than ``SYNC_WORKERS`` of them (SQLite: one
+    more, the group commit's writer connection, kept checked out). No
     ``begin`` listener here: :meth:`Store._hop` emits SQLite's BEGIN itself, and an engine
     without connection-event listeners skips the event dispatch on every statement.
     """
@@ -151,7 +152,7 @@ def _build_sync_engine(url: URL) -> Engine:
         _private_db_file(Path(str(url.database)))
         engine = create_engine(
             url.set(drivername="sqlite+pysqlite"),
-            pool_size=SYNC_WORKERS,
+            pool_size=SYNC_WORKERS + 1,
             max_overflow=0,
             # Connections move between the pool's worker threads (one at a time).
             connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
@@ -361,6 +362,8 @@ class Store:
         if executor is not None:
             # Wait for the workers off the loop; normally they are idle already.
             await asyncio.to_thread(executor.shutdown, wait=True)
+        if self._group is not None:
+            await asyncio.to_thread(self._group.close)
         await asyncio.to_thread(self.sync_engine.dispose)
         await self.engine.dispose()
 
@@ -387,9 +390,11 @@ class _GroupCommit:
     IMMEDIATE``, each job inside its own ``SAVEPOINT`` (a job that raises is rolled back
     alone and its caller gets the exception), one ``COMMIT``. Every caller gets its result
     only after that commit, so what a caller is told is committed is committed. A lone job
-    runs exactly as before (no savepoint). The cost of a hop, a pooled connection and a
-    commit is shared by the batch: under a burst of channel replies this was a large
-    share of each write.
+    runs exactly as before (no savepoint). The cost of a hop and a commit is shared by the
+    batch: under a burst of channel replies this was a large share of each write. The
+    batches run on one long-lived connection (:meth:`_connection`), not a pool checkout
+    each; a transaction that fails is rolled back on it, and a connection that cannot roll
+    back is replaced.
     """
 
     MAX_BATCH = 64
@@ -398,6 +403,8 @@ class _GroupCommit:
         self._store = store
         self._queue: list[_WriteJob] = []
         self._drainer: asyncio.Task[None] | None = None
+        #: the writer's connection (see :meth:`_connection`), used by one batch at a time
+        self._conn: Connection | None = None
         #: transactions run and jobs in them (tests, diagnostics)
         self.batches = 0
         self.jobs = 0
@@ -454,38 +461,87 @@ class _GroupCommit:
             if not job.future.done():
                 job.future.set_exception(failed or StoreError("write job without outcome"))
 
+    def _connection(self) -> Connection:
+        """In a worker thread: the writer's connection, checked out of the pool once and
+        kept for the store's life (SQLite admits one writer at a time anyway, and the writer
+        lock lets one batch at a time here). A pool checkout, its reset and return per
+        transaction were a quarter of the transaction's cost."""
+        conn = self._conn
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._conn = self._store.sync_engine.connect()
+        return conn
+
     def _run(self, batch: list[_WriteJob]) -> list[tuple[bool, Any]]:
         """In a worker thread: the batch's one transaction; (ok, result or exception) each."""
-        single = len(batch) == 1
         self.batches += 1
         self.jobs += len(batch)
+        conn = self._connection()
+        try:
+            return self._transaction(conn, batch)
+        except BaseException:
+            self._roll_back(conn)
+            raise
+
+    @staticmethod
+    def _transaction(conn: Connection, batch: list[_WriteJob]) -> list[tuple[bool, Any]]:
+        single = len(batch) == 1
         outcomes: list[tuple[bool, Any]] = []
-        with self._store.sync_engine.connect() as conn:  # closing rolls back if not committed
-            raw = conn.connection.driver_connection
-            assert raw is not None
-            raw.execute("BEGIN IMMEDIATE")  # pysqlite runs with isolation_level=None
-            for job in batch:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        raw.execute("BEGIN IMMEDIATE")  # pysqlite runs with isolation_level=None
+        for job in batch:
+            if job.abandoned.is_set():
+                outcomes.append((False, _Abandoned()))
+                continue
+            if not single:
+                raw.execute("SAVEPOINT geode_job")
+            try:
+                result = job.ctx.run(job.fn, conn)
                 if job.abandoned.is_set():
-                    outcomes.append((False, _Abandoned()))
-                    continue
+                    raise _Abandoned  # nobody waits for it: do not commit it
+            except Exception as exc:
                 if not single:
-                    raw.execute("SAVEPOINT geode_job")
-                try:
-                    result = job.ctx.run(job.fn, conn)
-                    if job.abandoned.is_set():
-                        raise _Abandoned  # nobody waits for it: do not commit it
-                except Exception as exc:
-                    if not single:
-                        raw.execute("ROLLBACK TO SAVEPOINT geode_job")
-                        raw.execute("RELEASE SAVEPOINT geode_job")
-                    outcomes.append((False, exc))
-                    continue
-                if not single:
+                    raw.execute("ROLLBACK TO SAVEPOINT geode_job")
                     raw.execute("RELEASE SAVEPOINT geode_job")
-                outcomes.append((True, result))
-            if any(ok for ok, _ in outcomes):
-                conn.commit()
+                outcomes.append((False, exc))
+                continue
+            if not single:
+                raw.execute("RELEASE SAVEPOINT geode_job")
+            outcomes.append((True, result))
+        if any(ok for ok, _ in outcomes):
+            conn.commit()
+            if raw.in_transaction:  # SQLAlchemy saw no statement (a job used the driver)
+                raw.commit()
+        else:
+            _GroupCommit._end(conn, raw)
         return outcomes
+
+    @staticmethod
+    def _end(conn: Connection, raw: Any) -> None:
+        """Roll back whatever is open, in SQLAlchemy's bookkeeping and in SQLite."""
+        conn.rollback()
+        if raw.in_transaction:
+            raw.rollback()
+
+    def _roll_back(self, conn: Connection) -> None:
+        """After a failed transaction: roll it back, keeping the connection; a connection
+        that cannot even roll back is dropped (the next batch checks out a new one)."""
+        try:
+            raw = conn.connection.driver_connection
+            self._end(conn, raw)
+        except Exception:
+            self._conn = None
+            with contextlib.suppress(Exception):
+                conn.invalidate()
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def close(self) -> None:
+        """Return the writer's connection (the store closes; blocking: call it off the
+        loop). The next write, if any, checks out a new one."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()  # rolls back anything left open
 
 
 class _Abandoned(Exception):
