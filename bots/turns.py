@@ -24,10 +24,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import secrets
+import stat
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
@@ -54,7 +57,6 @@ from geode.store.sessions import short_title
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
-    from pathlib import Path
 
     from bots.approvals import ApprovalWaiters
     from bots.options import LayerOptions
@@ -232,7 +234,8 @@ class TurnRunner:
             if row.loop_turn_id:
                 # The turn ended (a resumed one may have ended before it asked again, e.g.
                 # at the recovery limit): nothing waits on its requests any more.
-                await deps.approvals.cancel_turn(row.session_key, row.loop_turn_id)
+                await deps.approvals.end_turn(row.session_key, row.loop_turn_id,
+                                              resumed=resume)
             notices = received.notices
             if notices and text is not None:  # what was not read, and why, before the answer
                 text = "\n".join(notices) + "\n\n" + text
@@ -365,8 +368,7 @@ class TurnRunner:
                 raise _DroppedByOperator  # `geode queue drop` won: it must not run
 
         # The binding's own folder: its file tools and sandbox see nothing of other channels.
-        workspace = binding_workspace(deps.host.home, binding)
-        await asyncio.to_thread(workspace.mkdir, parents=True, exist_ok=True)
+        workspace = await _folder(binding_workspace(deps.host.home, binding))
         ctx = self._session_context(stored, row, binding, sink, workspace=workspace,
                                     active=active, resume=resume)
         await deps.entry.wait_turn(stored.id)
@@ -463,6 +465,23 @@ class TurnRunner:
         rerun = f"t-{secrets.token_hex(6)}"
         await deps.outbox.update(row.id, loop_turn_id=rerun)
         await self.run(stored, replace(row, loop_turn_id=rerun), binding)
+
+
+async def _folder(path: Path) -> Path:
+    """``path``, made if it is not there: once, or again if it was removed meanwhile.
+
+    One ``stat`` on the loop per turn (as the system prompt's GEODE.md check), the thread
+    hop of ``mkdir`` only when the folder is missing (it was one on every turn)."""
+    if not _is_dir(path):
+        await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
+    return path
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _error_text(exc: Exception) -> str:

@@ -102,6 +102,9 @@ class ApprovalRequests:
 
     def __init__(self, *, store: Store) -> None:
         self._store = store
+        #: (session, turn) of the turns that opened (or found) a request in this process:
+        #: the only non-resumed turns :meth:`end_turn` has anything to cancel for
+        self._asked: set[tuple[str, str]] = set()
 
     async def open(
         self, *, session_id: str, turn_id: str, call_id: str, thread_key: str, platform: str,
@@ -111,6 +114,7 @@ class ApprovalRequests:
     ) -> ApprovalRecord:
         """The request for this proposed call: a new pending row, or the existing one (in
         whatever state it is now) when the call was asked about before."""
+        self._asked.add((session_id, turn_id))  # before the row: an error after its insert
         existing = await self.for_call(session_id, call_id)
         if existing is not None:
             return existing
@@ -221,15 +225,30 @@ class ApprovalRequests:
         return await self._transition(request_id, "cancelled", by="", by_name="", now=now,
                                       unexpired=False)
 
+    async def end_turn(self, session_id: str, turn_id: str, *, resumed: bool) -> int:
+        """The turn ended: cancel its requests still pending (nobody waits on them any more).
+
+        Only a turn that may own one runs the statement: one resumed after a restart (its
+        requests were opened by the process before) or one that opened a request in this
+        process. Any other turn asked nothing (every request goes through :meth:`open`,
+        which notes its turn before writing the row), and nearly every turn is one: the
+        statement was a write transaction on every reply. Returns how many were cancelled.
+        """
+        key = (session_id, turn_id)
+        if not resumed and key not in self._asked:
+            return 0
+        cancelled = await self.cancel_turn(session_id, turn_id)
+        self._asked.discard(key)
+        return cancelled
+
     async def cancel_turn(self, session_id: str, turn_id: str, *,
                           now_ms: int | None = None) -> int:
-        """Cancel the pending requests of a turn that is being recovered (its process died
-        while they waited: nobody waits on them any more). Returns how many."""
+        """Cancel the pending requests of a turn (ended, or recovered: its process died
+        while they waited; nobody waits on them any more). Returns how many."""
         now = _now_ms() if now_ms is None else now_ms
         params = {"b_session": session_id, "b_turn": turn_id, "b_now": now}
-        # Every channel turn ends here, nearly always with nothing to cancel: one statement
-        # built once, group-committed with the other writers (an async-engine transaction
-        # of its own cost ~0.4 ms more CPU per reply and held the writer lock alone).
+        # One statement built once, group-committed with the other writers (an
+        # async-engine transaction of its own held the writer lock alone).
         return await self._store.run_write(
             lambda conn: int(conn.execute(_CANCEL_TURN, params).rowcount or 0))
 
