@@ -11,7 +11,11 @@ single row. Homes written before keep their ``<session>.jsonl`` files; :meth:`re
 returns their rows first.
 
 Appends run in a thread under an exclusive ``flock`` on the file, so several processes
-(``geode serve`` replicas sharing a home) keep one monotonic ``seq`` per file. Within one
+(``geode serve`` replicas sharing a home) keep one monotonic ``seq`` per file. The process
+remembers the file's end after its own last append (inode, size, seq): finding the file
+still ending there under the lock, the next append takes the seq from it without reading
+the file's tail back; any other writer (another process, a torn line, a removed file)
+changes the end and the tail is read as before. Within one
 process, :meth:`EvidenceLedger.read` waits for the appends already under way, so a reader
 sees every row whose append started before its read (observers append in fire-and-forget
 tasks; without this a read right after a run raced the last row).
@@ -61,6 +65,8 @@ class EvidenceLedger:
         self.dir = Path(root) / "ledger"
         self._secrets = tuple(secrets)
         self._inflight: dict[Path, set[asyncio.Future[dict[str, Any]]]] = {}
+        #: per file, where this process's last append left it: (inode, size, seq)
+        self._ends: dict[Path, tuple[int, int, int]] = {}
 
     def path_for(self, session_id: str) -> Path:
         """The file a row of ``session_id`` appended now goes to: today's (UTC)."""
@@ -97,7 +103,8 @@ class EvidenceLedger:
             "payload": clean,
         }
         path = self.path_for(session_id)
-        fut = asyncio.ensure_future(asyncio.to_thread(self._append_sync, path, row))
+        # a future of the executor's, not a task: nothing runs on the loop meanwhile
+        fut = asyncio.get_running_loop().run_in_executor(None, self._append_sync, path, row)
         pending = self._inflight.setdefault(path, set())
         pending.add(fut)
 
@@ -119,12 +126,22 @@ class EvidenceLedger:
             fd = os.open(path, flags, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            row["seq"] = _last_seq(fd) + 1
-            line = (json.dumps(row, ensure_ascii=False, default=str) + "\n").encode()
-            size = os.lseek(fd, 0, os.SEEK_END)
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                line = b"\n" + line  # a previous writer died mid-line: keep rows apart
-            os.write(fd, line)
+            st = os.fstat(fd)
+            end = self._ends.get(path)
+            if end is not None and end[:2] == (st.st_ino, st.st_size):
+                # the file ends where this process's last row did: that row is the last
+                row["seq"] = end[2] + 1
+                line = (json.dumps(row, ensure_ascii=False, default=str) + "\n").encode()
+            else:
+                row["seq"] = _last_seq(fd) + 1
+                line = (json.dumps(row, ensure_ascii=False, default=str) + "\n").encode()
+                if st.st_size and os.pread(fd, 1, st.st_size - 1) != b"\n":
+                    line = b"\n" + line  # a previous writer died mid-line: keep rows apart
+            written = os.write(fd, line)
+            if written == len(line):
+                self._ends[path] = (st.st_ino, st.st_size + written, row["seq"])
+            else:  # a short write (disk full): the next append reads the tail again
+                self._ends.pop(path, None)
         finally:
             os.close(fd)  # also releases the flock
         return row
