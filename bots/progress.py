@@ -75,25 +75,44 @@ class ProgressReporter:
         self.rounds = 0
         self.tokens = 0
         self.tool: str | None = None  # the tool running now
-        self._running = asyncio.Event()
-        self._running.set()
+        self._running = True  # False while queued for a lane
         self._last_edit = 0.0
-        self._dirty = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._dirty = False  # an edit is due (the edit task runs while it is)
+        self._started = False
         self._closed = False
+        #: the indicator tasks, each only while it has work: a quick turn starts none
+        self._edit_task: asyncio.Task[None] | None = None
+        self._typing_task: asyncio.Task[None] | None = None
+        #: typing waits for the turn to run (then ``typing_delay_s``)
+        self._typing_due = False
+        self._typing_timer: asyncio.TimerHandle | None = None
+        self._beat_timer: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
-        """Ack and progress message (recorded) together; then the typing and edit loops."""
-        steps = []
-        if self.ack_emoji:
-            steps.append(self._quiet(self.client.react(self.target, self.inbound_message_id,
-                                                          self.ack_emoji)))
-        if self.message_id is None:
-            steps.append(self._send_progress())
-        await asyncio.gather(*steps)
-        self._tasks.append(asyncio.create_task(self._typing_loop()))
-        self._tasks.append(asyncio.create_task(self._edit_loop()))
-        self._tasks.append(asyncio.create_task(self._heartbeat_loop()))
+        """Ack and progress message (recorded) together; then typing (after
+        ``typing_delay_s``), the heartbeat and the edits as the turn goes.
+
+        Timers, not waiting tasks: a task is started only for work that is due (an edit,
+        the typing repeats), so a quick turn's indicators cost no task at all."""
+        send = asyncio.ensure_future(self._send_progress()) if self.message_id is None else None
+        try:
+            if self.ack_emoji:  # first, as it went first when both were gathered
+                await self._quiet(self.client.react(self.target, self.inbound_message_id,
+                                                    self.ack_emoji))
+            if send is not None:
+                await send
+        except BaseException:
+            if send is not None:
+                send.cancel()
+            raise
+        self._started = True
+        self._typing_due = True
+        if self._running:
+            self._arm_typing()
+        self._beat_timer = asyncio.get_running_loop().call_later(
+            self.heartbeat_interval_s, self._beat)
+        if self._dirty:
+            self._touch()
 
     def queued(self, ahead: int | None) -> None:
         """The turn waits for a lane with ``ahead`` before it (None: it got its lanes)."""
@@ -101,19 +120,19 @@ class ProgressReporter:
             return
         self.queued_ahead = ahead
         if ahead is None:
-            self._running.set()
+            self._set_running()
             if self.started is None:
                 self.started = time.monotonic()
         else:
-            self._running.clear()
-        self._dirty.set()
+            self._running = False
+        self._touch()
 
     def waiting_on(self, line: str | None) -> None:
         """Show what the turn waits for (the computer display another thread's turn has),
         under the heartbeat; None: it waits no more."""
         if line != self.waiting:
             self.waiting = line
-            self._dirty.set()
+            self._touch()
 
     def heartbeat(self) -> str:
         """Elapsed time, rounds, the current tool and the tokens spent so far."""
@@ -143,7 +162,7 @@ class ProgressReporter:
             case TurnStarted():
                 if self.started is None:
                     self.started = time.monotonic()
-                self._running.set()
+                self._set_running()
                 if self.queued_ahead is None:
                     return  # the heartbeat shows it; no edit of its own
                 self.queued_ahead = None
@@ -168,7 +187,7 @@ class ProgressReporter:
                         break
             case _:
                 return
-        self._dirty.set()
+        self._touch()
 
     def _text(self) -> str:
         if self.queued_ahead is not None:
@@ -179,30 +198,60 @@ class ProgressReporter:
         tail = [f"⌛ {self.waiting}"] if self.waiting else []
         return "\n".join(head + shown + tail)
 
-    async def _edit_loop(self) -> None:
-        while True:
-            await self._dirty.wait()
-            wait = self.edit_interval_s - (time.monotonic() - self._last_edit)
-            if wait > 0:
-                await asyncio.sleep(wait)
-            self._dirty.clear()
-            if self.message_id is None or self._closed:
-                continue
-            text = self._text()
-            self._last_edit = time.monotonic()
-            await self._quiet(self.client.edit(self.target, self.message_id,
-                                                  self.client.render_progress(text)))
+    def _touch(self) -> None:
+        """An edit is due: the edit task takes it (started if none runs)."""
+        self._dirty = True
+        if self._edit_task is None and self._started and not self._closed:
+            self._edit_task = asyncio.create_task(self._edit_loop())
 
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat_interval_s)
-            if self.queued_ahead is None:
-                self._dirty.set()
+    async def _edit_loop(self) -> None:
+        """Edits while they are due, at most one per ``edit_interval_s``; then it ends (the
+        next due edit starts another)."""
+        try:
+            while self._dirty:
+                wait = self.edit_interval_s - (time.monotonic() - self._last_edit)
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                self._dirty = False
+                if self.message_id is None or self._closed:
+                    continue
+                text = self._text()
+                self._last_edit = time.monotonic()
+                await self._quiet(self.client.edit(self.target, self.message_id,
+                                                   self.client.render_progress(text)))
+        finally:
+            self._edit_task = None
+
+    def _beat(self) -> None:
+        """The heartbeat: the first line is re-rendered even when nothing else happens."""
+        if self._closed:
+            return
+        if self.queued_ahead is None:
+            self._touch()
+        self._beat_timer = asyncio.get_running_loop().call_later(
+            self.heartbeat_interval_s, self._beat)
+
+    def _set_running(self) -> None:
+        self._running = True
+        self._arm_typing()
+
+    def _arm_typing(self) -> None:
+        """"typing" says the turn runs: it starts ``typing_delay_s`` after the turn runs
+        (not while it waits for a lane), then repeats every ``typing_interval_s``."""
+        if not self._typing_due or self._closed:
+            return
+        self._typing_due = False
+        if self.typing_delay_s > 0:
+            self._typing_timer = asyncio.get_running_loop().call_later(
+                self.typing_delay_s, self._start_typing)
+        else:
+            self._start_typing()
+
+    def _start_typing(self) -> None:
+        if not self._closed and self._typing_task is None:
+            self._typing_task = asyncio.create_task(self._typing_loop())
 
     async def _typing_loop(self) -> None:
-        await self._running.wait()  # "typing" says it runs: not while queued
-        if self.typing_delay_s > 0:
-            await asyncio.sleep(self.typing_delay_s)
         while True:
             await self._quiet(self.client.typing(self.target))
             await asyncio.sleep(self.typing_interval_s)
@@ -210,9 +259,13 @@ class ProgressReporter:
     async def close(self) -> None:
         """Stop the indicators before the final answer replaces the progress message."""
         self._closed = True
-        for t in self._tasks:
+        for timer in (self._beat_timer, self._typing_timer):
+            if timer is not None:
+                timer.cancel()
+        tasks = [t for t in (self._edit_task, self._typing_task) if t is not None]
+        for t in tasks:
             t.cancel()
-        for t in self._tasks:
+        for t in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
 
