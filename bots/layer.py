@@ -271,9 +271,14 @@ class ChannelLayer:
             chains: dict[str, list[StoredEvent]] = {}
             for stored in batch:
                 chains.setdefault(stored.event.thread_key, []).append(stored)
-            results = await asyncio.gather(*(self._dispatch_chain(ch)
-                                             for ch in chains.values()),
-                                           return_exceptions=True)
+            if len(chains) == 1:  # one thread (the usual pass): no task to gather
+                (chain,) = chains.values()
+                await self._dispatch_chain(chain)
+                results: list[Any] = []
+            else:
+                results = await asyncio.gather(*(self._dispatch_chain(ch)
+                                                 for ch in chains.values()),
+                                               return_exceptions=True)
             failed = [r for r in results if isinstance(r, BaseException)]
             for r in failed:
                 if isinstance(r, asyncio.CancelledError):

@@ -319,22 +319,29 @@ class LaneQueue:
             hold.running = True
 
             async def move_to_long_lane() -> None:
-                assert self.long_after_s is not None
-                await asyncio.sleep(self.long_after_s)
                 await self._long.acquire()
                 # no await from here on: a cancellation cannot split the move
                 hold.in_long = True
                 self._long_running += 1
                 hold.release_all()  # its kind and global slots (unless lent out meanwhile)
 
-            mover = (asyncio.create_task(move_to_long_lane(), name=f"long-lane:{session_id}")
+            movers: list[asyncio.Task[None]] = []
+
+            def start_mover() -> None:
+                movers.append(asyncio.create_task(move_to_long_lane(),
+                                                  name=f"long-lane:{session_id}"))
+
+            # A timer, not a task sleeping from the start: most turns end before it fires.
+            timer = (asyncio.get_running_loop().call_later(self.long_after_s, start_mover)
                      if self.long_after_s is not None else None)
             token = _HOLD.set(hold)
             try:
                 yield
             finally:
                 _HOLD.reset(token)
-                if mover is not None:
+                if timer is not None:
+                    timer.cancel()
+                for mover in movers:
                     mover.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await mover

@@ -77,13 +77,22 @@ async def _waiting_notices(deps: RunDeps, watch: _CallWatch) -> AsyncIterator[No
     if every is None or every <= 0 or deps.on_event is None:
         yield
         return
-    task = asyncio.create_task(_notify_while_waiting(deps, watch, every))
+    tasks: list[asyncio.Task[None]] = []
+
+    def start() -> None:
+        tasks.append(asyncio.create_task(_notify_while_waiting(deps, watch, every)))
+
+    # A timer starts the notices once the call has been silent for ``every``: a call that
+    # answers sooner (nearly all) costs no task.
+    timer = asyncio.get_running_loop().call_later(every, start)
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        timer.cancel()
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 async def _once(deps: RunDeps, step: CallModel, watch: _CallWatch) -> ModelResponse:
