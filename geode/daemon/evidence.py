@@ -7,15 +7,14 @@ the timeline without copying what a tool was given.
 
 The events arrive typed (the executor's :class:`~geode.hooks.events.ToolDenied` /
 :class:`~geode.hooks.events.ToolFinished`, the loop's :class:`~geode.loop.events.TurnFinished`);
-each row is appended by a task the :class:`~geode.hooks.HookSystem` runs (``drain`` waits).
+each row is appended in the executor; the :class:`~geode.hooks.HookSystem` tracks its
+future (``drain`` waits, a failure is logged).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
-
-import structlog
 
 from geode.hooks.events import ObservedEvent, ToolDenied, ToolFinished
 from geode.loop.events import ObservedLoopEvent, TurnFinished
@@ -26,8 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["LedgerObserver"]
 
-log = structlog.get_logger(__name__)
-
 
 class LedgerObserver:
     def __init__(self, ledger: EvidenceLedger) -> None:
@@ -37,7 +34,7 @@ class LedgerObserver:
         observers.subscribe_events(self.on_event)
         observers.subscribe_loop(self.on_loop_event)
 
-    def on_event(self, event: ObservedEvent) -> Awaitable[None] | None:
+    def on_event(self, event: ObservedEvent) -> Awaitable[object] | None:
         match event:
             case ToolFinished(status=status):
                 outcome = status
@@ -55,7 +52,8 @@ class LedgerObserver:
             payload={"call_id": event.call_id, "tool": event.tool, **payload},
         )
 
-    def on_loop_event(self, session_id: str, event: ObservedLoopEvent) -> Awaitable[None] | None:
+    def on_loop_event(self, session_id: str, event: ObservedLoopEvent
+                      ) -> Awaitable[object] | None:
         if not isinstance(event, TurnFinished) or not session_id:
             return None
         return self._append(
@@ -65,10 +63,9 @@ class LedgerObserver:
                      "detail": event.detail},
         )
 
-    async def _append(self, event: str, *, session_id: str, turn_id: str, kind: str,
-                      summary: str, payload: dict[str, Any]) -> None:
-        try:
-            await self.ledger.append(session_id=session_id, turn_id=turn_id, kind=kind,
-                                     summary=summary, payload=payload)
-        except Exception:
-            log.warning("ledger append failed", event=event, exc_info=True)
+    def _append(self, event: str, *, session_id: str, turn_id: str, kind: str,
+                summary: str, payload: dict[str, Any]) -> Awaitable[Any]:
+        # The executor's future itself (no task around it): HookSystem waits for it in
+        # drain() and logs its failure as this observer's.
+        return self.ledger.submit(session_id=session_id, turn_id=turn_id, kind=kind,
+                                  summary=summary, payload=payload)

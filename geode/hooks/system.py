@@ -33,12 +33,12 @@ __all__ = ["EventObserverFn", "HookSystem", "LoopObserverFn", "ObserverFn"]
 
 log = structlog.get_logger(__name__)
 
-ObserverFn: TypeAlias = Callable[[str, Mapping[str, Any]], Awaitable[None] | None]
+ObserverFn: TypeAlias = Callable[[str, Mapping[str, Any]], Awaitable[object] | None]
 #: a typed observer of one session's loop events: ``(session_id, event)``
-LoopObserverFn: TypeAlias = Callable[[str, "ObservedLoopEvent"], Awaitable[None] | None]
+LoopObserverFn: TypeAlias = Callable[[str, "ObservedLoopEvent"], Awaitable[object] | None]
 #: a typed observer of the executor's, the chat layer's and the spend control's events
 #: (``geode.hooks.events``)
-EventObserverFn: TypeAlias = Callable[["ObservedEvent"], Awaitable[None] | None]
+EventObserverFn: TypeAlias = Callable[["ObservedEvent"], Awaitable[object] | None]
 
 
 class HookSystem:
@@ -48,7 +48,7 @@ class HookSystem:
         self._observers: list[tuple[ObserverFn, re.Pattern[str] | None]] = []
         self._loop_observers: list[LoopObserverFn] = []
         self._event_observers: list[EventObserverFn] = []
-        self._pending: set[asyncio.Task[None]] = set()
+        self._pending: set[asyncio.Future[Any]] = set()
 
     def subscribe(self, fn: ObserverFn, *, events: str | None = None) -> ObserverFn:
         """Add an observer; ``events`` is a regex on the event name (e.g. ``"tool\\..*"``).
@@ -96,10 +96,16 @@ class HookSystem:
 
     def _call(self, fn: object, event: str, call: Callable[[], object]) -> None:
         """Run one observer (``call``); an awaitable it returns becomes a task :meth:`drain`
-        waits for. Whatever fails is logged and dropped: observation never breaks a run."""
+        waits for (a future, e.g. an executor's, is waited for as it is: no task around it).
+        Whatever fails is logged and dropped: observation never breaks a run."""
         try:
             result = call()
-            if inspect.isawaitable(result):
+            if result is None:
+                return
+            if isinstance(result, asyncio.Future):
+                self._pending.add(result)
+                result.add_done_callback(partial(self._settled, fn, event))
+            elif inspect.isawaitable(result):
                 try:
                     asyncio.get_running_loop()
                 except RuntimeError:
@@ -111,6 +117,11 @@ class HookSystem:
                 task.add_done_callback(self._pending.discard)
         except Exception:
             log.warning("observer failed", observer=_name(fn), hook_event=event, exc_info=True)
+
+    def _settled(self, fn: object, event: str, fut: asyncio.Future[Any]) -> None:
+        self._pending.discard(fut)
+        if not fut.cancelled() and (exc := fut.exception()) is not None:
+            log.warning("observer failed", observer=_name(fn), hook_event=event, exc_info=exc)
 
     async def _guard(self, fn: object, event: str, result: Awaitable[object]) -> None:
         try:
@@ -127,7 +138,7 @@ class HookSystem:
 _SCALARS = (str, int, float, bool, type(None))
 
 
-def _observe_copy(fn: ObserverFn, event: str, data: dict[str, Any]) -> Awaitable[None] | None:
+def _observe_copy(fn: ObserverFn, event: str, data: dict[str, Any]) -> Awaitable[object] | None:
     return fn(event, _read_only_copy(data))  # each observer its own copy
 
 

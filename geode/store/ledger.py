@@ -90,6 +90,23 @@ class EvidenceLedger:
         payload: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Append one row and return it as written."""
+        fut = self.submit(session_id=session_id, kind=kind, turn_id=turn_id, summary=summary,
+                          payload=payload)
+        # Shielded: a cancelled caller must not hide a row still being written from read().
+        return await asyncio.shield(fut)
+
+    def submit(
+        self,
+        *,
+        session_id: str,
+        kind: str,
+        turn_id: str = "",
+        summary: str = "",
+        payload: dict[str, Any] | None = None,
+    ) -> asyncio.Future[dict[str, Any]]:
+        """Start appending one row (on the running loop's executor) and return its future,
+        the row as written: :meth:`append` for a caller that does not wait (an observer),
+        without a task of its own. :meth:`read` waits for it like for any append."""
         clean = bound(redact(payload or {}, self._secrets))
         short = redact_text(summary, self._secrets)[:_SUMMARY_MAX]
         row: dict[str, Any] = {
@@ -114,8 +131,7 @@ class EvidenceLedger:
                 del self._inflight[path]
 
         fut.add_done_callback(_done)
-        # Shielded: a cancelled caller must not hide a row still being written from read().
-        return await asyncio.shield(fut)
+        return fut
 
     def _append_sync(self, path: Path, row: dict[str, Any]) -> dict[str, Any]:
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
