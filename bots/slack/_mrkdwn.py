@@ -22,6 +22,7 @@ from markdown_it import MarkdownIt
 from markdown_it.tree import SyntaxTreeNode
 
 from bots.format import Chunk, pack_blocks
+from bots.plain_text import plain_paragraphs
 
 __all__ = ["SLACK_LIMIT", "chunk_mrkdwn", "escape", "markdown_to_mrkdwn", "render_progress"]
 
@@ -167,6 +168,22 @@ def _blocks(node: SyntaxTreeNode, depth: int = 0) -> list[_Block]:
 
 
 def _render(markdown: str) -> list[_Block]:
+    plain = _plain_blocks(markdown)
+    if plain is not None:
+        return plain
+    return _parsed_blocks(markdown)
+
+
+def _plain_blocks(markdown: str) -> list[_Block] | None:
+    """The blocks of a text without Markdown (most short answers) without the parser, as
+    it would give them; None when it may hold any (see :mod:`bots.plain_text`)."""
+    paragraphs = plain_paragraphs(markdown)
+    if paragraphs is None:
+        return None
+    return [_Block(text=_literal(p), plain=_literal(p)) for p in paragraphs]
+
+
+def _parsed_blocks(markdown: str) -> list[_Block]:
     return _blocks(SyntaxTreeNode(_md.parse(markdown)))
 
 

@@ -12,12 +12,12 @@ between lines into several closed ``<pre>`` blocks (never a tag cut in half).
 from __future__ import annotations
 
 import html
-import re
 from dataclasses import dataclass
 
 from markdown_it.tree import SyntaxTreeNode
 
 from bots.format import Chunk, markdown_parser, pack_blocks, utf16_len
+from bots.plain_text import plain_paragraphs
 
 __all__ = [
     "TELEGRAM_LIMIT",
@@ -154,33 +154,13 @@ def _list(node: SyntaxTreeNode, depth: int) -> _Block:
     return _Block(html="\n".join(h_lines), plain="\n".join(p_lines))
 
 
-#: A line Markdown leaves as it is: it starts with a letter (no list, heading, quote, fence,
-#: indented code or setext/table marker) and holds only letters, digits, spaces and
-#: punctuation without a meaning inline (no emphasis, code, link, escape, entity, autolink,
-#: table pipe) and no trailing space (a hard break).
-_PLAIN_LINE = re.compile(
-    r"(?:[^\W\d_][^\W_]*"  # a letter first, then letters and digits
-    r"(?:[ ,.;:?!'\"()/%@$+=>-]+[^\W_]+)*"  # runs of spaces/punctuation between words
-    r"[,.;:?!'\")/%@$+=>-]*)?"  # punctuation at the end (no space)
-)
-
-
 def _plain_blocks(markdown: str) -> list[_Block] | None:
-    """The blocks of a text without Markdown (most short answers): its paragraphs as they
-    are, escaped, as the parser would give them; None when any line may mean something."""
-    lines = markdown.split("\n")
-    if not all(_PLAIN_LINE.fullmatch(line) for line in lines):
+    """The blocks of a text without Markdown (most short answers), as the parser would give
+    them; None when it may hold any (see :mod:`bots.plain_text`)."""
+    paragraphs = plain_paragraphs(markdown)
+    if paragraphs is None:
         return None
-    out: list[_Block] = []
-    para: list[str] = []
-    for line in [*lines, ""]:
-        if line:
-            para.append(line)
-        elif para:
-            text = "\n".join(para)
-            out.append(_Block(html=_esc(text), plain=text))
-            para = []
-    return out
+    return [_Block(html=_esc(p), plain=p) for p in paragraphs]
 
 
 def _render_blocks(markdown: str) -> list[_Block]:
