@@ -31,8 +31,8 @@ class LedgerObserver:
         self.ledger = ledger
 
     def attach(self, observers: HookSystem) -> None:
-        observers.subscribe_events(self.on_event)
-        observers.subscribe_loop(self.on_loop_event)
+        observers.subscribe_events(self.on_event, only=(ToolFinished, ToolDenied))
+        observers.subscribe_loop(self.on_loop_event, only=(TurnFinished,))
 
     def on_event(self, event: ObservedEvent) -> Awaitable[object] | None:
         match event:

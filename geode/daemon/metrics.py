@@ -20,6 +20,8 @@ several daemons (tests) never collide.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from geode.hooks.events import (
@@ -124,6 +126,10 @@ class DaemonMetrics:
         if outcome == "busy":
             self.lane_busy.labels(kind=kind).inc()
 
+    #: the loop events :meth:`on_loop_event` counts (the others are not delivered to it)
+    LOOP_EVENTS: ClassVar[tuple[type, ...]] = (TurnStarted, ModelResponded, ToolResulted,
+                                               TurnFinished, ModelCallFinished)
+
     def on_loop_event(self, session_id: str, event: ObservedLoopEvent) -> None:
         """The typed loop observer (``HookSystem.subscribe_loop``; sync, quick)."""
         match event:
@@ -145,6 +151,11 @@ class DaemonMetrics:
                     self.model_errors.labels(model=model, kind=error or "unknown").inc()
             case _:
                 pass
+
+    #: the events :meth:`on_event` counts (the others are not delivered to it)
+    EVENTS: ClassVar[tuple[type, ...]] = (
+        UsageRecorded, SpendCapReached, MessagesReceived, ReplySent, DeliveryRetried,
+        RateLimited, ThreadLeases, ThreadsTakenOver, ThreadLeaseLost)
 
     def on_event(self, event: ObservedEvent) -> None:
         """The typed observer (``HookSystem.subscribe_events``) of the channel layer's events

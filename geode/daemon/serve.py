@@ -148,8 +148,10 @@ class Daemon:
                 kw["mcp"] = MCPServerManager.from_settings(self.settings, self.secrets)
             self.runtime = await Runtime.create(settings=self.settings, secrets=self.secrets,
                                                 **kw)
-            self.runtime.observers.subscribe_loop(self.metrics.on_loop_event)
-            self.runtime.observers.subscribe_events(self.metrics.on_event)
+            self.runtime.observers.subscribe_loop(self.metrics.on_loop_event,
+                                                  only=DaemonMetrics.LOOP_EVENTS)
+            self.runtime.observers.subscribe_events(self.metrics.on_event,
+                                                    only=DaemonMetrics.EVENTS)
             self.model_status = self._check_model(self.runtime)
             if not self.model_status[0]:
                 log.warning("daemon.model_not_ready", reason=self.model_status[1])

@@ -46,8 +46,9 @@ class HookSystem:
 
     def __init__(self) -> None:
         self._observers: list[tuple[ObserverFn, re.Pattern[str] | None]] = []
-        self._loop_observers: list[LoopObserverFn] = []
-        self._event_observers: list[EventObserverFn] = []
+        #: each with the event types it takes (None: every one)
+        self._loop_observers: list[tuple[LoopObserverFn, tuple[type, ...] | None]] = []
+        self._event_observers: list[tuple[EventObserverFn, tuple[type, ...] | None]] = []
         self._pending: set[asyncio.Future[Any]] = set()
 
     def subscribe(self, fn: ObserverFn, *, events: str | None = None) -> ObserverFn:
@@ -58,16 +59,20 @@ class HookSystem:
         self._observers.append((fn, re.compile(events) if events else None))
         return fn
 
-    def subscribe_loop(self, fn: LoopObserverFn) -> LoopObserverFn:
+    def subscribe_loop(self, fn: LoopObserverFn, *,
+                       only: tuple[type, ...] | None = None) -> LoopObserverFn:
         """Add a typed observer of the loop's events (sync and quick, or async: then it runs
-        as a task, like a named one; its failures are logged)."""
-        self._loop_observers.append(fn)
+        as a task, like a named one; its failures are logged). ``only``: the event types
+        it takes (the others are not delivered to it: a turn emits a dozen)."""
+        self._loop_observers.append((fn, only))
         return fn
 
-    def subscribe_events(self, fn: EventObserverFn) -> EventObserverFn:
+    def subscribe_events(self, fn: EventObserverFn, *,
+                         only: tuple[type, ...] | None = None) -> EventObserverFn:
         """Add a typed observer of the executor's, the channel layer's and the spend
-        control's events (sync and quick, or async as :meth:`subscribe_loop`)."""
-        self._event_observers.append(fn)
+        control's events (sync and quick, or async as :meth:`subscribe_loop`; ``only`` as
+        there)."""
+        self._event_observers.append((fn, only))
         return fn
 
     def unsubscribe(self, fn: ObserverFn) -> None:
@@ -75,15 +80,17 @@ class HookSystem:
 
     def loop_event(self, session_id: str, event: ObservedLoopEvent, /) -> None:
         """Deliver a loop event to the typed observers, then by name to the others."""
-        for fn in list(self._loop_observers):
-            self._call(fn, event.kind, partial(fn, session_id, event))
+        for fn, only in list(self._loop_observers):
+            if only is None or isinstance(event, only):
+                self._call(fn, event.kind, partial(fn, session_id, event))
         if self._observers:
             self.emit(event.kind, session_id=session_id, **event.data)
 
     def publish(self, event: ObservedEvent, /) -> None:
         """Deliver a typed event to the typed observers, then by name to the others."""
-        for fn in list(self._event_observers):
-            self._call(fn, event.kind, partial(fn, event))
+        for fn, only in list(self._event_observers):
+            if only is None or isinstance(event, only):
+                self._call(fn, event.kind, partial(fn, event))
         if self._observers:
             self.emit(event.kind, **event.data)
 

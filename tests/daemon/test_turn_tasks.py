@@ -83,3 +83,18 @@ async def test_an_observers_future_is_waited_for_and_its_failure_logged_without_
         await asyncio.wait_for(drained, 5)
     assert [(e["event"], str(e["exc_info"])) for e in logs] == [
         ("observer failed", "disk full")]
+
+
+async def test_an_observer_gets_only_the_event_types_it_takes() -> None:
+    from geode.loop.events import TurnStarted
+
+    observers = HookSystem()
+    calls: list[tuple[str, Any]] = []
+    observers.subscribe_loop(lambda sid, ev: calls.append(("finished", ev)),
+                             only=(TurnFinished,))
+    observers.subscribe_loop(lambda sid, ev: calls.append(("all", ev)))
+    started, finished = TurnStarted(turn_id="t"), TurnFinished(turn_id="t",
+                                                               termination="natural", rounds=1)
+    observers.loop_event("s", started)
+    observers.loop_event("s", finished)
+    assert calls == [("all", started), ("finished", finished), ("all", finished)]
