@@ -25,6 +25,7 @@ from sqlalchemy import and_, bindparam, select, update
 from bots.events import InboundEvent
 from bots.store._sql import insert_for, insert_ignore
 from bots.store._tables import cursors_table, events_table, messages_table
+from bots.store.leases import held_by_another, store_clock
 from geode.store.models import utcnow
 
 if TYPE_CHECKING:
@@ -75,6 +76,32 @@ def _cursor_stmt(postgres: bool) -> Any:
         index_elements=[_C.c.name],
         set_={"value": stmt.excluded.value, "updated_at": stmt.excluded.updated_at},
     )
+
+
+# The pump's claim, built once (it runs for every batch of recorded events; building and
+# cache-keying these costs about what SQLite takes to run them). SET columns come from the
+# parameters: status, owner, updated_at.
+_RECEIVED = and_(_E.c.platform == bindparam("b_platform"),
+                 _E.c.workspace == bindparam("b_workspace"), _E.c.status == "received")
+_CLAIM_OLDEST = (
+    update(_E)
+    .where(_E.c.id.in_(select(_E.c.id).where(_RECEIVED).order_by(_E.c.id)
+                       .limit(bindparam("b_limit"))),
+           _E.c.status == "received")
+    .returning(*_E.c)
+)
+_CLAIM_IDS = (update(_E).where(_E.c.id.in_(bindparam("b_ids", expanding=True)),
+                               _E.c.status == "received")
+              .returning(*_E.c))
+
+
+@functools.cache
+def _candidates(postgres: bool) -> Any:
+    """The received events of threads no other replica holds (``b_owner`` is this one),
+    oldest first, each with the store's clock (``now``) for the leases taken."""
+    return (select(_E.c.id, _E.c.channel, _E.c.thread_root, store_clock(postgres).label("now"))
+            .where(_RECEIVED, ~held_by_another(_E))
+            .order_by(_E.c.id).limit(bindparam("b_limit")))
 
 
 class Cursors:
@@ -193,36 +220,33 @@ class InboundLog:
         first), are claimed; the others stay ``received`` for their holder. Without: every
         event qualifies (one processor).
         """
-        received = and_(_E.c.platform == platform, _E.c.workspace == workspace,
-                        _E.c.status == "received")
-        claim = {"status": "processing", "owner": owner, "updated_at": utcnow()}
+        params: dict[str, Any] = {
+            "b_platform": platform, "b_workspace": workspace, "b_owner": owner,
+            "b_limit": limit, "status": "processing", "owner": owner, "updated_at": utcnow(),
+        }
         if leases is None:
             # One statement: the oldest unclaimed ids, re-checked by the UPDATE itself (a
             # concurrent claimer's rows no longer match), the claimed rows returned.
-            oldest = select(_E.c.id).where(received).order_by(_E.c.id).limit(limit)
-            stmt = (update(_E).where(_E.c.id.in_(oldest), _E.c.status == "received")
-                    .values(**claim).returning(*_E.c))
-
             def tx(conn: Connection) -> list[Any]:
-                return sorted(conn.execute(stmt).all(), key=lambda r: int(r.id))
+                return sorted(conn.execute(_CLAIM_OLDEST, params).all(), key=lambda r: int(r.id))
         else:
             # Not another replica's threads: their backlog must not hide free threads'
-            # events from this replica (it would starve behind the window).
-            candidates = (select(_E.c.id, _E.c.channel, _E.c.thread_root)
-                          .where(received, ~leases.held_by_others(_E))
-                          .order_by(_E.c.id).limit(limit))
+            # events from this replica (it would starve behind the window). The store's
+            # clock comes with the rows, for the leases taken.
+            candidates = _candidates(self._store.is_postgres)
 
             def tx(conn: Connection) -> list[Any]:
-                rows = conn.execute(candidates).all()
+                rows = conn.execute(candidates, params).all()
+                if not rows:
+                    return []
                 held = leases.take_in(conn, platform, workspace,
                                       [(r.channel, r.thread_root) for r in rows],
-                                      new=new_threads)
+                                      new=new_threads, now=int(rows[0].now))
                 ids = [r.id for r in rows if (r.channel, r.thread_root) in held]
                 if not ids:
                     return []
-                mine = (update(_E).where(_E.c.id.in_(ids), _E.c.status == "received")
-                        .values(**claim).returning(*_E.c))
-                return sorted(conn.execute(mine).all(), key=lambda r: int(r.id))
+                claimed = conn.execute(_CLAIM_IDS, {**params, "b_ids": ids}).all()
+                return sorted(claimed, key=lambda r: int(r.id))
 
         return [_stored(r) for r in await self._store.run_write(tx)]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, bindparam, select, update
 
 from bots.format import Chunk
 from bots.store._tables import events_table, outbox_table
@@ -35,6 +35,10 @@ _O = outbox_table
 DROPPED_NOTICE = "⏹ An operator removed your queued message; it was not run."
 QUEUED_DECISION = "turn.queued"
 _ACCEPTED, _RUNNING, _DROPPED = QUEUED_DECISION, "turn", "turn.dropped"
+# The daemon's claim (one per channel turn), built once: SET columns come from the
+# parameters (``decision``, ``updated_at``), the row from ``b_id``.
+_CLAIM = update(_E).where(_E.c.id == bindparam("b_id"), _E.c.decision == _ACCEPTED)
+_DECISION = select(_E.c.decision).where(_E.c.id == bindparam("b_id"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,15 +111,14 @@ class ChannelQueue:
     async def claim(self, event_id: int) -> bool:
         """The daemon gives the turn its lanes: False if the operator dropped it (it must
         not run). A turn claimed before (resumed after a restart) stays claimed."""
-        claim = update(_E).where(_E.c.id == event_id, _E.c.decision == _ACCEPTED)
-        decision = select(_E.c.decision).where(_E.c.id == event_id)
+        params = {"b_id": event_id, "decision": _RUNNING, "updated_at": utcnow()}
 
         def tx(conn: Connection) -> bool:
-            if conn.execute(claim.values(decision=_RUNNING, updated_at=utcnow())).rowcount == 1:
+            if conn.execute(_CLAIM, params).rowcount == 1:
                 return True
             # claimed before (a resumed turn, one accepted by an older version): only a drop
             # stops it
-            return bool(conn.execute(decision).scalar() != _DROPPED)
+            return bool(conn.execute(_DECISION, {"b_id": event_id}).scalar() != _DROPPED)
 
         return bool(await self._store.run_write(tx))
 

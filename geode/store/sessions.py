@@ -13,12 +13,13 @@ cannot silently resurrect a session that was closed.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from geode.errors import StoreError
@@ -161,7 +162,8 @@ class SessionStore:
     ) -> str:
         """Insert a new active session and return its id (a new uuid4 hex if not given).
 
-        ``if_missing``: look for the id first, in the same transaction (no failed INSERT).
+        ``if_missing``: an existing id is told by the insert itself (``ON CONFLICT DO
+        NOTHING``), so no failed INSERT aborts the transaction.
 
         Raises:
             SessionExistsError: the id is taken.
@@ -183,12 +185,17 @@ class SessionStore:
             "message_count": 0,
         }
 
+        # ``if_missing``: the insert itself tells (ON CONFLICT DO NOTHING returns no row),
+        # one statement instead of a look-up and the insert.
+        if_missing_stmt = _insert_if_missing(self._store.is_postgres)
+
         def insert(conn: Connection) -> None:
-            if if_missing and _exists(conn, sid):
-                raise SessionExistsError(sid)
             if parent_session_id is not None and not _exists(conn, parent_session_id):
                 raise SessionNotFoundError(parent_session_id)
-            conn.execute(_T.insert(), row)
+            if not if_missing:
+                conn.execute(_INSERT, row)  # an existing id: IntegrityError
+            elif conn.execute(if_missing_stmt, row).first() is None:
+                raise SessionExistsError(sid)
 
         try:
             await self._store.run_write(insert)
@@ -319,8 +326,27 @@ class SessionStore:
         await self._store.run_write(reopen)
 
 
+# Built once: building and cache-keying a statement costs about what SQLite takes to run it.
+_INSERT = _T.insert()
+_EXISTS = select(_T.c.id).where(_T.c.id == bindparam("b_id"))
+
+
+@functools.cache
+def _insert_if_missing(postgres: bool) -> Any:
+    """``INSERT ... ON CONFLICT (id) DO NOTHING RETURNING id`` of the store's dialect: a
+    session row that exists is left alone and no row comes back (an INSERT's rowcount is
+    not reliable across drivers: psycopg through SQLAlchemy reports -1)."""
+    if postgres:  # imported only by a PostgreSQL store (~3 MB a SQLite daemon never needs)
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(_T).on_conflict_do_nothing(index_elements=[_T.c.id]).returning(_T.c.id)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(_T).on_conflict_do_nothing(index_elements=[_T.c.id]).returning(_T.c.id)
+
+
 def _exists(conn: Connection, session_id: str) -> bool:
-    return conn.execute(select(_T.c.id).where(_T.c.id == session_id)).first() is not None
+    return conn.execute(_EXISTS, {"b_id": session_id}).first() is not None
 
 
 def lock_status_sync(conn: Connection, session_id: str, *, postgres: bool) -> str:
