@@ -11,6 +11,7 @@ invisible characters inside it. Elsewhere the text keeps them (emoji sequences u
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Iterable, Mapping
@@ -32,17 +33,30 @@ _PATTERNS = [
     re.compile(r"\b[MN][A-Za-z\d_\-]{23,25}\.[A-Za-z\d_\-]{6}\.[A-Za-z\d_\-]{27,}\b"),  # Discord
     re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._\-]{12,}"),
 ]
+#: Finds a match iff some pattern of ``_PATTERNS`` matches somewhere (an alternation matches
+#: at a position iff one of its alternatives does): one scan tells most texts need none of
+#: the substitutions. Only a test: the substitutions themselves still run one pattern after
+#: the other (a single alternation could stop one shape's match inside another's key).
+_ANY_PATTERN = re.compile("|".join(
+    f"(?i:{p.pattern.removeprefix('(?i)')})" if p.flags & re.IGNORECASE else f"(?:{p.pattern})"
+    for p in _PATTERNS
+))
 
 _lock = threading.Lock()
 _secrets: set[str] = set()
-_MIN_SECRET_LEN = 6  # shorter values would mask ordinary words
+#: bumped by every new registered secret: the literal lists cached for it are stale
+_generation = 0
+_MIN_SECRET_LEN = 6  # shorter values would mask ordinary words; no shape is this short
 
 
 def register_secret(value: str | None) -> None:
     """Remember a literal secret so every later redaction masks it."""
+    global _generation
     if value and len(value) >= _MIN_SECRET_LEN:
         with _lock:
-            _secrets.add(value)
+            if value not in _secrets:
+                _secrets.add(value)
+                _generation += 1
 
 
 def registered_secrets() -> frozenset[str]:
@@ -89,18 +103,37 @@ def _redact_split(text: str, literals: Iterable[str]) -> str:
     return "".join(out)
 
 
-def redact_text(text: str, extra: Iterable[str] = ()) -> str:
-    """Mask registered secrets, ``extra`` literals and known key shapes in ``text``."""
-    literals = sorted(
+def _literals(extra: Iterable[str]) -> tuple[str, ...]:
+    """The registered secrets and the long enough ``extra`` ones, longest first."""
+    return _literals_of(_generation, tuple(extra))
+
+
+@functools.lru_cache(maxsize=64)
+def _literals_of(generation: int, extra: tuple[str, ...]) -> tuple[str, ...]:
+    # ``generation`` only keys the cache: a secret registered meanwhile is in the set read
+    # here, and the next call (a newer generation) computes the list again.
+    del generation
+    return tuple(sorted(
         {*registered_secrets(), *(s for s in extra if s and len(s) >= _MIN_SECRET_LEN)},
         key=len,
         reverse=True,
-    )
+    ))
+
+
+def redact_text(text: str, extra: Iterable[str] = ()) -> str:
+    """Mask registered secrets, ``extra`` literals and known key shapes in ``text``."""
+    return _redact_text(text, _literals(extra))
+
+
+def _redact_text(text: str, literals: tuple[str, ...]) -> str:
+    if len(text) < _MIN_SECRET_LEN:
+        return text  # shorter than any literal secret and any shape
     if _FORMAT.search(text):
         text = _redact_split(text, literals)
     # Shapes first: a whole key is masked even when a registered literal is a fragment of it.
-    for pat in _PATTERNS:
-        text = pat.sub(MASK, text)
+    if _ANY_PATTERN.search(text) is not None:
+        for pat in _PATTERNS:
+            text = pat.sub(MASK, text)
     for lit in literals:
         if lit in text:
             text = text.replace(lit, MASK)
@@ -109,19 +142,24 @@ def redact_text(text: str, extra: Iterable[str] = ()) -> str:
 
 def redact(obj: Any, secrets: Iterable[str] = (), *, _depth: int = 0) -> Any:
     """Return a copy of ``obj`` with secret-named keys masked and secret values removed."""
-    extra = tuple(secrets)
-    if _depth > 32:
+    return _redact(obj, _literals(secrets), _depth)
+
+
+def _redact(obj: Any, literals: tuple[str, ...], depth: int) -> Any:
+    if depth > 32:
         return "[depth limit]"
     if isinstance(obj, str):
-        return redact_text(obj, extra)
+        return _redact_text(obj, literals)
+    if obj is None or isinstance(obj, int | float):  # bool is an int
+        return obj
     if isinstance(obj, Mapping):
         out: dict[Any, Any] = {}
         for k, v in obj.items():
-            if isinstance(k, str) and _SECRET_KEY.search(k) and isinstance(v, (str, bytes)) and v:
+            if isinstance(v, str | bytes) and v and isinstance(k, str) and _SECRET_KEY.search(k):
                 out[k] = MASK
             else:
-                out[k] = redact(v, extra, _depth=_depth + 1)
+                out[k] = _redact(v, literals, depth + 1)
         return out
-    if isinstance(obj, (list, tuple)):
-        return [redact(v, extra, _depth=_depth + 1) for v in obj]
+    if isinstance(obj, list | tuple):
+        return [_redact(v, literals, depth + 1) for v in obj]
     return obj

@@ -1,16 +1,14 @@
 """Redaction and size bounds for what the records keep for observation.
 
 Redaction itself is :mod:`geode.redact` (the one used at every output boundary:
-registered literal secrets, credential-named keys, known key shapes). This module adds
-what only the records need: a size bound, canonical JSON for content hashes, and one
-extra shape :mod:`geode.redact` misses so far (a Telegram bot token inside a Bot API
-URL, ``.../bot123456:AA.../getMe``, where its ``\\b`` anchor does not match).
+registered literal secrets, credential-named keys, known key shapes, a Telegram bot token
+inside a Bot API URL included). This module adds what only the records need: a size
+bound, and canonical JSON for content hashes.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,34 +18,15 @@ from geode.redact import redact_text as _redact_text_base
 
 __all__ = ["MASK", "bound", "canonical_json", "redact", "redact_text"]
 
-_EXTRA_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"(?<!\d)\d{5,}:[A-Za-z0-9_\-]{30,}"),  # Telegram token, also after "/bot"
-)
-
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """Mask registered and given literal secrets and known key shapes in one string."""
-    text = _redact_text_base(text, secrets)
-    for pattern in _EXTRA_PATTERNS:
-        text = pattern.sub(MASK, text)
-    return text
+    return _redact_text_base(text, secrets)
 
 
 def redact(obj: Any, secrets: Iterable[str] = ()) -> Any:
     """A copy of a JSON-like value with secrets masked (see :func:`geode.redact.redact`)."""
-    return _extra(_redact_base(obj, tuple(secrets)))
-
-
-def _extra(obj: Any) -> Any:
-    if isinstance(obj, str):
-        for pattern in _EXTRA_PATTERNS:
-            obj = pattern.sub(MASK, obj)
-        return obj
-    if isinstance(obj, Mapping):
-        return {k: _extra(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_extra(v) for v in obj]
-    return obj
+    return _redact_base(obj, secrets)
 
 
 def bound(
