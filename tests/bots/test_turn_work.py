@@ -21,7 +21,7 @@ from bots.workspaces import binding_workspace
 from geode.providers.scripted import ScriptedProvider
 from geode.store import Store, open_store
 from tests.bots._harness import calls_tool
-from tests.bots.conftest import CHAT, binding, finals, store_url_for
+from tests.bots.conftest import CHAT, binding, finals, settled, store_url_for
 from tests.bots.test_approvals import WRITE
 
 
@@ -143,3 +143,27 @@ async def test_the_binding_folder_is_made_once_and_again_after_it_was_removed(
     shutil.rmtree(ws)  # an operator cleaned the workspaces while the daemon ran
     await turn("again")
     assert len(made) == 2 and ws.is_dir()
+
+
+async def test_a_quick_reply_starts_few_tasks_of_the_layer_and_the_loop(
+        make_stack: Any, fake: Any) -> None:
+    """Pins the asyncio tasks of one quick reply (a count, never a time): the thread's
+    worker, the progress message's send beside the ack, the turn (``/stop`` cancels it) and
+    the loop's drive. Indicators, lanes, notices and observers start none until they have
+    work. Not counted: the store's group commit (its own pins) and the HTTP client's and the
+    fake server's tasks."""
+    from tests.daemon.test_turn_tasks import tasks_made
+
+    stack = make_stack(options={"typing_delay_s": 1.0})
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot warm up", from_user=42)
+    await fake.wait_until(lambda: finals(fake, "answer to: warm up"), within=10)
+    await settled(stack)
+    with tasks_made() as made:
+        fake.user_says(CHAT, "@geode_bot hello", from_user=42)
+        await fake.wait_until(lambda: finals(fake, "answer to: hello"), within=10)
+        await settled(stack)
+    ours = sorted(m for m in made if m not in (
+        "_GroupCommit._drain", "ClientRequest.write_bytes", "RequestHandler._handle_request"))
+    assert ours == ["AgenticLoop._drive", "ProgressReporter._send_progress",
+                    "ThreadOrderedProcessor._work", "on_display"]
