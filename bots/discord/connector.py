@@ -416,6 +416,11 @@ class DiscordConnector(BaseConnector):
             if cid is not None and snowflake(data.get("id")) is not None:
                 groups.setdefault(cid, []).append(data)
         for cid, items in groups.items():
+            if all(_author(d) == self.bot_id for d in items):
+                # Only our own messages came back (the progress message, an answer's
+                # chunks): nothing to record, and no cursor write for them (a write
+                # transaction per reply); a catch-up reads them again and drops them.
+                continue
             parent = await self._parent_of(cid)
             if not await self._bound(parent or cid):
                 log.debug("discord.unbound", channel=cid)
@@ -947,3 +952,9 @@ def _map_error(exc: BaseException, *, sending: bool) -> DeliveryError:
     if isinstance(exc, aiohttp.ClientError | TimeoutError | OSError):
         return DeliveryError("unknown" if sending else "retry", text)
     return DeliveryError("fatal", text)
+
+
+def _author(data: dict[str, Any]) -> str | None:
+    """The id of a MESSAGE_CREATE payload's author."""
+    author = data.get("author")
+    return snowflake(author.get("id")) if isinstance(author, dict) else None
