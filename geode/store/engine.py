@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import contextvars
@@ -224,8 +225,9 @@ class Store:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         # SQLite has one writer slot per file: queue writers of this process here (see
         # the module docstring). PostgreSQL locks rows, so no process-wide lock.
-        self._write_lock: asyncio.Lock | None = asyncio.Lock() if self.dialect == "sqlite" else None
-        self._group = _GroupCommit(self) if self._write_lock is not None else None
+        self._write_lock: _WriterSlot | None = _WriterSlot() if self.dialect == "sqlite" else None
+        self._group = (_GroupCommit(self, self._write_lock) if self._write_lock is not None
+                       else None)
         self.session_factory: async_sessionmaker[AsyncSession] = async_sessionmaker(
             self._write_engine, expire_on_commit=False
         )
@@ -374,12 +376,78 @@ class Store:
         await self.aclose()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _WriteJob:
     fn: Callable[[Connection], Any]
     ctx: contextvars.Context
     future: asyncio.Future[Any]
-    abandoned: threading.Event
+    #: set by the caller's cancellation, read by the worker thread (a plain attribute: one
+    #: writer, and a stale read only runs the job, whose outcome nobody waits for, rolled
+    #: back by the re-check after it)
+    abandoned: bool = False
+    #: the batch's transaction is over and the outcome delivered (on the loop)
+    delivered: bool = False
+    #: a cancelled caller waits on this until its job is out of the worker thread
+    settled: asyncio.Future[None] | None = None
+
+
+class _WriterSlot:
+    """This process's SQLite writer slot: held by one group-commit batch or one
+    :meth:`Store.write` transaction at a time, handed on in arrival order.
+
+    ``async with slot`` waits for it (:meth:`Store.write`); :meth:`take_then` runs a
+    callback once it is held, without a task of its own (the group commit: an
+    ``asyncio.Lock`` needs an awaiting task, and a task per write transaction was a large
+    part of the event loop's cost of a write).
+    """
+
+    def __init__(self) -> None:
+        self._held = False
+        self._waiters: collections.deque[asyncio.Future[None] | Callable[[], None]] = (
+            collections.deque())
+
+    def locked(self) -> bool:
+        return self._held
+
+    def take_then(self, start: Callable[[], None]) -> None:
+        """Call ``start()`` holding the slot: now if it is free, else when handed on."""
+        if self._held or self._waiters:
+            self._waiters.append(start)
+        else:
+            self._held = True
+            start()
+
+    async def __aenter__(self) -> None:
+        if not self._held and not self._waiters:
+            self._held = True
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release()  # handed to us just as we were cancelled: hand it on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(fut)
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Hand the slot to the next waiter, or free it."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if isinstance(waiter, asyncio.Future):
+                if not waiter.done():  # a cancelled waiter is skipped
+                    waiter.set_result(None)
+                    return
+            else:
+                waiter()
+                return
+        self._held = False
 
 
 class _GroupCommit:
@@ -395,14 +463,22 @@ class _GroupCommit:
     batches run on one long-lived connection (:meth:`_connection`), not a pool checkout
     each; a transaction that fails is rolled back on it, and a connection that cannot roll
     back is replaced.
+
+    On the event loop a batch is driven by callbacks, not a task: the writer slot is taken
+    (:class:`_WriterSlot`), the batch handed to a worker thread, and the thread's
+    completion delivers the outcomes, frees the slot and starts the next batch. Nothing
+    here can be cancelled half-way: a caller cancelled while its job is queued has it
+    skipped, one cancelled while it runs has it rolled back (it waits for the thread).
     """
 
     MAX_BATCH = 64
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, slot: _WriterSlot) -> None:
         self._store = store
+        self._slot = slot
         self._queue: list[_WriteJob] = []
-        self._drainer: asyncio.Task[None] | None = None
+        #: a batch is waiting for the slot or running
+        self._active = False
         #: the writer's connection (see :meth:`_connection`), used by one batch at a time
         self._conn: Connection | None = None
         #: transactions run and jobs in them (tests, diagnostics)
@@ -410,48 +486,58 @@ class _GroupCommit:
         self.jobs = 0
 
     async def submit(self, fn: Callable[[Connection], Any]) -> Any:
-        loop = asyncio.get_running_loop()
-        job = _WriteJob(fn=fn, ctx=contextvars.copy_context(), future=loop.create_future(),
-                        abandoned=threading.Event())
+        job = _WriteJob(fn=fn, ctx=contextvars.copy_context(),
+                        future=asyncio.get_running_loop().create_future())
         self._queue.append(job)
-        if self._drainer is None or self._drainer.done():
-            self._drainer = loop.create_task(self._drain(), name="geode-store-writer")
+        if not self._active:
+            self._active = True
+            self._slot.take_then(self._dispatch)
         try:
-            return await asyncio.shield(job.future)
+            # Not shielded: a cancelled caller's future is cancelled with it, and the
+            # outcome is then dropped; ``settled`` says when the thread is out of the job.
+            return await job.future
         except asyncio.CancelledError:
-            job.abandoned.set()  # not started: skipped; running: rolled back, not committed
-            await _settle(job.future)
+            job.abandoned = True  # not started: skipped; running: rolled back, not committed
+            if not job.delivered:
+                job.settled = asyncio.get_running_loop().create_future()
+                await _settle(job.settled)
             raise
 
-    async def _drain(self) -> None:
-        store = self._store
-        assert store._write_lock is not None
-        while self._queue:
-            batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH:]
+    def _dispatch(self) -> None:
+        """Holding the slot: hand the queued jobs (up to ``MAX_BATCH``) to a worker thread,
+        whose completion comes back to :meth:`_done` on the loop."""
+        batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH:]
+        loop = asyncio.get_running_loop()
+
+        def work() -> None:
             try:
-                async with store._write_lock:
-                    work = asyncio.get_running_loop().run_in_executor(
-                        store._workers(), self._run, batch
-                    )
-                    try:
-                        await asyncio.shield(work)
-                    finally:
-                        # Even when this task is cancelled (the loop is going away), the
-                        # thread finishes its transaction and the callers hear of it.
-                        await _settle(work)
-                        self._deliver(batch, work)
-            except asyncio.CancelledError:
-                stopped = StoreError("the store's writer was stopped")
-                for job in self._queue:  # queued behind the batch: nobody will run them
-                    if not job.future.done():
-                        job.future.set_exception(stopped)
-                self._queue = []
-                raise
+                outcomes, error = self._run(batch), None
+            except BaseException as exc:  # the transaction failed: the whole batch did
+                outcomes, error = [], exc
+            loop.call_soon_threadsafe(self._done, batch, outcomes, error)
+
+        try:
+            self._store._workers().submit(work)
+        except RuntimeError as exc:  # the executor was shut down under us
+            self._done(batch, [], StoreError(f"the store's writer could not start: {exc}"))
+
+    def _done(self, batch: list[_WriteJob], outcomes: list[tuple[bool, Any]],
+              error: BaseException | None) -> None:
+        """On the loop, the batch's transaction over: tell every caller, hand the slot on
+        and start the next batch (after any :meth:`Store.write` that waits for the slot)."""
+        try:
+            self._deliver(batch, outcomes, error)
+        finally:
+            self._slot.release()
+            if self._queue:
+                self._slot.take_then(self._dispatch)
+            else:
+                self._active = False
 
     @staticmethod
-    def _deliver(batch: list[_WriteJob], work: asyncio.Future[list[tuple[bool, Any]]]) -> None:
-        failed = work.exception() if not work.cancelled() else StoreError("write cancelled")
-        for job, (ok, value) in zip(batch, [] if failed else work.result(), strict=False):
+    def _deliver(batch: list[_WriteJob], outcomes: list[tuple[bool, Any]],
+                 error: BaseException | None) -> None:
+        for job, (ok, value) in zip(batch, outcomes, strict=False):
             if not job.future.done():
                 if ok:
                     job.future.set_result(value)
@@ -459,7 +545,10 @@ class _GroupCommit:
                     job.future.set_exception(value)
         for job in batch:  # the transaction itself failed: nothing of the batch committed
             if not job.future.done():
-                job.future.set_exception(failed or StoreError("write job without outcome"))
+                job.future.set_exception(error or StoreError("write job without outcome"))
+            job.delivered = True
+            if job.settled is not None and not job.settled.done():
+                job.settled.set_result(None)
 
     def _connection(self) -> Connection:
         """In a worker thread: the writer's connection, checked out of the pool once and
@@ -490,14 +579,14 @@ class _GroupCommit:
         assert raw is not None
         raw.execute("BEGIN IMMEDIATE")  # pysqlite runs with isolation_level=None
         for job in batch:
-            if job.abandoned.is_set():
+            if job.abandoned:
                 outcomes.append((False, _Abandoned()))
                 continue
             if not single:
                 raw.execute("SAVEPOINT geode_job")
             try:
                 result = job.ctx.run(job.fn, conn)
-                if job.abandoned.is_set():
+                if job.abandoned:
                     raise _Abandoned  # nobody waits for it: do not commit it
             except Exception as exc:
                 if not single:

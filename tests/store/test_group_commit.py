@@ -185,23 +185,48 @@ async def test_a_lone_writer_is_its_own_transaction(store: Store) -> None:
     assert seen == [1] and await _ids(store) == ["alone"]
 
 
-async def test_a_stopped_writer_finishes_its_batch_and_fails_the_queue(store: Store) -> None:
-    from geode.errors import StoreError
-
-    group = store._group
-    assert group is not None
+async def test_the_writer_runs_no_task_of_its_own(store: Store) -> None:
+    """Batches are driven by callbacks: no writer task exists that the loop's shutdown could
+    cancel between a batch and the jobs queued behind it (each caller is cancelled alone,
+    which the tests above cover)."""
     gate = _Gate()
     held = await gate.hold(store)
-    drainer = group._drainer
-    assert drainer is not None
-    (queued,) = await _queued(store, _insert("queued"))
-    drainer.cancel()  # as when the event loop shuts down
-    await asyncio.sleep(0.05)
+    queued = await _queued(store, _insert("queued"))
+    current = asyncio.current_task()
+    assert asyncio.all_tasks() == {current, held, *queued}
     gate.release.set()
-    assert await held == "gate"  # the running batch committed and was reported
-    with pytest.raises(StoreError, match="writer was stopped"):
-        await queued
+    assert await held == "gate" and await queued[0] == "queued"
+    assert await _ids(store) == ["gate", "queued"]
+
+
+async def test_a_write_transaction_waiting_for_the_slot_goes_before_later_writers(
+    store: Store,
+) -> None:
+    order: list[str] = []
+
+    def job(name: str) -> Any:
+        def run(conn: Connection) -> None:
+            order.append(name)
+            conn.execute(_S.insert(), _row(name))
+        return run
+
+    async def async_write(name: str) -> None:
+        async with store.write() as conn:
+            order.append(name)
+            await conn.execute(_S.insert().values(**_row(name)))
+
+    gate = _Gate()
+    held = await gate.hold(store)
+    writer = asyncio.create_task(async_write("async"))
+    await asyncio.sleep(0.05)  # the async writer waits for the slot
+    cancelled = asyncio.create_task(async_write("cancelled"))
+    await asyncio.sleep(0.05)
+    cancelled.cancel()  # a waiter that gives up takes no turn
+    later = await _queued(store, job("later1"), job("later2"))
+    gate.release.set()
+    await asyncio.gather(held, writer, *later)
     with pytest.raises(asyncio.CancelledError):
-        await drainer
-    assert await _ids(store) == ["gate"]
-    assert await store.run_write(_insert("later")) == "later"  # a new writer starts
+        await cancelled
+    assert order == ["async", "later1", "later2"]
+    assert await _ids(store) == ["async", "gate", "later1", "later2"]
+    assert await store.run_write(job("next")) is None  # the slot is free again
