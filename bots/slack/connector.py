@@ -34,6 +34,7 @@ import contextlib
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -85,6 +86,9 @@ from geode.settings import BindingSettings
 __all__ = ["EVENTS", "SCOPES", "SLACK_HELP", "SlackConnector", "SlackOptions"]
 
 log = structlog.get_logger(__name__)
+
+#: how many recorded dedupe keys the intake remembers (a duplicate comes right after)
+_RECORDED_KEYS = 1024
 
 #: emoji the layer asks for -> Slack reaction names
 _REACTION_NAMES = {"👀": "eyes", "✅": "white_check_mark", "⏳": "hourglass_flowing_sand",
@@ -261,6 +265,12 @@ class SlackConnector(BaseConnector):
         self.catch_up_from: dict[str, str] = {}
         self.history = SlackHistory(connector=self)
         self._cursor_seen: dict[str, float] = {}
+        #: dedupe keys this process recorded (committed) lately, oldest first: Slack sends
+        #: a mention twice (``message`` and ``app_mention``, one key), and the second needs
+        #: no write transaction to be found a duplicate
+        self._recorded: OrderedDict[str, None] = OrderedDict()
+        #: the records under way (the two deliveries come at once): key -> (done, cursor)
+        self._recording: dict[str, tuple[asyncio.Future[bool], tuple[str, str] | None]] = {}
         self._no_status: set[str] = set()
         self._status_on: set[tuple[str, str]] = set()
 
@@ -416,7 +426,28 @@ class SlackConnector(BaseConnector):
             ts = float(ev.message_id)
             if ts > self._cursor_seen.get(ev.channel, 0.0):
                 cursor = (self.cursor_name(ev.channel), ev.message_id)
-        await self.submit([(ev, "received")], cursor=cursor)
+        key = ev.dedupe_key
+        if cursor is None and key in self._recorded:
+            return  # recorded already (the store would skip it): acknowledged as it is
+        under_way = self._recording.get(key)
+        if under_way is not None and cursor in (None, under_way[1]):
+            if await asyncio.shield(under_way[0]):
+                return  # the other delivery recorded it (and this cursor)
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._recording.setdefault(key, (done, cursor))
+        recorded = False
+        try:
+            await self.submit([(ev, "received")], cursor=cursor)
+            recorded = True
+        finally:
+            if not done.done():
+                done.set_result(recorded)
+            entry = self._recording.get(key)
+            if entry is not None and entry[0] is done:
+                del self._recording[key]
+        self._recorded[key] = None
+        if len(self._recorded) > _RECORDED_KEYS:
+            self._recorded.popitem(last=False)
         if cursor is not None:
             self._cursor_seen[ev.channel] = max(self._cursor_seen.get(ev.channel, 0.0),
                                                 float(ev.message_id))
