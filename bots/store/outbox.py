@@ -61,6 +61,8 @@ _READY = (update(_O).where(_O.c.id == bindparam("b_id"), _O.c.status == "pending
           .returning(*_O.c))
 _BY_ID = select(_O).where(_O.c.id == bindparam("b_id"))
 _UPDATE_EVENT = update(_E).where(_E.c.id == bindparam("b_id"))
+#: the event's update that also says when the event was recorded (a reply's latency)
+_UPDATE_EVENT_RECEIVED = _UPDATE_EVENT.returning(_E.c.created_at)
 _EVENT_RECEIVED = select(_E.c.created_at).where(_E.c.id == bindparam("b_id"))
 _Stmt = tuple[Any, dict[str, Any]]
 
@@ -340,22 +342,39 @@ class Outbox:
         ``values`` are more columns to set in the same update (the delivered message ids);
         ``also`` runs inside the same transaction (the message index entries).
         """
+        return (await self._finish(row, status=status, error=error, values=values,
+                                   also=also))[0]
+
+    async def _finish(
+        self, row: OutboxRow, *, status: str, error: str = "",
+        values: dict[str, Any] | None = None,
+        also: Callable[[Connection], None] | None = None, received: bool = False,
+    ) -> tuple[OutboxRow, datetime | None]:
+        """:meth:`finish`, and with ``received`` when the row's event was recorded (read
+        by the event's own update when there is one: no statement of its own)."""
         stmt = self.update_stmt(row.id, {**(values or {}), "status": status,
                                          "error": error[:2000]})
         event_stmt = None
         if row.event_id is not None and row.kind == "turn":
             event_stmt = _event_update(row.event_id,
                                        status="done" if status == "sent" else "failed")
+        event_id = row.event_id if received else None
 
-        def tx(conn: Connection) -> Any:
+        def tx(conn: Connection) -> tuple[Any, datetime | None]:
             updated = conn.execute(_UPDATE_RETURNING, stmt[1]).first()
-            if event_stmt is not None:
+            at = None
+            if event_stmt is not None and event_id is not None:
+                at = conn.execute(_UPDATE_EVENT_RECEIVED, event_stmt[1]).scalar()
+            elif event_stmt is not None:
                 conn.execute(*event_stmt)
+            elif event_id is not None:
+                at = conn.execute(_EVENT_RECEIVED, {"b_id": event_id}).scalar()
             if also is not None:
                 also(conn)  # the message index only: ``updated`` stays the row as committed
-            return updated
+            return updated, at
 
-        return _row(await self._store.run_write(tx))
+        updated, at = await self._store.run_write(tx)
+        return _row(updated), at
 
     async def record_progress_message(self, row: OutboxRow, message_id: str) -> None:
         """The turn's progress message exists: its id on the row, and in the message index
@@ -378,20 +397,18 @@ class Outbox:
 
         Returns the row and the seconds since its message was recorded (the reply's
         latency; None for a row without an event)."""
-        received: list[datetime | None] = []
 
         def also(conn: Connection) -> None:
             self._remember_in(conn, row, message_ids)
-            if row.event_id is not None:  # when the message came in: the reply's latency
-                received.append(conn.execute(_EVENT_RECEIVED, {"b_id": row.event_id}).scalar())
 
-        sent = await self.finish(
+        # when the message came in: the reply's latency
+        sent, received = await self._finish(
             row, status="sent", values={**(values or {}), "message_ids": message_ids},
-            also=also,
+            also=also, received=True,
         )
         latency = None
-        if received and received[0] is not None:
-            at = received[0] if received[0].tzinfo else received[0].replace(tzinfo=UTC)
+        if received is not None:
+            at = received if received.tzinfo else received.replace(tzinfo=UTC)
             latency = (utcnow() - at).total_seconds()
         return sent, latency
 

@@ -8,9 +8,10 @@ rewrite (compaction) or a chain moved by another writer falls back to rewriting 
 
 The transaction runs in one worker-thread hop (:meth:`Store.run_write`), with no
 event-loop round trip between its statements. The usual save is three: move the head
-*if* it is where this checkpointer left it, insert the new message rows, insert the link.
-Otherwise (first save, another writer, a status set meanwhile) it reads the head under
-the lock and checks the transition first, as before.
+*if* it is where this checkpointer left it (a first save assumes a new session's head),
+insert the new message rows, insert the link. Otherwise (a session with a chain not
+loaded, another writer, a status set meanwhile) it reads the head under the lock and
+checks the transition first, as before.
 """
 
 from __future__ import annotations
@@ -103,6 +104,10 @@ class _Written:
     seq: int
     messages: tuple[Message, ...]
     status: str
+
+
+#: the head of a session nothing was saved to yet (``SessionStore.create``)
+_NEW_SESSION = _Written(seq=0, messages=(), status="active")
 
 
 def _legal(session_id: str, current: str, target: str) -> bool:
@@ -322,7 +327,12 @@ class SessionCheckpointer:
     ) -> _Written:
         sid = self.session_id
         now = utcnow()
-        if written is not None and _legal(sid, written.status, status or "active"):
+        if written is None:
+            # First save of this checkpointer: most often on a session just created (a
+            # channel thread's first turn), whose head is the one assumed here; if it is
+            # not, the UPDATE matches nothing and the checked path below reads the head.
+            written = _NEW_SESSION
+        if _legal(sid, written.status, status or "active"):
             seq, new_status = written.seq + 1, status or written.status
             advanced = conn.execute(
                 _ADVANCE_HEAD,
@@ -343,9 +353,9 @@ class SessionCheckpointer:
                 self._append_link(conn, seq, messages, state, new_status, kind, turn_id, now)
                 return _Written(seq=seq, messages=messages, status=new_status)
 
-        # First save of this checkpointer, a head moved by someone else (another writer,
-        # set_status, reopen), or an illegal move: read the head (row-locked on
-        # PostgreSQL) and check against what is really there.
+        # A head not where this checkpointer assumed it (a first save on a session with a
+        # chain, another writer, set_status, reopen) or an illegal move: read the head
+        # (row-locked on PostgreSQL) and check against what is really there.
         row = conn.execute(
             _HEAD_LOCKED if self._store.is_postgres else _HEAD, {"b_sid": sid}
         ).first()

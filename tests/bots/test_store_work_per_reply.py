@@ -1,0 +1,62 @@
+"""The store's work per channel reply, counted (not timed): the write transactions and the
+SQL statements in them for one Telegram reply through the real daemon, connector and store.
+A change that adds a transaction or statements to every reply fails here; one that removes
+some should lower the bounds."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from sqlalchemy import event
+
+from tests.bots.conftest import CHAT, finals, settled
+
+#: today's figures (record, claim, accept, progress message, session, queue claim, two
+#: checkpoints, usage, timeline, final answer, delivery)
+MAX_TRANSACTIONS = 12
+MAX_WRITE_STATEMENTS = 29
+
+
+async def test_one_telegram_reply_write_transactions_and_statements(make_stack, fake):
+    # no periodic work during the counted reply: pump fallback and lease heartbeat far off
+    stack = make_stack(options={"pump_interval_s": 60.0, "lease_ttl_s": 120.0})
+    await stack.start()
+    # a first reply warms up what is done once (the writer connection, caches)
+    fake.user_says(CHAT, "@geode_bot warm up", from_user=42)
+    await fake.wait_until(lambda: finals(fake, "answer to: warm up"), within=10)
+    await settled(stack)
+    store = stack.store
+    group = store._group
+    assert group is not None
+    writes: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if conn is group._conn:  # the writer's connection: statements of write transactions
+            writes.append(" ".join(statement.split())[:150])
+
+    run = group._run
+    jobs_seen: list[str] = []
+
+    def traced(batch: list[Any]) -> Any:
+        jobs_seen.append(", ".join(getattr(j.fn, "__qualname__", type(j.fn).__name__)
+                                   for j in batch))
+        return run(batch)
+
+    group._run = traced  # type: ignore[method-assign]
+    event.listen(store.sync_engine, "before_cursor_execute", seen)
+    try:
+        batches = group.batches
+        fake.user_says(CHAT, "@geode_bot counted", from_user=42)
+        await fake.wait_until(lambda: finals(fake, "answer to: counted"), within=10)
+        await settled(stack)
+        batches = group.batches - batches
+    finally:
+        event.remove(store.sync_engine, "before_cursor_execute", seen)
+        group._run = run  # type: ignore[method-assign]
+    if os.environ.get("GEODE_SHOW_STATEMENTS"):
+        print(f"\n{batches} transactions, {len(writes)} write statements")
+        print("\n".join(["jobs:", *jobs_seen, "statements:", *writes]))
+    assert batches == len(jobs_seen)
+    assert batches <= MAX_TRANSACTIONS, jobs_seen
+    assert len(writes) <= MAX_WRITE_STATEMENTS, writes
