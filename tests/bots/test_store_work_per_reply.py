@@ -32,16 +32,17 @@ async def test_one_telegram_reply_write_transactions_and_statements(make_stack, 
     writes: list[str] = []
 
     def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if conn is group._conn:  # the writer's connection: statements of write transactions
+        writer = group._writer
+        if writer is not None and conn is writer.conn:  # statements of write transactions
             writes.append(" ".join(statement.split())[:150])
 
     run = group._run
     jobs_seen: list[str] = []
 
-    def traced(batch: list[Any]) -> Any:
+    def traced(writer: Any, batch: list[Any]) -> Any:
         jobs_seen.append(", ".join(getattr(j.fn, "__qualname__", type(j.fn).__name__)
                                    for j in batch))
-        return run(batch)
+        return run(writer, batch)
 
     group._run = traced  # type: ignore[method-assign]
     event.listen(store.sync_engine, "before_cursor_execute", seen)

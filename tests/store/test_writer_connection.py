@@ -1,9 +1,11 @@
-"""SQLite's group commit runs its transactions on one long-lived writer connection: no pool
-checkout per transaction, a failed transaction is rolled back on it, a connection that
-cannot roll back is replaced, and closing the store returns it."""
+"""SQLite's group commit runs its transactions in one long-lived writer thread on one
+long-lived connection: no pool checkout per transaction, a failed transaction is rolled
+back on it, a connection that cannot roll back is replaced, and closing the store stops
+the thread and returns the connection."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -66,16 +68,16 @@ async def test_a_failed_transaction_leaves_the_writer_connection_clean(store: St
     assert await store.run_write(_insert("after")) == "after"
     assert await _ids(store) == ["after", "raw"]
     group = store._group
-    assert group is not None and group._conn is not None
-    raw = group._conn.connection.driver_connection
+    assert group is not None and group._writer is not None and group._writer.conn is not None
+    raw = group._writer.conn.connection.driver_connection
     assert raw is not None and not raw.in_transaction
 
 
 async def test_a_connection_that_cannot_roll_back_is_replaced(store: Store) -> None:
     await store.run_write(_insert("before"))
     group = store._group
-    assert group is not None
-    broken = group._conn
+    assert group is not None and group._writer is not None
+    writer, broken = group._writer, group._writer.conn
 
     def breaks(conn: Connection) -> None:
         conn.connection.driver_connection.close()  # the driver connection is gone
@@ -84,7 +86,8 @@ async def test_a_connection_that_cannot_roll_back_is_replaced(store: Store) -> N
     with pytest.raises(Exception):  # noqa: B017 (the rollback's error, or the job's)
         await store.run_write(breaks)
     assert await store.run_write(_insert("after")) == "after"  # on a new connection
-    assert group._conn is not None and group._conn is not broken
+    assert group._writer is writer  # the same thread goes on
+    assert writer.conn is not None and writer.conn is not broken
     assert await _ids(store) == ["after", "before"]
 
 
@@ -93,8 +96,10 @@ async def test_closing_the_store_returns_the_writer_connection(sqlite_url: str) 
     await store.run_write(_insert("one"))
     pool: Any = store.sync_engine.pool
     assert pool.checkedout() == 1  # the writer's, kept between transactions
+    writers = [t for t in threading.enumerate() if t.name == "geode-store-writer"]
     await store.aclose()
     assert pool.checkedout() == 0
+    assert writers and not any(t.is_alive() for t in writers)  # the writer thread stopped
     # a closed store can be used again, like a disposed engine
     assert await store.run_write(_insert("two")) == "two"
     await store.aclose()
