@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import structlog
 
 if TYPE_CHECKING:
+    import aiohttp
     import anthropic
     import openai
 
@@ -45,6 +46,7 @@ class ClientCache:
         self._clients: dict[_Key, Any] = {}
         self._retired: list[Any] = []
         self._closed = False
+        self._http: aiohttp.ClientSession | None = None
 
     def __len__(self) -> int:
         return len(self._clients)
@@ -60,6 +62,19 @@ class ClientCache:
         """The shared Messages API client for ``base_url`` with ``api_key``."""
         client: anthropic.AsyncAnthropic = self._get("anthropic", api_key, base_url, timeout)
         return client
+
+    def http(self) -> aiohttp.ClientSession:
+        """The shared aiohttp session of the lean Chat Completions path
+        (:class:`~geode.providers.openai_compat.OpenAICompatProvider`): one connection pool
+        for every endpoint (per host), proxies from the environment like the SDKs'.
+        Built on first use, on the running loop."""
+        if self._closed:
+            raise RuntimeError("the provider client cache is closed (the runtime shut down)")
+        if self._http is None or self._http.closed:
+            import aiohttp
+
+            self._http = aiohttp.ClientSession(trust_env=True)
+        return self._http
 
     def _get(self, kind: ClientKind, api_key: str, base_url: str | None, timeout: float) -> Any:
         if self._closed:
@@ -84,6 +99,9 @@ class ClientCache:
         clients = [*self._clients.values(), *self._retired]
         self._clients.clear()
         self._retired.clear()
+        http, self._http = self._http, None
+        if http is not None:
+            await http.close()
         for client in clients:
             try:
                 await client.close()

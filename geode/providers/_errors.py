@@ -30,7 +30,13 @@ import httpx
 from geode.errors import ModelError, ModelErrorKind
 from geode.providers.catalog import PROVIDERS
 
-__all__ = ["classify_status", "map_anthropic_error", "map_openai_error", "parse_retry_after"]
+__all__ = [
+    "classify_status",
+    "map_anthropic_error",
+    "map_openai_error",
+    "map_openai_status",
+    "parse_retry_after",
+]
 
 _CONTEXT_MARKERS = (
     "context length",
@@ -216,6 +222,29 @@ def map_openai_error(exc: BaseException, *, provider: str = "openai") -> ModelEr
             headers={},
         )
     return _non_status_error(exc, provider, openai)
+
+
+def map_openai_status(
+    *, status: int, raw: bytes, headers: Mapping[str, str], provider: str = "openai"
+) -> ModelError:
+    """Classify a non-2xx answer of a Chat Completions endpoint read without the SDK (the
+    adapter's lean path), as :func:`map_openai_error` classifies the SDK's exception for it:
+    the same body (the ``error`` object) and message."""
+    text = raw.decode("utf-8", errors="replace").strip()
+    message = f"Error code: {status}"
+    body: object = text
+    try:
+        body = json.loads(text)
+    except ValueError:
+        pass
+    else:
+        error = body.get("error", body) if isinstance(body, dict) else None
+        detail = error.get("message") if isinstance(error, dict) else None
+        if isinstance(detail, str) and detail:
+            message += f" - {detail}"
+    data = body.get("error", body) if isinstance(body, dict) else body
+    return _status_error(provider=provider, status=_effective_status(status, data), body=data,
+                         message=message, headers=headers)
 
 
 #: error ``type``/``code`` values of both vendors, for errors that arrive inside a 200 stream

@@ -11,13 +11,14 @@ from geode.testing.fake_anthropic import FakeAnthropicServer
 from geode.testing.fake_openai import FakeOpenAIServer
 
 
-@pytest.fixture(params=["anthropic", "openai", "responses"])
+@pytest.fixture(params=["anthropic", "openai", "openai-lean", "responses"])
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
-    vendor: str = request.param
+    vendor, _, variant = str(request.param).partition("-")
+    lean = variant == "lean"  # Chat Completions through the runtime's shared session
     async with make_server(vendor) as server:
-        provider = make_provider(vendor, server)
+        provider = make_provider(vendor, server, lean=lean)
         try:
-            yield Harness(vendor, server, provider)
+            yield Harness(vendor, server, provider, lean=lean)
         finally:
             await provider.aclose()
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from geode.messages import Message, ToolSpec
+from geode.providers._clients import ClientCache
 from geode.providers.anthropic import AnthropicProvider
 from geode.providers.base import BaseProvider, ModelRequest
 from geode.providers.openai_compat import OpenAICompatProvider
@@ -47,11 +48,13 @@ def make_request(
 
 @dataclass
 class Harness:
-    """One vendor's fake server and the adapter pointed at it."""
+    """One vendor's fake server and the adapter pointed at it (``lean``: the Chat Completions
+    adapter's own POST on the runtime's shared session, not the SDK's request)."""
 
     vendor: str
     server: FakeModelServer
     provider: BaseProvider
+    lean: bool = False
 
     def body(self, index: int = -1) -> dict[str, Any]:
         body = self.server.generate_requests[index].body
@@ -59,7 +62,28 @@ class Harness:
         return body
 
 
-def make_provider(vendor: str, server: FakeModelServer, *, timeout: float = 10.0) -> BaseProvider:
+class _LeanProvider(OpenAICompatProvider):
+    """The adapter as a runtime builds it (shared SDK client and aiohttp session of a
+    ClientCache); closing it closes that cache."""
+
+    def __init__(self, server: FakeModelServer, timeout: float) -> None:
+        self.cache = ClientCache()
+        super().__init__(
+            provider_name="openai", api_key=API_KEY, base_url=server.base_url, timeout=timeout,
+            client=self.cache.openai(api_key=API_KEY, base_url=server.base_url,
+                                     timeout=timeout),
+            http=self.cache.http,
+        )
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        await self.cache.aclose()
+
+
+def make_provider(vendor: str, server: FakeModelServer, *, timeout: float = 10.0,
+                  lean: bool = False) -> BaseProvider:
+    if lean:
+        return _LeanProvider(server, timeout)
     if vendor == "anthropic":
         return AnthropicProvider(api_key=API_KEY, base_url=server.base_url, timeout=timeout)
     if vendor == "responses":

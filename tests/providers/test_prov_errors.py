@@ -212,7 +212,7 @@ async def test_empty_script_answers_500_with_a_clear_message(harness: Harness) -
 
 
 async def test_timeout_is_transient(harness: Harness) -> None:
-    slow = make_provider(harness.vendor, harness.server, timeout=0.2)
+    slow = make_provider(harness.vendor, harness.server, timeout=0.2, lean=harness.lean)
     harness.server.enqueue_text("too late", delay=5.0)
     try:
         with pytest.raises(ModelError) as info:
@@ -226,7 +226,7 @@ async def test_timeout_is_transient(harness: Harness) -> None:
 async def test_unreachable_server_is_transient(harness: Harness) -> None:
     server = make_server(harness.vendor)
     await server.start()
-    provider = make_provider(harness.vendor, server)
+    provider = make_provider(harness.vendor, server, lean=harness.lean)
     await server.stop()  # nothing listens on that port any more
     try:
         with pytest.raises(ModelError) as info:

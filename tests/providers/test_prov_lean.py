@@ -1,0 +1,53 @@
+"""The Chat Completions adapter as a runtime builds it: a non-streamed call is one POST on
+the cache's shared aiohttp session (never the SDK's request path), with the SDK client's
+headers and bearer key; a streamed call still goes through the SDK. The adapter and error
+tests run this path too (the ``openai-lean`` harness)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from prov_helpers import API_KEY, make_provider, make_request
+
+from geode.providers.openai_compat import OpenAICompatProvider
+from geode.testing.fake_openai import FakeOpenAIServer
+
+
+async def test_a_call_is_one_post_with_the_sdks_headers_and_no_sdk_request(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with FakeOpenAIServer() as srv:
+        provider = make_provider("openai", srv, lean=True)
+        assert isinstance(provider, OpenAICompatProvider)
+
+        async def no_sdk(*_a: Any, **_kw: Any) -> Any:
+            raise AssertionError("the SDK's request path was used")
+
+        monkeypatch.setattr(provider._client, "post", no_sdk)
+        try:
+            for i in range(3):
+                srv.enqueue_text(f"ok {i}")
+                response = await provider.complete(make_request())
+                assert response.message.text == f"ok {i}"
+                assert response.stop_reason == "end_turn"
+        finally:
+            await provider.aclose()
+        req = srv.generate_requests[-1]
+        assert req.path == "/v1/chat/completions"
+        assert req.headers["authorization"] == f"Bearer {API_KEY}"
+        assert req.headers["user-agent"].startswith("AsyncOpenAI/Python")
+        assert req.headers["content-type"] == "application/json"
+        assert req.body["messages"][-1] == {"role": "user", "content": "hi"}
+        assert len(srv.connections) == 1  # one pooled connection for the three calls
+
+
+async def test_a_streamed_call_still_goes_through_the_sdk() -> None:
+    async with FakeOpenAIServer() as srv:
+        provider = make_provider("openai", srv, lean=True)
+        srv.enqueue_text("streamed")
+        try:
+            events = [ev async for ev in provider.stream(make_request())]
+        finally:
+            await provider.aclose()
+        assert events[-1].kind == "done" and events[-1].response is not None
+        assert events[-1].response.message.text == "streamed"
