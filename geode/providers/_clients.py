@@ -47,6 +47,7 @@ class ClientCache:
         self._retired: list[Any] = []
         self._closed = False
         self._http: aiohttp.ClientSession | None = None
+        self._proxies: dict[str, tuple[str | None, aiohttp.BasicAuth | None]] = {}
 
     def __len__(self) -> int:
         return len(self._clients)
@@ -66,15 +67,32 @@ class ClientCache:
     def http(self) -> aiohttp.ClientSession:
         """The shared aiohttp session of the lean Chat Completions path
         (:class:`~geode.providers.openai_compat.OpenAICompatProvider`): one connection pool
-        for every endpoint (per host), proxies from the environment like the SDKs'.
-        Built on first use, on the running loop."""
+        for every endpoint (per host). Built on first use, on the running loop."""
         if self._closed:
             raise RuntimeError("the provider client cache is closed (the runtime shut down)")
         if self._http is None or self._http.closed:
             import aiohttp
 
-            self._http = aiohttp.ClientSession(trust_env=True)
+            # Not trust_env: that reads the environment's proxies and ~/.netrc on every
+            # request; the proxy of an endpoint is looked up once (proxy_for).
+            self._http = aiohttp.ClientSession()
         return self._http
+
+    def proxy_for(self, url: str) -> tuple[str | None, aiohttp.BasicAuth | None]:
+        """The proxy the environment names for ``url`` (``HTTPS_PROXY``, ``NO_PROXY``, ...,
+        as the SDKs' httpx clients read them when built), looked up once per URL."""
+        found = self._proxies.get(url)
+        if found is None:
+            from aiohttp.helpers import get_env_proxy_for_url
+            from yarl import URL
+
+            try:
+                proxy, auth = get_env_proxy_for_url(URL(url))
+                found = (str(proxy), auth)
+            except LookupError:
+                found = (None, None)
+            self._proxies[url] = found
+        return found
 
     def _get(self, kind: ClientKind, api_key: str, base_url: str | None, timeout: float) -> Any:
         if self._closed:

@@ -103,7 +103,7 @@ def build_provider(
         provider_name=info.name, api_key=key, base_url=url, timeout=timeout,
         client=clients.openai(api_key=key, base_url=url, timeout=timeout)
         if clients is not None else None,
-        http=clients.http if clients is not None else None,
+        http=clients,
     )
 
 

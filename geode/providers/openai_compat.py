@@ -7,7 +7,7 @@ speaks the Chat Completions wire format (vLLM, Ollama, llama.cpp, LiteLLM, ...).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,6 +33,8 @@ from geode.providers.base import BaseProvider, ModelRequest
 
 if TYPE_CHECKING:
     import aiohttp
+
+    from geode.providers._clients import ClientCache
 
 __all__ = ["OpenAICompatProvider"]
 
@@ -67,8 +69,9 @@ class OpenAICompatProvider(BaseProvider):
         client: a shared SDK client (:class:`~geode.providers._clients.ClientCache`); the
             cache owns it, so :meth:`aclose` leaves it open. Without one the adapter builds
             and owns its own.
-        http: the cache's shared aiohttp session (:meth:`ClientCache.http`): given, a
-            non-streamed call is one plain POST of the wire JSON on it, its answer read as
+        http: the runtime's :class:`~geode.providers._clients.ClientCache`: given, a
+            non-streamed call is one plain POST of the wire JSON on its shared aiohttp
+            session (:meth:`~geode.providers._clients.ClientCache.http`), its answer read as
             JSON (the SDK's request building and response models cost ~0.8 ms of CPU per
             call, five times the POST itself); errors are classified as the SDK's are. A
             streamed call always goes through the SDK.
@@ -83,7 +86,7 @@ class OpenAICompatProvider(BaseProvider):
         timeout: float = 120.0,
         token_limit_field: TokenLimitField | None = None,
         client: openai.AsyncOpenAI | None = None,
-        http: Callable[[], aiohttp.ClientSession] | None = None,
+        http: ClientCache | None = None,
     ) -> None:
         self.name = provider_name
         if token_limit_field is None:
@@ -100,10 +103,11 @@ class OpenAICompatProvider(BaseProvider):
             timeout=openai.Timeout(timeout, connect=min(10.0, timeout)),
             max_retries=0,
         )
-        self._http = http
+        self._http = http.http if http is not None else None
         if http is not None:
             c = self._client
             self._url = f"{str(c.base_url).rstrip('/')}/chat/completions"
+            self._proxy, self._proxy_auth = http.proxy_for(self._url)
             # The SDK's own headers (user agent, organization/project), and its bearer auth
             self._headers = {k: v for k, v in c.default_headers.items() if isinstance(v, str)}
             self._headers["Authorization"] = f"Bearer {c.api_key}"
@@ -151,7 +155,8 @@ class OpenAICompatProvider(BaseProvider):
         body = json.dumps(self._params(request), ensure_ascii=False).encode()
         try:
             async with self._http().post(self._url, data=body, headers=self._headers,
-                                         timeout=self._timeout) as resp:
+                                         timeout=self._timeout, proxy=self._proxy,
+                                         proxy_auth=self._proxy_auth) as resp:
                 raw = await resp.read()
                 status, headers = resp.status, resp.headers
         except TimeoutError as exc:

@@ -72,7 +72,7 @@ class _LeanProvider(OpenAICompatProvider):
             provider_name="openai", api_key=API_KEY, base_url=server.base_url, timeout=timeout,
             client=self.cache.openai(api_key=API_KEY, base_url=server.base_url,
                                      timeout=timeout),
-            http=self.cache.http,
+            http=self.cache,
         )
 
     async def aclose(self) -> None:

@@ -51,3 +51,40 @@ async def test_a_streamed_call_still_goes_through_the_sdk() -> None:
             await provider.aclose()
         assert events[-1].kind == "done" and events[-1].response is not None
         assert events[-1].response.message.text == "streamed"
+
+
+async def test_the_environments_proxy_is_looked_up_once_and_used(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import aiohttp.helpers
+
+    from geode.errors import ModelError
+
+    lookups: list[str] = []
+    real = aiohttp.helpers.get_env_proxy_for_url
+
+    def counted(url: Any) -> Any:
+        lookups.append(str(url))
+        return real(url)
+
+    monkeypatch.setattr(aiohttp.helpers, "get_env_proxy_for_url", counted)
+    for var in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+    async with FakeOpenAIServer() as srv:
+        provider = make_provider("openai", srv, lean=True)
+        try:
+            with pytest.raises(ModelError) as info:
+                await provider.complete(make_request())
+            assert info.value.kind == "transient"  # the proxy was used (and refused)
+            assert srv.generate_requests == []
+        finally:
+            await provider.aclose()
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        provider = make_provider("openai", srv, lean=True)
+        try:
+            for _ in range(2):
+                srv.enqueue_text("direct")
+                assert (await provider.complete(make_request())).message.text == "direct"
+        finally:
+            await provider.aclose()
+    assert len(lookups) == 2  # once per cache and URL, not per request
