@@ -198,6 +198,16 @@ class TurnRunner:
 
     def __init__(self, *, deps: TurnDeps) -> None:
         self.deps = deps
+        #: each binding's workspace path by what names it (``binding_workspace`` resolves
+        #: the path on disk: a syscall per component, on every turn before)
+        self._workspaces: dict[tuple[str, str, str, str], Path] = {}
+
+    def _workspace(self, binding: BindingSettings) -> Path:
+        key = (binding.platform, binding.team, binding.channel, binding.workspace)
+        found = self._workspaces.get(key)
+        if found is None:
+            found = self._workspaces[key] = binding_workspace(self.deps.host.home, binding)
+        return found
 
     async def run(
         self, stored: StoredEvent, row: OutboxRow, binding: BindingSettings, *,
@@ -278,7 +288,7 @@ class TurnRunner:
         event = stored.event
         received = Received()
         if event.attachments:
-            workspace = binding_workspace(self.deps.host.home, binding)
+            workspace = self._workspace(binding)
             received = await receive_attachments(
                 self.deps.client, event, binding=binding, workspace=workspace,
                 folder=thread_folder(workspace, event.thread_root),
@@ -321,7 +331,7 @@ class TurnRunner:
         return ChatApprover(
             client=deps.client, requests=deps.approvals, waiters=deps.waiters,
             binding=binding, event=event, target=row.target,
-            workspace=binding_workspace(deps.host.home, binding),
+            workspace=self._workspace(binding),
             index=deps.index, on_wait=waiting, stopped=lambda: active.stop_requested,
             before_request=approval_screen(deps.host.computer, binding, deps.client,
                                            row.target),
@@ -368,7 +378,7 @@ class TurnRunner:
                 raise _DroppedByOperator  # `geode queue drop` won: it must not run
 
         # The binding's own folder: its file tools and sandbox see nothing of other channels.
-        workspace = await _folder(binding_workspace(deps.host.home, binding))
+        workspace = await _folder(self._workspace(binding))
         ctx = self._session_context(stored, row, binding, sink, workspace=workspace,
                                     active=active, resume=resume)
         await deps.entry.wait_turn(stored.id)

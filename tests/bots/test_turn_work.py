@@ -132,6 +132,16 @@ async def test_the_binding_folder_is_made_once_and_again_after_it_was_removed(
         real(self, *a, **kw)
 
     monkeypatch.setattr(Path, "mkdir", mkdir)
+    import bots.turns
+
+    resolved: list[Any] = []
+    real_workspace = bots.turns.binding_workspace
+
+    def workspace(home: Path, b: Any) -> Path:
+        resolved.append(b)
+        return real_workspace(home, b)
+
+    monkeypatch.setattr(bots.turns, "binding_workspace", workspace)
 
     async def turn(text: str) -> None:
         fake.user_says(CHAT, f"@geode_bot {text}", from_user=42)
@@ -143,6 +153,7 @@ async def test_the_binding_folder_is_made_once_and_again_after_it_was_removed(
     shutil.rmtree(ws)  # an operator cleaned the workspaces while the daemon ran
     await turn("again")
     assert len(made) == 2 and ws.is_dir()
+    assert len(resolved) <= 1  # the path is resolved on disk once, not per turn
 
 
 async def test_a_quick_reply_starts_few_tasks_of_the_layer_and_the_loop(
