@@ -26,6 +26,8 @@ __all__ = ["ClientCache", "ClientKind"]
 log = structlog.get_logger(__name__)
 
 ClientKind = Literal["openai", "anthropic"]
+#: the lean session's connection limit: the openai/anthropic SDKs' default max_connections
+_MAX_CONNECTIONS = 1000
 _Key = tuple[ClientKind, str, str, float]
 
 
@@ -74,8 +76,11 @@ class ClientCache:
             import aiohttp
 
             # Not trust_env: that reads the environment's proxies and ~/.netrc on every
-            # request; the proxy of an endpoint is looked up once (proxy_for).
-            self._http = aiohttp.ClientSession()
+            # request; the proxy of an endpoint is looked up once (proxy_for). As many
+            # connections as the SDKs' clients allow (aiohttp's default is 100: calls past
+            # it would queue, e.g. a thousand threads waiting on a slow model).
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=_MAX_CONNECTIONS))
         return self._http
 
     def proxy_for(self, url: str) -> tuple[str | None, aiohttp.BasicAuth | None]:

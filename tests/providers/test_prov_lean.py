@@ -88,3 +88,17 @@ async def test_the_environments_proxy_is_looked_up_once_and_used(
         finally:
             await provider.aclose()
     assert len(lookups) == 2  # once per cache and URL, not per request
+
+
+async def test_the_shared_session_allows_as_many_connections_as_the_sdks() -> None:
+    import openai._constants
+
+    from geode.providers._clients import ClientCache
+
+    cache = ClientCache()
+    try:
+        connector = cache.http().connector
+        assert connector is not None
+        assert connector.limit == openai._constants.DEFAULT_CONNECTION_LIMITS.max_connections
+    finally:
+        await cache.aclose()
