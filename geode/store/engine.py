@@ -515,7 +515,10 @@ class _GroupCommit:
                 outcomes, error = self._run(writer, batch), None
             except BaseException as exc:  # the transaction failed: the whole batch did
                 outcomes, error = [], exc
-            loop.call_soon_threadsafe(self._done, batch, outcomes, error)
+            try:
+                loop.call_soon_threadsafe(self._done, batch, outcomes, error)
+            except RuntimeError:  # the loop is closed: nobody is left to tell
+                log.warning("store.writer_loop_closed", jobs=len(batch))
 
         try:
             with self._writer_lock:
