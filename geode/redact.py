@@ -35,8 +35,8 @@ _PATTERNS = [
 ]
 #: Finds a match iff some pattern of ``_PATTERNS`` matches somewhere (an alternation matches
 #: at a position iff one of its alternatives does): one scan tells most texts need none of
-#: the substitutions. Only a test: the substitutions themselves still run one pattern after
-#: the other (a single alternation could stop one shape's match inside another's key).
+#: the masking. Only a test: the masking itself matches each pattern on its own (a single
+#: alternation could stop one shape's match inside another's key).
 _ANY_PATTERN = re.compile("|".join(
     f"(?i:{p.pattern.removeprefix('(?i)')})" if p.flags & re.IGNORECASE else f"(?:{p.pattern})"
     for p in _PATTERNS
@@ -83,24 +83,30 @@ def _spans(text: str, literals: Iterable[str]) -> list[tuple[int, int]]:
     return found
 
 
+def _mask(text: str, spans: Iterable[tuple[int, int]]) -> str:
+    """``text`` with the union of ``spans`` masked: overlapping stretches become one mask."""
+    out: list[str] = []
+    pos = 0
+    for a, b in sorted(spans):
+        if b <= pos:
+            continue
+        if a < pos:  # overlaps the stretch masked last: extend it
+            pos = b
+            continue
+        out.append(text[pos:a])
+        out.append(MASK)
+        pos = b
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def _redact_split(text: str, literals: Iterable[str]) -> str:
     """Redaction of a text holding format characters: match on the text without them, then
     mask the matching stretches of the original (format characters inside them included)."""
     kept = [i for i, ch in enumerate(text) if not _FORMAT.match(ch)]
     stripped = "".join(text[i] for i in kept)
-    spans = sorted(
-        (kept[a], kept[b - 1] + 1) for a, b in _spans(stripped, literals) if b > a
-    )
-    out: list[str] = []
-    pos = 0
-    for a, b in spans:
-        if b <= pos:
-            continue
-        out.append(text[pos : max(a, pos)])
-        out.append(MASK)
-        pos = b
-    out.append(text[pos:])
-    return "".join(out)
+    return _mask(text, [(kept[a], kept[b - 1] + 1) for a, b in _spans(stripped, literals)
+                        if b > a])
 
 
 def _literals(extra: Iterable[str]) -> tuple[str, ...]:
@@ -130,14 +136,13 @@ def _redact_text(text: str, literals: tuple[str, ...]) -> str:
         return text  # shorter than any literal secret and any shape
     if _FORMAT.search(text):
         text = _redact_split(text, literals)
-    # Shapes first: a whole key is masked even when a registered literal is a fragment of it.
-    if _ANY_PATTERN.search(text) is not None:
-        for pat in _PATTERNS:
-            text = pat.sub(MASK, text)
-    for lit in literals:
-        if lit in text:
-            text = text.replace(lit, MASK)
-    return text
+    if _ANY_PATTERN.search(text) is None and not any(lit in text for lit in literals):
+        return text
+    # Every shape and literal is matched on the same text and the union of the matches is
+    # masked: masking one after the other let a match end where an earlier mask began
+    # ("xoxb-AAAAAAAA" + a Telegram token: the Slack shape took the token's digits, and
+    # the Telegram shape, which needs them, no longer saw the key after them).
+    return _mask(text, _spans(text, literals))
 
 
 def redact(obj: Any, secrets: Iterable[str] = (), *, _depth: int = 0) -> Any:

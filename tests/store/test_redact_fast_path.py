@@ -4,7 +4,8 @@
 when one alternation of all shapes finds a match, and caches the literal list per set of
 registered secrets. An attacker's text built from pieces of every key shape, registered
 and given literals, format characters and words must come out exactly as the reference
-(every shape substituted one after the other, every literal replaced, nothing skipped).
+(every shape and literal matched on the same text, the union of the matches masked, nothing
+skipped).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ _PIECES = [
 
 
 def _reference(text: str, extra: Iterable[str]) -> str:
-    """The full scan: what redact_text did before its fast path."""
+    """The full scan, written out character by character: every character inside any
+    shape's match or any literal's occurrence (on the text after the format-character pass)
+    is masked, each maximal masked stretch by one MASK; nothing skipped."""
     literals = sorted(
         {*redact_mod.registered_secrets(),
          *(s for s in extra if s and len(s) >= redact_mod._MIN_SECRET_LEN)},
@@ -38,12 +41,35 @@ def _reference(text: str, extra: Iterable[str]) -> str:
     )
     if redact_mod._FORMAT.search(text):
         text = redact_mod._redact_split(text, literals)
+    hidden = [False] * len(text)
+    starts = set()
     for pat in redact_mod._PATTERNS:
-        text = pat.sub(MASK, text)
+        for m in pat.finditer(text):
+            starts.add(m.start())
+            hidden[m.start():m.end()] = [True] * (m.end() - m.start())
     for lit in literals:
-        if lit in text:
-            text = text.replace(lit, MASK)
-    return text
+        for i in range(len(text)):
+            if text.startswith(lit, i):
+                starts.add(i)
+                hidden[i:i + len(lit)] = [True] * len(lit)
+    out = []
+    for i, ch in enumerate(text):
+        if not hidden[i]:
+            out.append(ch)
+        elif i == 0 or not hidden[i - 1] or (i in starts and _ended_before(text, i, literals)):
+            out.append(MASK)
+    return "".join(out)
+
+
+def _ended_before(text: str, i: int, literals: Iterable[str]) -> bool:
+    """A match starts at ``i`` right where another ended (two masks side by side), not
+    inside one (one mask for the overlap)."""
+    for pat in redact_mod._PATTERNS:
+        for m in pat.finditer(text):
+            if m.start() < i < m.end():
+                return False
+    return not any(text.startswith(lit, j) and j < i < j + len(lit)
+                   for lit in literals for j in range(i))
 
 
 def test_no_shape_or_secret_fits_in_a_text_the_fast_path_skips() -> None:
@@ -82,3 +108,15 @@ def test_shapes_next_to_each_other_come_out_like_the_full_scan() -> None:
     # match of its own that ends at the colon, and the token's key would be left
     for text in (f"Bearer {token}", f"https://api.telegram.org/bot{token}/getMe"):
         assert "ABCdefGHIjklMNOpqrSTUvwxYZ" not in redact_text(text)
+
+
+def test_a_key_is_masked_whole_when_another_shape_or_a_literal_overlaps_it() -> None:
+    # One shape after the other let the Slack shape take the Telegram token's digits, and
+    # the Telegram shape (which needs them) then missed the key after the colon.
+    token = "123456:ABCdefGHIjklMNOpqrSTUvwxYZ0123456789"
+    assert "ABCdefGHIjklMNOpqrSTUvwxYZ" not in redact_text(f"xoxb-AAAAAAAA{token}")
+    # A literal that begins before a shape's match and ends inside it: all of it is masked.
+    key = "sk-ant-" + "q" * 20
+    out = redact_text(f"pre lit-eralsk-ant- {key}", ("lit-eralsk-ant-",))
+    assert "lit-eral" not in out and "qqqq" not in out
+    assert redact_text(f"a {key} b") == f"a {MASK} b"
