@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from _discord_stack import (  # noqa: F401  (fixtures)
     dbinding,
     dfake,
@@ -54,6 +56,13 @@ async def test_unbound_unknown_and_unaddressed_never_reach_the_model(make_dstack
     assert len(provider.calls) == 1
     assert "marker" in provider.calls[0].messages[-1].text
     assert texts_in(dfake, dfake.other_channel) == []
+    # the strangers' two mentions start two threads, decided concurrently with the marker's:
+    # the one pairing notice may still be on its way when the marker's answer shows
+    layer = stack.connector.layer
+    async with asyncio.timeout(10):
+        while (await layer.inbound.unfinished("discord", layer.client.workspace)
+               or await layer.outbox.open_rows("discord", layer.client.workspace)):
+            await asyncio.sleep(0.02)
     pairing = [s.content for s in dfake.sent if "Pairing code" in s.content]
     assert len(pairing) == 1
     # nothing of the unbound channel was stored; unaddressed/stranger events were recorded
