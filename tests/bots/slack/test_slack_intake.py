@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
@@ -159,15 +160,34 @@ async def test_own_messages_echoed_back_are_ignored(home: Path):
                            provider=ScriptedProvider([f"ping <@{BOT}> back"], repeat_last=True),
                            bindings=[slack_binding(allow_bots=True)])
         await stack.start()
+        recorded: list[str] = []
+        real = stack.connector.submit
+
+        async def counted(events: Any, **kw: Any) -> Any:
+            recorded.extend(ev.sender for ev, _status in events)
+            return await real(events, **kw)
+
+        stack.connector.submit = counted
         try:
             await fake.user_posts(CH, mention("hi"), user=ALICE)
             await fake.wait_until(lambda: visible(fake, PING), within=10)
             await fake.user_posts(CH, mention("marker"), user=ALICE)
             await fake.wait_until(lambda: len(visible(fake, PING)) == 2,
                                   within=10)
+            # both progress messages came back (and were acknowledged)
+            await fake.wait_until(lambda: len(_echoes(fake)) == 2 and not fake.unacked,
+                                  within=10)
             assert len(stack.provider.calls) == 2  # the bot never answered itself
+            # its own posts came back and cost no write (bolt's self-event filter drops
+            # them before the record: a per-reply inbound write, claim and decision else)
+            assert recorded == [ALICE, ALICE]
         finally:
             await stack.stop()
+
+
+def _echoes(fake: FakeSlack) -> list[Any]:
+    return [e for e in fake.envelopes.values()
+            if e.get("payload", {}).get("event", {}).get("subtype") == "bot_message"]
 
 
 #: the model's literal mention is escaped: an answer can never ping anybody
