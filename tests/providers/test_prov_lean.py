@@ -102,3 +102,35 @@ async def test_the_shared_session_allows_as_many_connections_as_the_sdks() -> No
         assert connector.limit == openai._constants.DEFAULT_CONNECTION_LIMITS.max_connections
     finally:
         await cache.aclose()
+
+
+async def test_a_redirect_to_another_origin_never_carries_the_key() -> None:
+    """A hostile or hijacked endpoint answers 307 to a server of its own: the lean POST
+    follows it (as the SDK's httpx client does) but the bearer key stays behind."""
+    from types import SimpleNamespace
+
+    from aiohttp import web
+
+    async with FakeOpenAIServer() as other:
+        async def redirect(request: web.Request) -> web.Response:
+            raise web.HTTPTemporaryRedirect(f"{other.base_url}/chat/completions")
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", redirect)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        redirector: Any = SimpleNamespace(base_url=f"http://127.0.0.1:{port}/v1")
+        provider = make_provider("openai", redirector, lean=True)
+        other.enqueue_text("answered elsewhere")
+        try:
+            response = await provider.complete(make_request())
+        finally:
+            await provider.aclose()
+            await runner.cleanup()
+        assert response.message.text == "answered elsewhere"
+        req = other.generate_requests[-1]
+        assert "authorization" not in req.headers
+        assert API_KEY not in str(dict(req.headers))
