@@ -144,15 +144,12 @@ class EvidenceLedger:
             fcntl.flock(fd, fcntl.LOCK_EX)
             st = os.fstat(fd)
             end = self._ends.get(path)
-            if end is not None and end[:2] == (st.st_ino, st.st_size):
-                # the file ends where this process's last row did: that row is the last
-                row["seq"] = end[2] + 1
-                line = (json.dumps(row, ensure_ascii=False, default=str) + "\n").encode()
-            else:
-                row["seq"] = _last_seq(fd) + 1
-                line = (json.dumps(row, ensure_ascii=False, default=str) + "\n").encode()
-                if st.st_size and os.pread(fd, 1, st.st_size - 1) != b"\n":
-                    line = b"\n" + line  # a previous writer died mid-line: keep rows apart
+            known = end is not None and end[:2] == (st.st_ino, st.st_size)
+            # Known: the file ends where this process's last row did, that row is the last.
+            row["seq"] = (end[2] if known and end is not None else _last_seq(fd)) + 1
+            line = (json.dumps(row, ensure_ascii=False, default=str) + "\n").encode()
+            if not known and st.st_size and os.pread(fd, 1, st.st_size - 1) != b"\n":
+                line = b"\n" + line  # a previous writer died mid-line: keep rows apart
             written = os.write(fd, line)
             if written == len(line):
                 self._ends[path] = (st.st_ino, st.st_size + written, row["seq"])
