@@ -1,0 +1,96 @@
+"""A command imports only its own module (issue 17: `geode run` imported all thirteen command
+modules, ~36 ms; ``cmd_channels`` alone ~28 ms). Help, unknown commands and the root options
+still see every command. Structural, not timed: fresh interpreters report ``sys.modules``."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+#: the module (``geode.cli.app`` as an attribute is the Typer app it defines)
+app_module = importlib.import_module("geode.cli.app")
+
+_PROBE = """
+import atexit, json, sys
+def _report():
+    with open({out!r}, "w") as f:
+        json.dump(sorted(m for m in sys.modules if m.startswith("geode.cli.cmd_")), f)
+atexit.register(_report)
+sys.argv = ["geode", *{argv!r}]
+from geode.cli import main
+main()
+"""
+
+
+def _run(tmp_path: Path, tag: str, *argv: str) -> tuple[int, str, list[str]]:
+    """(exit code, stdout + stderr, command modules imported) of ``geode *argv``."""
+    out = tmp_path / f"{tag}.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GEODE_")}
+    env.update(GEODE_HOME=str(tmp_path / "home"), COLUMNS="200",
+               PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p))
+    proc = subprocess.run([sys.executable, "-c", _PROBE.format(out=str(out), argv=list(argv))],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    loaded: list[str] = json.loads(out.read_text()) if out.exists() else []
+    return proc.returncode, proc.stdout + proc.stderr, loaded
+
+
+def test_the_command_map_names_every_command_and_its_module() -> None:
+    # a command missing from the map would still work (all modules are imported for it) but
+    # slowly; a wrong module would make the command unknown: both show here
+    app_module._register()
+    registered: dict[str, str] = {}
+    for cmd in app_module.app.registered_commands:
+        assert cmd.callback is not None
+        registered[cmd.name or cmd.callback.__name__] = cmd.callback.__module__
+    for group in app_module.app.registered_groups:
+        assert group.name is not None and group.typer_instance is not None
+        modules = {c.callback.__module__ for c in group.typer_instance.registered_commands
+                   if c.callback is not None}
+        assert len(modules) == 1, (group.name, modules)
+        registered[group.name] = modules.pop()
+    assert {k: f"geode.cli.{v}" for k, v in app_module._COMMAND_MODULE.items()} == registered
+    assert set(app_module._COMMAND_MODULE.values()) == set(app_module._COMMAND_MODULES)
+
+
+def test_command_of_finds_the_subcommand_past_the_root_options() -> None:
+    of = app_module._command_of
+    assert of(["run", "--demo", "hi"]) == "run"
+    assert of(["--log-level", "INFO", "--log-json", "serve"]) == "serve"
+    assert of(["--log-level=DEBUG", "sessions", "list"]) == "sessions"
+    assert of(["--help", "run"]) is None and of(["--version"]) is None and of([]) is None
+    assert of(["--log-level"]) is None  # Click reports the missing value
+
+
+def test_run_demo_imports_only_the_run_command(tmp_path: Path) -> None:
+    rc, out, loaded = _run(tmp_path, "demo", "run", "--demo", "hi")
+    assert rc == 0, out
+    assert loaded == ["geode.cli.cmd_run"]
+
+
+def test_each_command_answers_with_only_its_module_imported(tmp_path: Path) -> None:
+    names = sorted(app_module._COMMAND_MODULE)
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda n: _run(tmp_path, n, n, "--help"), names))
+    for name, (rc, out, loaded) in zip(names, results, strict=True):
+        assert rc == 0, (name, out)
+        assert f"geode {name} [OPTIONS]" in out, (name, out)
+        own = f"geode.cli.{app_module._COMMAND_MODULE[name]}"
+        # cmd_ask, cmd_info and cmd_mcp reuse cmd_run's helpers; nothing else comes along
+        assert set(loaded) <= {own, "geode.cli.cmd_run"}, (name, loaded)
+
+
+def test_help_and_unknown_commands_still_see_every_command(tmp_path: Path) -> None:
+    rc, out, loaded = _run(tmp_path, "help", "--help")
+    assert rc == 0, out
+    assert loaded == sorted(f"geode.cli.{m}" for m in app_module._COMMAND_MODULES)
+    for name in app_module._COMMAND_MODULE:
+        assert f" {name} " in out, (name, out)
+    rc, out, _ = _run(tmp_path, "typo", "sesions")
+    assert rc == 2 and "No such command 'sesions'" in out, out
