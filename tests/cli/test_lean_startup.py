@@ -13,7 +13,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 #: imported only when a channel, an MCP server or a migration needs them; the model SDKs by
-#: the first turn that needs one; jsonschema by the first tool call, httpx by the first web
+#: the first turn that needs one; jsonschema by the first tool call its fast path does not
+#: allow (geode/executor/_schema.py), httpx by the first web
 #: fetch (or a verify judge), PostgreSQL's dialect by a PostgreSQL store; rich (structlog's
 #: and httpx's optional pretty output), pygments, cryptography and tornado (PTB's Passport
 #: decryption and webhook server) never by these commands (geode._imports)
@@ -51,13 +52,12 @@ def test_run_demo_imports_no_platform_sdk_no_mcp_no_alembic(tmp_path: Path) -> N
     home = tmp_path / "home"
     # the first run creates and migrates the store: Alembic is needed there (it loads every
     # dialect's DDL, and pygments through its templates), nothing else; the demo's tool calls
-    # validate their arguments (jsonschema)
+    # have valid arguments, which check 4's fast path allows without jsonschema
     assert _loaded(tmp_path, "run", "--demo", "hi", home=home) == [
-        "alembic", "jsonschema", "pygments", "sqlalchemy", "sqlalchemy.dialects.postgresql",
-        "structlog"]
+        "alembic", "pygments", "sqlalchemy", "sqlalchemy.dialects.postgresql", "structlog"]
     # the second opens a current store, the everyday case
     assert _loaded(tmp_path, "run", "--demo", "hi again", home=home) == [
-        "jsonschema", "sqlalchemy", "structlog"]
+        "sqlalchemy", "structlog"]
 
 
 def test_help_imports_no_logging_stack(tmp_path: Path) -> None:
