@@ -195,6 +195,8 @@ class DiscordConnector(BaseConnector):
         self._spawned: set[asyncio.Task[Any]] = set()
         self._inflight: set[asyncio.Future[Any]] = set()
         self._catch_up_lock = asyncio.Lock()
+        #: the gateway said READY (or RESUMED) and has not failed for good since
+        self._gateway_up = False
         #: channel id -> parent channel id ("" = not a thread)
         self._parents: dict[str, str] = {}
         #: channel id -> highest message id recorded with its cursor
@@ -277,6 +279,13 @@ class DiscordConnector(BaseConnector):
             self.start_supervisor(lease_name=f"discord:{self.bot_id}", ttl_s=o.lease_ttl_s),
         ]
 
+    @property
+    def ready(self) -> bool:
+        """Started, and the gateway session is up: until READY nothing arrives (discord.py
+        waits ``guild_ready_timeout_s`` for the guilds first), and after a rejected token or
+        a missing intent nothing ever will."""
+        return super().ready and self._gateway_up
+
     async def disconnect(self) -> None:
         for task in reversed(self._tasks):
             if task.get_name() != "discord-gateway":
@@ -300,6 +309,13 @@ class DiscordConnector(BaseConnector):
 
     async def _gateway(self) -> None:
         """Run discord.py's gateway loop (it RESUMEs / re-IDENTIFYs by itself)."""
+        assert self.client is not None
+        try:
+            await self._run_gateway()
+        finally:
+            self._gateway_up = False  # it gave up (or was stopped): nothing arrives now
+
+    async def _run_gateway(self) -> None:
         assert self.client is not None
         failures = 0
         while not self.client.is_closed():
@@ -490,6 +506,7 @@ class DiscordConnector(BaseConnector):
 
     def on_gateway_ready(self, kind: str) -> None:
         log.info("discord.gateway_up", how=kind, bot=self.bot_id)
+        self._gateway_up = True
         self._spawn(self.catch_up(), name=f"discord-catch-up-{kind}")
 
     async def catch_up(self) -> None:
