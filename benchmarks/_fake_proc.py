@@ -31,7 +31,8 @@ requests on stdin, one reply line each, strictly in turn:
   (Telegram: every method but ``getUpdates``; Slack: every Web API method but
   ``apps.connections.open``; Discord: every REST request).
 * ``{"op": "set", "events_url": URL}``: where the Slack fake POSTs events (HTTP mode).
-* ``{"op": "wait_connected", "within": 10}``: wait for a Socket Mode connection (Slack).
+* ``{"op": "wait_connected", "within": 10}``: wait for the bot's push connection (Slack's
+  Socket Mode, Discord's gateway session; Telegram polls: at once).
 * ``{"op": "quit"}``: stop the fake and exit.
 
 A failed request answers ``{"error": "..."}``. End of stdin (the benchmark exited or was
@@ -82,6 +83,8 @@ class FakeDriver:
     wait: Callable[[Any, Callable[[], bool], float], Awaitable[None]]
     #: platform API calls the bot made so far, polling excluded (None: not counted)
     api_calls: Callable[[Any], int] | None = None
+    #: the bot holds its push connection (Socket Mode, gateway session); polling: always
+    connected: Callable[[Any], bool] = lambda fake: True
 
 
 # Telegram ----------------------------------------------------------------------------------------
@@ -130,6 +133,7 @@ SLACK = FakeDriver(
     written=lambda fake: [(fake.posts, lambda p: None if p.method == "chat.delete" else p.text)],
     wait=lambda fake, pred, within: fake.wait_until(pred, within=within),
     api_calls=lambda fake: sum(1 for c in fake.calls if c.method != "apps.connections.open"),
+    connected=lambda fake: fake.connected > 0,
 )
 
 # Discord -----------------------------------------------------------------------------------------
@@ -154,6 +158,7 @@ DISCORD = FakeDriver(
     written=lambda fake: [(fake.sent, lambda s: s.content), (fake.edits, lambda e: e[2])],
     wait=lambda fake, pred, within: fake.wait_for(pred, timeout=within),
     api_calls=lambda fake: len(fake.requests),
+    connected=lambda fake: fake.active_sessions > 0,
 )
 
 DRIVERS = {"telegram": TELEGRAM, "slack": SLACK, "discord": DISCORD}
@@ -209,7 +214,7 @@ class FakeControl:
                 case "set":
                     self.fake.events_url = req["events_url"]
                 case "wait_connected":
-                    await self.driver.wait(self.fake, lambda: self.fake.connected > 0,
+                    await self.driver.wait(self.fake, lambda: self.driver.connected(self.fake),
                                            float(req.get("within", 10)))
                 case "quit":
                     pass

@@ -13,6 +13,9 @@ Four processes per side, nothing of the bot in the benchmark's own process:
   defaults, ``rate_overall_per_s = 30``, ``rate_group_per_min = 20``) and off (both 0);
 * **floor**: ``_floor_bot.py``, python-telegram-bot + one ``AsyncOpenAI`` call + one
   ``sendMessage`` per message, on the same kind of fakes.
+* **floor-visible**: the same floor bot making the platform calls a GEODE reply makes (the
+  👀 reaction, Discord's thread, a "⏳ Working…" message, the answer as its edit), still
+  with no store: what those visible calls cost alone, so GEODE's own cost can be told apart.
 
 Loads (each message a mention in a group chat, i.e. a new GEODE thread):
 
@@ -36,7 +39,7 @@ design. Nothing here is asserted; ``tests/benchmarks/test_bench_blackbox_smoke.p
 with tiny parameters so that it keeps working.
 
 Run: ``python benchmarks/bench_blackbox.py [--chats 50] [--seq 20] [--per-chat 6]
-[--interval 8] [--duration 24] [--sides floor geode-paced geode-unpaced]
+[--interval 8] [--duration 24] [--sides floor floor-visible geode-paced geode-unpaced]
 [--burst 1000 [--burst-latency 2] [--burst-only]]``. ``--burst N`` then runs GEODE alone
 (pacing off, lanes and ``max_concurrent_threads`` = N) under N mentions at once, each a new
 thread, the model answering after ``--burst-latency`` s: how many were answered, CPU per
@@ -72,7 +75,9 @@ REPO = HERE.parent
 TOKEN = "123456:BENCH-TOKEN"
 USER = 42
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-SIDES = ("floor", "geode-paced", "geode-unpaced")
+SIDES = ("floor", "floor-visible", "geode-paced", "geode-unpaced")
+#: the baselines: no GEODE in them (``_floor_bot.py``)
+FLOORS = ("floor", "floor-visible")
 SLACK_USER = "U0ALICE"
 DISCORD_TOKEN = "bench-bot-token"
 
@@ -119,9 +124,10 @@ class PlatformSpec:
                     "SLACK_SIGNING_SECRET": fake["signing_secret"]}
         return {"TELEGRAM_BOT_TOKEN": TOKEN}
 
-    def floor_argv(self, fake: dict[str, Any], model_url: str) -> list[str]:
+    def floor_argv(self, fake: dict[str, Any], model_url: str, visible: bool) -> list[str]:
         base = fake["api_base"] if self.name == "discord" else fake["base_url"]
-        argv = [sys.executable, str(HERE / "_floor_bot.py"), self.name, base, model_url]
+        argv = [sys.executable, str(HERE / "_floor_bot.py"), *(["--visible"] if visible else []),
+                self.name, base, model_url]
         if self.name == "slack":
             argv += [fake["bot_token"], fake["app_token"]]
         if self.name == "discord":
@@ -283,8 +289,8 @@ async def geode_side(platform: PlatformSpec, fake: dict[str, Any], model_url: st
 
 @contextlib.asynccontextmanager
 async def floor_side(platform: PlatformSpec, fake: dict[str, Any],
-                     model_url: str) -> AsyncIterator[int]:
-    async with _child(*platform.floor_argv(fake, model_url)) as bot:
+                     model_url: str, visible: bool) -> AsyncIterator[int]:
+    async with _child(*platform.floor_argv(fake, model_url, visible)) as bot:
         yield bot.pid
 
 
@@ -346,17 +352,18 @@ async def run_side(platform: PlatformSpec, side: str, model_url: str,
                    args: argparse.Namespace) -> list[Row]:
     async with _child(*_fake_argv(platform)) as fake:
         info = fake.ready["ready"]
-        if side == "floor":
-            bot = floor_side(platform, info, model_url)
+        if side in FLOORS:
+            bot = floor_side(platform, info, model_url, visible=side == "floor-visible")
         else:
             profile = (None if args.profile is None
                        else args.profile.resolve() / f"{platform.name}-{side}-seq.pstat")
             bot = geode_side(platform, info, model_url, n_chats=args.chats,
                              paced=side == "geode-paced", lanes=args.lanes, profile=profile)
         async with bot as pid:
-            if platform.name == "slack":
-                await fake.call("wait_connected", within=30)
-            await asyncio.sleep(1.0)  # let start-up settle before reading the idle RSS
+            # the push connection, then what it starts (Discord's catch-up of the bound
+            # channel's threads after READY) settles before the idle RSS and the loads
+            await fake.call("wait_connected", within=30)
+            await asyncio.sleep(1.0)
             idle = status_mb(pid, "VmRSS")
             all_chats = platform.chats(args.chats, info)
             user = platform.audience(info)
@@ -368,7 +375,7 @@ async def run_side(platform: PlatformSpec, side: str, model_url: str,
                 if not warm["lost"]:
                     break
             name = platform.name
-            profiled = args.profile is not None and side != "floor"
+            profiled = args.profile is not None and side not in FLOORS
             if profiled:  # the one-chat load only (see _profiled_serve.py)
                 os.kill(pid, signal.SIGUSR1)
             # Paced, one chat runs at Telegram's 20 messages a minute into a group: 20
@@ -433,12 +440,19 @@ def print_table(rows: list[Row]) -> None:
               f"{r.p99_ms:>8.1f} {r.per_s:>7.1f} {r.cpu_ms:>10.2f} {r.calls:>9.2f} "
               f"{r.loop_ms:>7.2f} {r.idle_mb:>7.0f} {r.rss_mb:>7.0f} {r.peak_mb:>7.0f}")
     floor = {(r.platform, r.load): r for r in rows if r.side == "floor"}
+    visible = {(r.platform, r.load): r for r in rows if r.side == "floor-visible"}
     for r in rows:
-        f = floor.get((r.platform, r.load))
-        if r.side != "floor" and f is not None and f.cpu_ms > 0:
-            print(f"{r.platform} {r.side} {r.load}: CPU per reply "
-                  f"{r.cpu_ms / f.cpu_ms:.1f}x the floor's, "
-                  f"p50 {r.p50_ms - f.p50_ms:+.1f} ms, p99 {r.p99_ms - f.p99_ms:+.1f} ms")
+        if r.side in FLOORS:
+            continue
+        f, v = floor.get((r.platform, r.load)), visible.get((r.platform, r.load))
+        parts = []
+        if f is not None and f.cpu_ms > 0:
+            parts.append(f"CPU per reply {r.cpu_ms / f.cpu_ms:.1f}x the floor's, "
+                         f"p50 {r.p50_ms - f.p50_ms:+.1f} ms, p99 {r.p99_ms - f.p99_ms:+.1f} ms")
+        if v is not None and v.cpu_ms > 0:
+            parts.append(f"{r.cpu_ms / v.cpu_ms:.1f}x floor-visible's")
+        if parts:
+            print(f"{r.platform} {r.side} {r.load}: " + "; ".join(parts))
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -455,7 +469,7 @@ async def main(args: argparse.Namespace) -> None:
             for side in args.sides:
                 if side == "geode-paced" and not platform.has_pacing:
                     continue
-                label = "geode" if side != "floor" and not platform.has_pacing else side
+                label = "geode" if side not in FLOORS and not platform.has_pacing else side
                 rows += [dataclasses.replace(r, side=label)
                          for r in await run_side(platform, side, url, args)]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
