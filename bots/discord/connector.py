@@ -371,18 +371,18 @@ class DiscordConnector(BaseConnector):
     def _wrap_parser(self) -> None:
         assert self.client is not None
         parsers: dict[str, Callable[[Any], None]] = self.client._connection.parsers
-        original = parsers["MESSAGE_CREATE"]
 
         def message_create(data: Any) -> None:
             # Called synchronously in gateway order: the queue keeps that order.
             if isinstance(data, dict):
                 self._queue.put_nowait(data)
-            try:
-                original(data)
-            except Exception:
-                log.warning("discord.parse_failed", exc_info=True)
 
+        # The raw dict is all the intake reads. discord.py's own parsers would build a
+        # Message (and a Member) for every message and edit, the bot's own progress and
+        # answers included, only to dispatch on_message / on_message_edit, which nothing
+        # here listens to (and with max_messages=None nothing caches them).
         parsers["MESSAGE_CREATE"] = message_create
+        parsers["MESSAGE_UPDATE"] = lambda data: None
 
     async def _intake(self) -> None:
         while True:
