@@ -266,6 +266,33 @@ class Store:
             return cast(_T, await self._group.submit(fn))
         return await self._hop(fn, write=True)
 
+    async def run_write_later(
+        self, fn: Callable[[Connection], Any], *, on_error: Callable[[Exception], None]
+    ) -> None:
+        """Run ``fn(conn)`` in this store's NEXT write transaction, without waiting for it.
+
+        For rows nothing waits on and whose loss in a crash costs nothing that a crash just
+        before them would not (observation rows): on SQLite the job rides in the group
+        commit of the next :meth:`run_write` (its own savepoint: a failure rolls back this
+        job alone and is passed to ``on_error``), or in a transaction of its own after at
+        most ``_GroupCommit.LATER_S`` if no other write comes; :meth:`flush_later` (the
+        readers of such rows call it, and :meth:`aclose`) writes the waiting ones now. On
+        PostgreSQL (no group commit) it is written now, as :meth:`run_write`.
+        """
+        if self._group is not None:
+            self._group.later(fn, on_error)
+            return
+        try:
+            await self._hop(fn, write=True)
+        except Exception as exc:
+            on_error(exc)
+
+    async def flush_later(self) -> None:
+        """Commit the jobs :meth:`run_write_later` left waiting (a reader of their rows calls
+        this first, so this process always reads what it wrote)."""
+        if self._group is not None:
+            await self._group.flush_later()
+
     async def run_read(self, fn: Callable[[Connection], _T]) -> _T:
         """Run ``fn(conn)`` in one read transaction in a worker thread (rolled back after)."""
         return await self._hop(fn, write=False)
@@ -361,6 +388,7 @@ class Store:
         return True
 
     async def aclose(self) -> None:
+        await self.flush_later()
         executor, self._executor = self._executor, None
         if executor is not None:
             # Wait for the workers off the loop; normally they are idle already.
@@ -472,11 +500,18 @@ class _GroupCommit:
     """
 
     MAX_BATCH = 64
+    #: a :meth:`later` job waits at most this long for another write to ride with
+    LATER_S = 0.05
 
     def __init__(self, store: Store, slot: _WriterSlot) -> None:
         self._store = store
         self._slot = slot
         self._queue: list[_WriteJob] = []
+        #: :meth:`later` jobs waiting for the next batch, the timer that starts one for
+        #: them if no write comes, and every later job not yet delivered (flush_later)
+        self._later: list[_WriteJob] = []
+        self._later_timer: asyncio.TimerHandle | None = None
+        self._later_open: set[asyncio.Future[Any]] = set()
         #: a batch is waiting for the slot or running
         self._active = False
         #: the thread (and connection) the batches run in, started with the first one
@@ -504,9 +539,60 @@ class _GroupCommit:
                 await _settle(job.settled)
             raise
 
+    def later(self, fn: Callable[[Connection], Any],
+              on_error: Callable[[Exception], None]) -> None:
+        """Queue ``fn`` for the next batch without starting one (``Store.run_write_later``);
+        a timer starts one after ``LATER_S`` if no other write does."""
+        loop = asyncio.get_running_loop()
+        job = _WriteJob(fn=fn, ctx=contextvars.copy_context(), future=loop.create_future())
+        open_ = self._later_open
+        open_.add(job.future)
+
+        def outcome(fut: asyncio.Future[Any]) -> None:
+            open_.discard(fut)
+            exc = None if fut.cancelled() else fut.exception()
+            if exc is not None:
+                try:
+                    on_error(exc if isinstance(exc, Exception) else StoreError(repr(exc)))
+                except Exception:
+                    log.warning("store.later_error_handler_failed", exc_info=True)
+
+        job.future.add_done_callback(outcome)
+        if self._queue:
+            # a batch is about to start (waiting for the slot): ride in it, in arrival order
+            self._queue.append(job)
+            return
+        self._later.append(job)
+        if self._later_timer is None:
+            self._later_timer = loop.call_later(self.LATER_S, self._start_later)
+
+    def _start_later(self) -> None:
+        """Move the waiting later jobs into the queue and start a batch unless one is on."""
+        if self._later_timer is not None:
+            self._later_timer.cancel()
+            self._later_timer = None
+        if not self._later:
+            return
+        self._queue[:0], self._later = self._later, []
+        if not self._active:
+            self._active = True
+            self._slot.take_then(self._dispatch)
+
+    async def flush_later(self) -> None:
+        """Start the waiting later jobs now and wait until all of them are committed."""
+        self._start_later()
+        if self._later_open:
+            await asyncio.wait(set(self._later_open))
+
     def _dispatch(self) -> None:
         """Holding the slot: hand the queued jobs (up to ``MAX_BATCH``) to a worker thread,
-        whose completion comes back to :meth:`_done` on the loop."""
+        whose completion comes back to :meth:`_done` on the loop. Later jobs waiting for a
+        batch go first (they were queued before these)."""
+        if self._later:
+            self._queue[:0], self._later = self._later, []
+            if self._later_timer is not None:
+                self._later_timer.cancel()
+                self._later_timer = None
         batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH:]
         loop = asyncio.get_running_loop()
 

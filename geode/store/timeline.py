@@ -118,23 +118,35 @@ class SessionTimeline:
         self, *, session_id: str, rows: Sequence[Mapping[str, Any]]
     ) -> None:
         """Append several rows (``turn_id``, ``kind``, ``payload``, optional
-        ``correlation_id``) of one session in one transaction. Never raises on a store
-        failure."""
+        ``correlation_id``) of one session together. Never raises on a store failure.
+
+        Without waiting for them (``Store.run_write_later``): they are committed with the
+        store's next write (a turn's rows with its final answer, or before its tool batch
+        with the batch's first tool row), so they cost no transaction of their own; a
+        crash before that loses them, as a crash before this call would. :meth:`list`
+        reads them all the same. A failed write is counted and logged when it happens."""
+        n = len(rows)
+
+        def failed(exc: Exception) -> None:
+            self.failures += 1
+            log.warning("timeline.append_failed", session_id=session_id, rows=n,
+                        error=type(exc).__name__)
+
         try:
             prepared = [timeline_row(session_id=session_id, turn_id=str(r.get("turn_id", "")),
                                      kind=str(r["kind"]),
                                      correlation_id=str(r.get("correlation_id", "")),
                                      payload=dict(r.get("payload") or {}),
                                      secrets=self._store.secrets) for r in rows]
-            await self._store.run_write(functools.partial(insert_rows, rows=prepared))
+            await self._store.run_write_later(functools.partial(insert_rows, rows=prepared),
+                                              on_error=failed)
         except (SQLAlchemyError, OSError, TypeError, ValueError) as exc:
-            self.failures += 1
-            log.warning("timeline.append_failed", session_id=session_id, rows=len(rows),
-                        error=type(exc).__name__)
+            failed(exc)
 
     async def list(self, session_id: str, *, limit: int = 1000) -> list[TimelineRow]:
         """The session's first ``limit`` rows in append order."""
         query = select(_T).where(_T.c.session_id == session_id).order_by(_T.c.id).limit(limit)
+        await self._store.flush_later()  # rows appended without waiting: committed first
         rows = await self._store.run_read(lambda conn: conn.execute(query).all())
         return [
             TimelineRow(

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo
 
+import structlog
 from sqlalchemy import func, insert, select
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from geode.store.engine import Store
 
 __all__ = ["GROUPINGS", "Grouping", "UsageFilter", "UsageLedger", "UsageRecord", "UsageTotals"]
+
+log = structlog.get_logger(__name__)
 
 _U = usage_table
 _INSERT = insert(_U)
@@ -119,7 +122,13 @@ class UsageLedger:
         self._store = store
 
     async def record(self, rec: UsageRecord, *, at_ms: int) -> None:
-        """Append one model call's row (its own short write transaction)."""
+        """Append one model call's row, without waiting for its commit
+        (``Store.run_write_later``): on SQLite it rides in the store's next write, which
+        for a turn's model call is the checkpoint that saves the call's answer (the row is
+        committed with the answer it paid for, in one transaction), or in a transaction of
+        its own within ``_GroupCommit.LATER_S``. The sums (:meth:`totals`, :meth:`report`)
+        commit waiting rows first, so a spend check always sees every call made before it.
+        A row the store refuses is logged (``usage.record_failed``), never raised."""
         params = {
             "at": at_ms, "session_id": rec.session_id, "turn_id": rec.turn_id,
             "binding": rec.binding, "platform": rec.platform, "platform_user": rec.user,
@@ -130,7 +139,12 @@ class UsageLedger:
         def write(conn: Connection) -> None:
             conn.execute(_INSERT, params)
 
-        await self._store.run_write(write)
+        def failed(exc: Exception) -> None:
+            # The call happened and its answer is in hand; the caps undercount by it.
+            log.error("usage.record_failed", model=rec.model, session_id=rec.session_id,
+                      error=type(exc).__name__)
+
+        await self._store.run_write_later(write, on_error=failed)
 
     async def totals(self, filters: Sequence[UsageFilter]) -> list[UsageTotals]:
         """The sums for each filter, all read in one transaction."""
@@ -139,6 +153,7 @@ class UsageLedger:
         def read(conn: Connection) -> list[UsageTotals]:
             return [_totals(conn.execute(q).one()) for q in queries]
 
+        await self._store.flush_later()  # rows recorded without waiting: committed first
         return await self._store.run_read(read)
 
     async def report(
@@ -148,6 +163,7 @@ class UsageLedger:
         in ``tz``), the largest token count first (days: oldest first). Calls made outside a
         channel have the key ``""`` for binding and user."""
         where = UsageFilter(since_ms=since_ms).where()
+        await self._store.flush_later()
         if by == "day":
             query = select(_U.c.at, _U.c.input_tokens, _U.c.output_tokens, _U.c.cost_usd).where(
                 *where)

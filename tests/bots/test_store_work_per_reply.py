@@ -12,9 +12,10 @@ from sqlalchemy import event
 
 from tests.bots.conftest import CHAT, finals, settled
 
-#: today's figures (record, claim, accept, progress message, session, queue claim, two
-#: checkpoints, usage, timeline, final answer, delivery)
-MAX_TRANSACTIONS = 12
+#: today's figures (record, claim, accept, progress message, session, queue claim, first
+#: checkpoint, usage row + final checkpoint, the turn's timeline rows + final answer,
+#: delivery)
+MAX_TRANSACTIONS = 10
 MAX_WRITE_STATEMENTS = 29
 
 
@@ -60,4 +61,7 @@ async def test_one_telegram_reply_write_transactions_and_statements(make_stack, 
         print("\n".join(["jobs:", *jobs_seen, "statements:", *writes]))
     assert batches == len(jobs_seen)
     assert batches <= MAX_TRANSACTIONS, jobs_seen
+    # the model call's usage row is committed with the checkpoint that saves its answer
+    assert any("UsageLedger.record" in b and "SessionCheckpointer._save" in b
+               for b in jobs_seen), jobs_seen
     assert len(writes) <= MAX_WRITE_STATEMENTS, writes
