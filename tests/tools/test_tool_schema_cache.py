@@ -9,7 +9,7 @@ are evaluated where they are defined (a closure's ``limit``, a local class).
 from typing import Annotated, Any
 
 import pytest
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, Field
 
 import geode.tools.base as base
 from geode.tools.base import ToolContext, ToolDef, tool
@@ -53,15 +53,15 @@ def _with_local_model(title: str) -> ToolDef:
 
 @pytest.fixture
 def builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the argument models built (one per schema built)."""
+    """``<function>_args`` for each schema built (plainly or through a pydantic model)."""
     seen: list[str] = []
-    real = create_model
+    real = base._build_schema
 
-    def counting(name: str, **fields: Any) -> Any:
-        seen.append(name)
-        return real(name, **fields)
+    def counting(fn: Any) -> dict[str, Any]:
+        seen.append(f"{fn.__name__}_args")
+        return real(fn)
 
-    monkeypatch.setattr("geode.tools.base.create_model", counting)
+    monkeypatch.setattr(base, "_build_schema", counting)
     monkeypatch.setattr(base, "_SCHEMAS", {}, raising=False)
     return seen
 
