@@ -35,7 +35,7 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, distributions
 from types import MappingProxyType
 from typing import Any, Literal, TypeAlias, cast, get_args, overload
 
@@ -418,6 +418,32 @@ class HookPromptGate:
             return PromptDecision(blocked=True, reason=outcome.blocked)
         text = "\n\n".join((outcome.prompt, *outcome.context))
         return PromptDecision(prompt=text if text != prompt else None)
+
+
+def entry_points(group: str) -> list[EntryPoint]:
+    """``importlib.metadata.entry_points(group=group)``, parsing only the distributions whose
+    ``entry_points.txt`` mentions ``group`` (the standard call parses every installed one's:
+    ~7 ms of each start for a group nobody but a hook plugin declares).
+
+    The same distributions in the same order: each distribution name once, the first found on
+    ``sys.path`` (an older copy further down is shadowed, as there).
+    """
+    found: list[EntryPoint] = []
+    seen: set[str] = set()
+    for dist in distributions():
+        name = getattr(dist, "_normalized_name", None) or _normalize(dist.name)
+        if name in seen:
+            continue
+        seen.add(name)
+        text = dist.read_text("entry_points.txt")
+        if text and group in text:
+            found += dist.entry_points.select(group=group)
+    return found
+
+
+def _normalize(name: str) -> str:
+    # importlib.metadata.Prepared.normalize: PEP 503, then "-" -> "_"
+    return re.sub(r"[-_.]+", "-", name).lower().replace("-", "_")
 
 
 def load_entry_point_hooks(registry: HookRegistry, *, group: str = "geode.hooks") -> list[str]:
