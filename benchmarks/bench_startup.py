@@ -7,7 +7,11 @@ the floor: a fresh interpreter that only imports the third-party and standard-li
 the demo ends up with (its ``sys.modules`` minus ``geode``), and an empty interpreter. What
 the demo costs above the import floor is GEODE's own modules and the run itself.
 
-Run: ``python benchmarks/bench_startup.py [--runs 10]``. Nothing is asserted.
+``--baseline DIR`` also runs the demo of another checkout (``git worktree add /tmp/base main``
+or ``git archive REV | tar -x -C DIR``), alternating with this one run by run, so both see the
+same machine load: on a shared machine compare the two medians, not runs taken minutes apart.
+
+Run: ``python benchmarks/bench_startup.py [--runs 10] [--baseline DIR]``. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -64,23 +68,46 @@ def _median(argv: list[str], env: dict[str, str], cwd: Path, runs: int) -> tuple
     return (statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples))
 
 
-def main(runs: int) -> None:
+def _demo_env(repo: Path, home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GEODE_") and k != "PYTHONDONTWRITEBYTECODE"}
+    env["GEODE_HOME"] = str(home)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _interleaved(argv: list[str], envs: list[dict[str, str]], cwd: Path,
+                 runs: int) -> list[tuple[float, float]]:
+    """Median (wall, CPU) per environment, their runs alternating."""
+    samples: list[list[tuple[float, float]]] = [[] for _ in envs]
+    for _ in range(runs):
+        for i, env in enumerate(envs):
+            samples[i].append(_timed(argv, env, cwd))
+    return [(statistics.median(s[0] for s in ss), statistics.median(s[1] for s in ss))
+            for ss in samples]
+
+
+def main(runs: int, baseline: Path | None = None) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="geode-startup-"))
     try:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("GEODE_") and k != "PYTHONDONTWRITEBYTECODE"}
-        env["GEODE_HOME"] = str(tmp / "home")
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+        env = _demo_env(REPO, tmp / "home")
         demo = [sys.executable, "-m", "geode", "run", "--demo", "hi"]
         subprocess.run(demo, env=env, cwd=tmp, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, check=True)  # store created; .pyc written
+        compared: list[tuple[str, tuple[float, float]]] = []
+        if baseline is not None:
+            base_env = _demo_env(baseline.resolve(), tmp / "base-home")
+            subprocess.run(demo, env=base_env, cwd=tmp, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=True)
+            ours, theirs = _interleaved(demo, [env, base_env], tmp, runs)
+            compared = [('geode run --demo "hi" (this checkout)', ours),
+                        (f'geode run --demo "hi" ({baseline})', theirs)]
         mods = tmp / "modules.json"
         subprocess.run([sys.executable, "-c", _PROBE.format(out=str(mods))], env=env, cwd=tmp,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         n_mods = len(json.loads(mods.read_text()))
-        rows = [
-            ('geode run --demo "hi"', _median(demo, env, tmp, runs)),
+        rows = compared or [('geode run --demo "hi"', _median(demo, env, tmp, runs))]
+        rows += [
             (f"import only its {n_mods} non-GEODE modules",
              _median([sys.executable, "-c", _IMPORT_ALL, str(mods)], env, tmp, runs)),
             ("  of them SQLAlchemy (ORM, asyncio) + aiosqlite",
@@ -101,4 +128,7 @@ def main(runs: int) -> None:
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=10)
-    main(p.parse_args().runs)
+    p.add_argument("--baseline", type=Path, default=None,
+                   help="another checkout whose demo runs alternate with this one's")
+    args = p.parse_args()
+    main(args.runs, args.baseline)
