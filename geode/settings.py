@@ -41,6 +41,7 @@ from geode.errors import ConfigError
 from geode.redact import register_secret
 
 __all__ = [
+    "PROJECT_CONFIG",
     "BindingSettings",
     "BudgetSettings",
     "CodexSettings",
@@ -56,6 +57,10 @@ __all__ = [
     "geode_home",
     "load_settings",
 ]
+
+
+#: a project's own config file, relative to its directory (``geode.mcp.trust`` names it too)
+PROJECT_CONFIG = Path(".geode") / "config.toml"
 
 
 def geode_home(env: Mapping[str, str] | None = None) -> Path:
@@ -462,7 +467,7 @@ class Secrets:
 def config_files(home: Path, cwd: Path | None = None) -> list[Path]:
     """The config files that exist, lowest priority first."""
     found = []
-    for f in (home / "config.toml", (cwd or Path.cwd()) / ".geode" / "config.toml"):
+    for f in (home / "config.toml", (cwd or Path.cwd()) / PROJECT_CONFIG):
         if f.is_file():
             found.append(f)
     return found

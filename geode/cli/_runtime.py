@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from geode.cli import _state
 from geode.daemon.factory import Runtime, SessionContext
@@ -14,7 +14,7 @@ from geode.loop import LoopEvent, TurnResult, model_wait_text
 from geode.loop.events import ModelRetrying, ModelWaiting, TextDelta, ToolProposed, ToolResulted
 from geode.policy import Mode
 from geode.redact import redact_text
-from geode.settings import Settings, load_settings
+from geode.settings import PROJECT_CONFIG, Settings, load_settings
 
 if TYPE_CHECKING:
     from geode.store import Store
@@ -92,6 +92,16 @@ class _StreamPrinter:
             self._pending = ""
 
 
+def _project_mcp_section(workspace: Path) -> dict[str, Any] | None:
+    """The project's ``[mcp]`` table (:func:`geode.mcp.trust.project_mcp_section`); a project
+    without a config file does not import ``geode.mcp`` (its config models, ~6 ms) to say so."""
+    if not (workspace / PROJECT_CONFIG).is_file():
+        return None
+    from geode.mcp.trust import project_mcp_section
+
+    return project_mcp_section(workspace)
+
+
 async def run_once(opts: RunOptions) -> TurnResult:
     settings, secrets = load_settings(cwd=opts.workspace)
     configure_logging(
@@ -104,9 +114,7 @@ async def run_once(opts: RunOptions) -> TurnResult:
 
         provider = demo_provider()
     mcp = None
-    from geode.mcp.trust import project_mcp_section
-
-    if opts.mcp_configs or settings.mcp or project_mcp_section(opts.workspace) is not None:
+    if opts.mcp_configs or settings.mcp or _project_mcp_section(opts.workspace) is not None:
         from geode.mcp import MCPServerManager
 
         mcp = MCPServerManager.from_settings(

@@ -20,7 +20,8 @@ _PROBE = """
 import atexit, json, sys
 def _report():
     with open({out!r}, "w") as f:
-        json.dump(sorted(m for m in sys.modules if m.startswith("geode.cli.cmd_")), f)
+        json.dump(sorted(m for m in sys.modules
+                         if m.startswith("geode.cli.cmd_") or m == "geode.mcp"), f)
 atexit.register(_report)
 sys.argv = ["geode", *{argv!r}]
 from geode.cli import main
@@ -69,9 +70,23 @@ def test_command_of_finds_the_subcommand_past_the_root_options() -> None:
 
 
 def test_run_demo_imports_only_the_run_command(tmp_path: Path) -> None:
+    # and not geode.mcp either: no MCP server configured, no project config file
     rc, out, loaded = _run(tmp_path, "demo", "run", "--demo", "hi")
     assert rc == 0, out
     assert loaded == ["geode.cli.cmd_run"]
+
+
+def test_a_projects_mcp_section_is_still_seen(tmp_path: Path) -> None:
+    from geode.cli._runtime import _project_mcp_section
+    from geode.mcp.trust import project_mcp_section
+
+    assert _project_mcp_section(tmp_path) is None
+    (tmp_path / ".geode").mkdir()
+    (tmp_path / ".geode" / "config.toml").write_text("[model]\ndefault = 'x'\n")
+    assert _project_mcp_section(tmp_path) is None
+    (tmp_path / ".geode" / "config.toml").write_text('[mcp.servers.s]\ncommand = "x"\n')
+    assert _project_mcp_section(tmp_path) == project_mcp_section(tmp_path) == {
+        "servers": {"s": {"command": "x"}}}
 
 
 def test_each_command_answers_with_only_its_module_imported(tmp_path: Path) -> None:
@@ -83,13 +98,14 @@ def test_each_command_answers_with_only_its_module_imported(tmp_path: Path) -> N
         assert f"geode {name} [OPTIONS]" in out, (name, out)
         own = f"geode.cli.{app_module._COMMAND_MODULE[name]}"
         # cmd_ask, cmd_info and cmd_mcp reuse cmd_run's helpers; nothing else comes along
-        assert set(loaded) <= {own, "geode.cli.cmd_run"}, (name, loaded)
+        assert set(loaded) - {"geode.mcp"} <= {own, "geode.cli.cmd_run"}, (name, loaded)
 
 
 def test_help_and_unknown_commands_still_see_every_command(tmp_path: Path) -> None:
     rc, out, loaded = _run(tmp_path, "help", "--help")
     assert rc == 0, out
-    assert loaded == sorted(f"geode.cli.{m}" for m in app_module._COMMAND_MODULES)
+    assert [m for m in loaded if m != "geode.mcp"] == sorted(
+        f"geode.cli.{m}" for m in app_module._COMMAND_MODULES)
     for name in app_module._COMMAND_MODULE:
         assert f" {name} " in out, (name, out)
     rc, out, _ = _run(tmp_path, "typo", "sesions")
