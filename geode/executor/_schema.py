@@ -159,17 +159,10 @@ def _accepts(schema: dict[str, Any], value: Any) -> bool:
     return "anyOf" not in schema or any(_accepts(sub, value) for sub in schema["anyOf"])
 
 
-# Whether each schema is simple, by identity (the entry holds the schema so its id is not reused).
-_SIMPLE: dict[int, tuple[dict[str, Any], bool]] = {}
-
-
 def _fast_accepts(schema: dict[str, Any], args: dict[str, Any]) -> bool:
-    hit = _SIMPLE.get(id(schema))
-    if hit is None or hit[0] is not schema:
-        if len(_SIMPLE) >= _MAX_CACHED:
-            _SIMPLE.clear()
-        hit = _SIMPLE[id(schema)] = (schema, _simple(schema))
-    return hit[1] and _accepts(schema, args)
+    # not cached by schema identity: a schema dict changed in place (jsonschema reads it at each
+    # validation) must not keep an earlier answer; checking it is ~10 us
+    return _simple(schema) and _accepts(schema, args)
 
 
 def check_schema(tool: ToolDef, args: dict[str, Any]) -> Allow | Deny:

@@ -198,3 +198,13 @@ def test_a_schema_outside_the_subset_is_still_enforced_by_jsonschema() -> None:
     bad = tool(name="bad", input_schema={"type": "object", "required": ["p", "p"]})(_handler)
     res = check_schema(bad, {"p": 1})
     assert isinstance(res, Deny) and "invalid input schema" in res.reason, res
+
+
+def test_a_schema_changed_in_place_is_checked_as_it_is_now() -> None:
+    schema: dict[str, Any] = {"type": "object", "additionalProperties": False,
+                              "properties": {"p": {"type": "string"}}}
+    t = tool(name="m", input_schema=schema)(_handler)
+    assert isinstance(check_schema(t, {"p": "xbc"}), Allow)
+    schema["properties"]["p"]["pattern"] = "^a"  # e.g. a server's schema refreshed in place
+    res = check_schema(t, {"p": "xbc"})
+    assert isinstance(res, Deny) and "does not match '^a'" in res.reason, res
