@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-import secrets
+import os
 
 import structlog
 
@@ -12,7 +12,8 @@ log = structlog.get_logger(__name__)
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(6)}"
+    # secrets.token_hex(6) is exactly this; the secrets module (with hmac) costs ~2 ms to import
+    return f"{prefix}-{os.urandom(6).hex()}"
 
 
 def turn_info(deps: RunDeps, state: RunState, correlation_id: str = "") -> TurnInfo:

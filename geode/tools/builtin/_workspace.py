@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from collections import deque
 from collections.abc import Sequence
@@ -161,7 +160,7 @@ def atomic_write(parent_fd: int, name: str, data: bytes) -> None:
         mode = None
     if mode is None:
         mode = 0o666 & ~_current_umask()
-    tmp = f".{name[:200]}.{secrets.token_hex(6)}.geode-tmp"
+    tmp = f".{name[:200]}.{os.urandom(6).hex()}.geode-tmp"  # = secrets.token_hex(6)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, 0o600, dir_fd=parent_fd)
     try:
