@@ -1,7 +1,8 @@
 """Importing a library without the optional extras it loads at import time and GEODE never uses.
 
 structlog imports rich (and pygments through it) when installed, for pretty tracebacks that
-GEODE's renderers do not use (:mod:`geode.logging` renders plain ones); python-telegram-bot
+GEODE's renderers do not use (:mod:`geode.logging` renders plain ones), and colorama, for
+colours on a Windows console (GEODE's console renderer has colours off); python-telegram-bot
 imports cryptography for Telegram Passport decryption, which no GEODE connector asks for, and
 tornado for its own webhook server (GEODE's webhook is an aiohttp endpoint). The libraries
 guard those imports with ``try: ... except ImportError`` and work without them. Loaded anyway

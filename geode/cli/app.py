@@ -144,10 +144,11 @@ def main() -> None:
     _register(_command_of(args))
     if args and not _INFO_ONLY.intersection(args):
         # A command runs, and logs: structlog without rich, before any module imports it
-        # (geode._imports). Help and --version never import structlog at all.
+        # (geode._imports), and without colorama (Windows console colours: GEODE's console
+        # renderer has colours off). Help and --version never import structlog at all.
         from geode._imports import import_without
 
-        import_without("structlog", "rich")
+        import_without("structlog", "rich", "colorama")
     try:
         app(args=args)
     except ConfigError as exc:
