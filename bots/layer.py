@@ -5,7 +5,8 @@ bindings), the dispatcher and the per-thread processor, and the two loops:
 
 * the **pump** claims recorded events in id order and dispatches them: the events of one
   thread in order, different threads concurrently (cheap checks run inline; turns go to
-  the per-thread processor, commands run at once);
+  the per-thread processor, commands run at once). When no pass is running, the intake
+  claims what it records in the record's own transaction and hands the batch to the pump;
 * **recovery** finishes what a previous run left in the threads this replica takes over
   (at :meth:`start_processing`, then at each heartbeat): events claimed but not decided are
   dispatched again, accepted turns are resumed or delivered, ready outbox rows are sent;
@@ -24,6 +25,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -134,6 +136,10 @@ class ChannelLayer:
         self._stalled = False
         #: a pump pass and a recovery never overlap (recovery re-decides claimed events)
         self._claiming = asyncio.Lock()
+        #: batches the intake claimed as it recorded them, for the next holder of the lock
+        self._handed: list[_Handed] = []
+        #: the pump's next pass must claim (set by every wake but a hand-off's)
+        self._claim_due = False
         self._pump_task: asyncio.Task[None] | None = None
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._listen_task: asyncio.Task[None] | None = None
@@ -155,12 +161,65 @@ class ChannelLayer:
              else status)
             for ev, status in events
         ]
+        # Only once the pump runs: at start, the threads left unfinished are taken over
+        # (and recovered) first, and a claim taking a free thread's lease before that
+        # would hide it from the take-over.
+        if (self.processing and self._pump_task is not None and not self._claiming.locked()
+                and any(status == "received" for _, status in events)):
+            return await self._record_and_claim(events, cursor=cursor)
         ids = await self.inbound.record(events, cursor=cursor)
         self.fault("recorded")
         if ids:
             self._observe(MessagesReceived(platform=self.client.platform, count=len(ids)))
+            self._poke()
+        return ids
+
+    async def _record_and_claim(
+        self, events: Sequence[tuple[InboundEvent, str]], *, cursor: tuple[str, str] | None
+    ) -> list[int]:
+        """No pump pass running: record the events and claim what the pump would claim
+        next in ONE transaction (``InboundLog.record_and_claim``), holding the claiming lock
+        as a pass does, and hand the claimed batch to the pump (woken): whoever takes the
+        lock next dispatches it first (:meth:`_take_handed`), without claiming again."""
+        c = self.client
+        limit = self._CLAIM_LIMIT
+        handed: _Handed | None = None
+        async with self._claiming:  # free: checked by the caller, no await since
+            room = self.options.max_concurrent_threads - self.processor.busy
+            ids, batch = await self.inbound.record_and_claim(
+                events, cursor=cursor, platform=c.platform, workspace=c.workspace,
+                owner=self.owner, limit=limit, leases=self.thread_leases, new_threads=room)
+            if ids:
+                self._deferred = self.thread_leases.skipped > 0
+            if batch:
+                handed = _Handed(batch=batch, more=len(batch) >= limit)
+                self._handed.append(handed)
+        try:
+            self.fault("recorded")
+        except Exception:
+            # what is claimed is dispatched anyway: a recorded event must not wait for a
+            # restart because the intake's caller failed after the commit
+            self._wake.set()
+            raise
+        except BaseException:  # a simulated crash: nothing more happens in this process
+            if handed is not None and handed in self._handed:
+                self._handed.remove(handed)
+            raise
+        if ids:
+            self._observe(MessagesReceived(platform=self.client.platform, count=len(ids)))
+        if handed is not None:
             self._wake.set()
         return ids
+
+    async def _take_handed(self) -> bool:
+        """Holding the claiming lock: dispatch the batches the intake claimed; True if the
+        pump should claim on (a batch may have left more behind)."""
+        more = False
+        while self._handed:
+            handed = self._handed.pop(0)
+            more = more or handed.more
+            await self._dispatch_batch(handed.batch)
+        return more
 
     # -- the intake port's reads (bots.port.Intake) ---------------------------------------------
 
@@ -216,6 +275,8 @@ class ChannelLayer:
         await reap(self._heartbeat_task)
         await reap(self._pump_task)
         self._pump_task = self._heartbeat_task = self._listen_task = None
+        # never dispatched: claimed and undecided, recovered by whoever takes the threads
+        self._handed.clear()
         await self.processor.aclose()
         for t in list(self._tasks):
             await reap(t)
@@ -236,6 +297,8 @@ class ChannelLayer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.options.pump_interval_s):
                     await self._wake.wait()
+            if not self._wake.is_set():
+                self._claim_due = True  # the fallback pass: claim whatever is recorded
             self._wake.clear()
             try:
                 await self.pump_once()
@@ -255,11 +318,24 @@ class ChannelLayer:
         here, or for another replica).
         """
         async with self._claiming:
+            if self._handed:
+                more = await self._take_handed()
+                if not (more or self._claim_due):
+                    return  # woken for the intake's batch alone: nothing else to claim
+            self._claim_due = False
             await self._pump_batches()
+
+    def _poke(self) -> None:
+        """Wake the pump to claim (something was recorded or freed)."""
+        self._claim_due = True
+        self._wake.set()
+
+    #: events claimed per pump transaction
+    _CLAIM_LIMIT = 100
 
     async def _pump_batches(self) -> None:
         c = self.client
-        limit = 100
+        limit = self._CLAIM_LIMIT
         while True:
             room = self.options.max_concurrent_threads - self.processor.busy
             batch = await self.inbound.claim_batch(c.platform, c.workspace, owner=self.owner,
@@ -268,27 +344,31 @@ class ChannelLayer:
             self._deferred = self.thread_leases.skipped > 0
             if not batch:
                 return
-            chains: dict[str, list[StoredEvent]] = {}
-            for stored in batch:
-                chains.setdefault(stored.event.thread_key, []).append(stored)
-            if len(chains) == 1:  # one thread (the usual pass): no task to gather
-                (chain,) = chains.values()
-                await self._dispatch_chain(chain)
-                results: list[Any] = []
-            else:
-                results = await asyncio.gather(*(self._dispatch_chain(ch)
-                                                 for ch in chains.values()),
-                                               return_exceptions=True)
-            failed = [r for r in results if isinstance(r, BaseException)]
-            for r in failed:
-                if isinstance(r, asyncio.CancelledError):
-                    raise r
-            if failed:
-                raise failed[0]
+            await self._dispatch_batch(batch)
             if len(batch) < limit:
                 # Drained: an event recorded since sets ``_wake`` for the next pass, so
                 # claiming again now would only cost an empty write transaction.
                 return
+
+    async def _dispatch_batch(self, batch: list[StoredEvent]) -> None:
+        """Dispatch a claimed batch: each thread's events in order, threads concurrently."""
+        chains: dict[str, list[StoredEvent]] = {}
+        for stored in batch:
+            chains.setdefault(stored.event.thread_key, []).append(stored)
+        if len(chains) == 1:  # one thread (the usual pass): no task to gather
+            (chain,) = chains.values()
+            await self._dispatch_chain(chain)
+            results: list[Any] = []
+        else:
+            results = await asyncio.gather(*(self._dispatch_chain(ch)
+                                             for ch in chains.values()),
+                                           return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        for r in failed:
+            if isinstance(r, asyncio.CancelledError):
+                raise r
+        if failed:
+            raise failed[0]
 
     async def _listen(self) -> None:
         """PostgreSQL: wake the pump as soon as any replica records an event of this bot (a
@@ -303,11 +383,11 @@ class ChannelLayer:
                     failures = 0
                     recorded_for, _, origin = payload.partition(" ")
                     if recorded_for == bot and origin != self.owner:  # ours woke us already
-                        self._wake.set()
+                        self._poke()
             except Exception as exc:  # the connection dropped: poll until it is back
                 failures += 1
                 log.warning("channel.listen_failed", error=redact_text(str(exc))[:300])
-            self._wake.set()  # whatever was recorded meanwhile
+            self._poke()  # whatever was recorded meanwhile
             await asyncio.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
 
     async def _dispatch_chain(self, chain: list[StoredEvent]) -> None:
@@ -380,8 +460,13 @@ class ChannelLayer:
 
     async def _recover(self, threads: set[Thread]) -> None:
         c = self.client
+        # claimed by the intake with their record and handed to the pump, which dispatches
+        # them after this recovery (as it would have claimed them): not left over
+        handed = {s.id for h in self._handed for s in h.batch}
         for stored in await self.inbound.unfinished(c.platform, c.workspace):
             if (stored.event.channel, stored.event.thread_root) not in threads:
+                continue
+            if stored.id in handed:
                 continue
             row = await self.outbox.for_event(stored.id)
             if row is None:
@@ -398,7 +483,7 @@ class ChannelLayer:
         for row in await self.outbox.open_rows(c.platform, c.workspace):
             if row.kind == "notice" and (row.target.channel, row.target.thread_root) in threads:
                 self._spawn(self.deliverer.deliver(row))
-        self._wake.set()
+        self._poke()
 
     def _bind(self, fn: Any, *args: Any, order: int | None = None) -> Callable[[], Any]:
         """A processor job; when it ends, a claim deferred at capacity is tried again. A
@@ -415,7 +500,7 @@ class ChannelLayer:
                 if order is not None:
                     self.entry.entered(order)
                 if self._deferred:
-                    self._wake.set()
+                    self._poke()
 
         return job
 
@@ -504,6 +589,15 @@ class ChannelLayer:
                                                   decision=f"command:{name}")
                     return
         await self.notice(d, text, decision=f"command:{name}")
+
+
+@dataclass(frozen=True, eq=False)
+class _Handed:
+    """A batch the intake claimed with its record, not dispatched yet."""
+
+    batch: list[StoredEvent]
+    #: as many as the claim's limit: the pump claims on after it
+    more: bool
 
 
 def _no_fault(point: str) -> None:

@@ -15,7 +15,7 @@ or ``ignored`` / ``expired`` (too old for catch-up) / ``failed``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -158,6 +158,41 @@ class InboundLog:
         that event was recorded before). Each message is also entered in the message
         index under its thread, so replies to it resolve to the same thread.
         """
+        return await self._store.run_write(self._record_tx(events, cursor))
+
+    async def record_and_claim(
+        self,
+        events: Sequence[tuple[InboundEvent, str]],
+        *,
+        cursor: tuple[str, str] | None = None,
+        platform: str, workspace: str, owner: str, limit: int = 100,
+        leases: ThreadLeases, new_threads: int = 1 << 30,
+    ) -> tuple[list[int], list[StoredEvent]]:
+        """:meth:`record` and then :meth:`claim_batch` in ONE transaction: what the pump
+        would claim right after the record commits (the same rows by the same rules:
+        oldest first, threads this replica holds or takes now), without a second
+        transaction. Only when something new was recorded; otherwise nothing is claimed.
+
+        A crash after the commit leaves the events claimed and undecided, as a crash
+        between a record and the pump's claim would have a moment later: recovery
+        decides them again (``ChannelLayer.recover``).
+
+        Returns (new row ids, the claimed events oldest first).
+        """
+        record = self._record_tx(events, cursor)
+        claim = self._claim_tx(platform, workspace, owner=owner, limit=limit, leases=leases,
+                               new_threads=new_threads)
+
+        def tx(conn: Connection) -> tuple[list[int], list[Any]]:
+            new_ids = record(conn)
+            return new_ids, (claim(conn) if new_ids else [])
+
+        new_ids, rows = await self._store.run_write(tx)
+        return new_ids, [_stored(r) for r in rows]
+
+    def _record_tx(
+        self, events: Sequence[tuple[InboundEvent, str]], cursor: tuple[str, str] | None
+    ) -> Callable[[Connection], list[int]]:
         store = self._store
         insert_event = insert_ignore(store, _E, ["dedupe_key"], returning=["id"])
         insert_message = insert_ignore(store, _M, ["platform", "workspace", "channel",
@@ -193,7 +228,7 @@ class InboundLog:
                     conn.execute(store.notify_stmt(EVENTS_CHANNEL, f"{bot} {self.origin}"))
             return new_ids
 
-        return await store.run_write(tx)
+        return tx
 
     async def received(
         self, platform: str, workspace: str, *, limit: int = 100
@@ -220,6 +255,15 @@ class InboundLog:
         first), are claimed; the others stay ``received`` for their holder. Without: every
         event qualifies (one processor).
         """
+        tx = self._claim_tx(platform, workspace, owner=owner, limit=limit, leases=leases,
+                            new_threads=new_threads)
+        return [_stored(r) for r in await self._store.run_write(tx)]
+
+    def _claim_tx(
+        self, platform: str, workspace: str, *, owner: str, limit: int,
+        leases: ThreadLeases | None, new_threads: int,
+    ) -> Callable[[Connection], list[Any]]:
+        """:meth:`claim_batch`'s transaction body (the claimed rows, oldest first)."""
         params: dict[str, Any] = {
             "b_platform": platform, "b_workspace": workspace, "b_owner": owner,
             "b_limit": limit, "status": "processing", "owner": owner, "updated_at": utcnow(),
@@ -248,7 +292,7 @@ class InboundLog:
                 claimed = conn.execute(_CLAIM_IDS, {**params, "b_ids": ids}).all()
                 return sorted(claimed, key=lambda r: int(r.id))
 
-        return [_stored(r) for r in await self._store.run_write(tx)]
+        return tx
 
     async def release(self, event_ids: Sequence[int]) -> None:
         """Hand claimed, still undecided events back (processing -> received)."""
