@@ -78,3 +78,46 @@ async def test_a_redelivered_event_is_refused_and_claims_nothing(make_stack: Any
     await settled(stack)
     assert _events(str(stack.store.url.database)) == [("done", layer.owner)]
     assert len(finals(fake, "answer to: once")) == 1
+
+
+async def test_an_event_recorded_during_the_start_take_over_waits_for_the_recovery(
+    make_stack: Any, fake: Any, monkeypatch: Any
+) -> None:
+    """A message recorded while the layer starts (a catch-up) in a thread whose turn a crash
+    left unfinished: the intake must not claim it (taking the thread's free lease) before the
+    start's take-over, or that take-over would not see the thread and its turn would never be
+    recovered. Forced here: the event is submitted from inside the take-over's first call."""
+    import dataclasses
+
+    from bots.layer import ChannelLayer
+    from tests.bots._harness import crash_at
+
+    provider = ScriptedProvider([answering], repeat_last=True)
+    hit, fault = crash_at("turn_started")
+    stack = make_stack(provider=provider, fault=fault)
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot crash me", from_user=42)
+    await asyncio.wait_for(hit.wait(), 10)
+    await stack.crash()
+
+    real = ChannelLayer.take_over
+    injected: list[list[int]] = []
+
+    async def take_over(self: ChannelLayer) -> None:
+        if not injected:
+            first = await self.inbound.get(1)
+            assert first is not None
+            later = dataclasses.replace(first.event, dedupe_key="injected:1",
+                                        message_id="999001", text="again")
+            injected.append(await self.submit([(later, "received")]))
+        await real(self)
+
+    monkeypatch.setattr(ChannelLayer, "take_over", take_over)
+    stack.fault = None
+    await stack.start()
+    await fake.wait_until(lambda: finals(fake, "answer to: crash me")
+                          and finals(fake, "answer to: again"), within=15)
+    await settled(stack)
+    assert injected and len(injected[0]) == 1
+    assert len(finals(fake, "answer to: crash me")) == 1
+    assert len(finals(fake, "answer to: again")) == 1
