@@ -5,11 +5,11 @@ tokens, latency, outcome), ``tool.proposed``, ``verify`` (the decision), ``turn.
 (termination, rounds, usage). The executor writes ``tool.denied`` (with the check),
 ``tool.started`` and ``tool.finished`` itself, as the calls cross its checks.
 
-Observation, never replayed, and never in a checkpoint's transaction: rows are buffered
-and appended in one write of their own at two points, just before a tool batch is handed
-to the executor (so they come before its tool rows) and when the turn ends. A crash loses
-the buffered rows of the unfinished step, never a checkpoint. A failed append is logged
-and dropped.
+Observation, never replayed: rows are buffered and appended at two points, just before a
+tool batch is handed to the executor (so they come before its tool rows) and when the turn
+ends; the append rides in the store's next write transaction (SQLite; in a savepoint of its
+own, so it can fail nothing else) or is written at once (PostgreSQL). A crash loses the
+rows of the unfinished step, never a checkpoint. A failed append is logged and dropped.
 """
 
 from __future__ import annotations
