@@ -363,7 +363,7 @@ async def run_side(platform: PlatformSpec, side: str, model_url: str,
             # the push connection, then what it starts (Discord's catch-up of the bound
             # channel's threads after READY) settles before the idle RSS and the loads
             await fake.call("wait_connected", within=30)
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(args.settle)
             idle = status_mb(pid, "VmRSS")
             all_chats = platform.chats(args.chats, info)
             user = platform.audience(info)
@@ -487,6 +487,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--interval", type=float, default=8.0, help="s between a chat's messages")
     p.add_argument("--duration", type=float, default=24.0, help="s of light load (0: skip)")
     p.add_argument("--lanes", type=int, default=64)
+    p.add_argument("--settle", type=float, default=1.0,
+                   help="s between a bot's start and its idle RSS reading and first load")
     p.add_argument("--model-latency", type=float, default=0.0)
     p.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     p.add_argument("--platforms", nargs="+", choices=sorted(PLATFORMS),

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 def test_every_side_answers_every_load() -> None:
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--chats", "2", "--seq", "2", "--per-chat", "2",
-         "--interval", "0.5", "--duration", "1"],
+         "--interval", "0.5", "--duration", "1", "--settle", "0.2"],
         capture_output=True, text=True, timeout=420, check=False,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
