@@ -30,9 +30,10 @@ main()
 
 
 #: imported by what needs them, not by every run: an MCP server or a project config
-#: (geode.mcp's config models), web_fetch's first page (html.parser), ids (secrets); never
-#: by GEODE's logging (colorama: structlog's Windows console colours, off in GEODE)
-WATCH = ("geode.mcp", "html.parser", "secrets", "colorama")
+#: (geode.mcp's config models), web_fetch's first page (html.parser); never by GEODE's
+#: logging (colorama: structlog's Windows console colours, off in GEODE). Not ``secrets``:
+#: GEODE's ids no longer need it, but pydantic >= 2.14 imports it with its types.
+WATCH = ("geode.mcp", "html.parser", "colorama")
 
 
 def _run(tmp_path: Path, tag: str, *argv: str) -> tuple[int, str, list[str]]:
