@@ -566,14 +566,21 @@ class _GroupCommit:
         if self._later_timer is None:
             self._later_timer = loop.call_later(self.LATER_S, self._start_later)
 
-    def _start_later(self) -> None:
-        """Move the waiting later jobs into the queue and start a batch unless one is on."""
+    def _take_later(self) -> bool:
+        """Move the waiting later jobs to the head of the queue (they were queued before
+        what is there) and stop their timer; whether there were any."""
         if self._later_timer is not None:
             self._later_timer.cancel()
             self._later_timer = None
         if not self._later:
-            return
+            return False
         self._queue[:0], self._later = self._later, []
+        return True
+
+    def _start_later(self) -> None:
+        """Move the waiting later jobs into the queue and start a batch unless one is on."""
+        if not self._take_later():
+            return
         if not self._active:
             self._active = True
             self._slot.take_then(self._dispatch)
@@ -588,11 +595,7 @@ class _GroupCommit:
         """Holding the slot: hand the queued jobs (up to ``MAX_BATCH``) to a worker thread,
         whose completion comes back to :meth:`_done` on the loop. Later jobs waiting for a
         batch go first (they were queued before these)."""
-        if self._later:
-            self._queue[:0], self._later = self._later, []
-            if self._later_timer is not None:
-                self._later_timer.cancel()
-                self._later_timer = None
+        self._take_later()
         batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH:]
         loop = asyncio.get_running_loop()
 
