@@ -18,6 +18,7 @@ from bots.port import AttachmentRefused, DeliveryError
 from bots.store import AttachmentRecords
 from geode.settings import BindingSettings
 from geode.store import open_store
+from geode.testing.loopback import serve_app
 
 
 async def test_a_body_growing_past_the_limit_is_cut_off(tmp_path: Path) -> None:
@@ -36,18 +37,11 @@ async def test_a_body_growing_past_the_limit_is_cut_off(tmp_path: Path) -> None:
 
     app = web.Application()
     app.router.add_get("/f", endless)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
+    async with serve_app(app) as port:
         with pytest.raises(AttachmentRefused, match="limit"):
             await stream_to_file(f"http://127.0.0.1:{port}/f", tmp_path / "f",
                                  max_bytes=200_000)
         assert (tmp_path / "f").stat().st_size <= 200_000  # nothing past the limit written
-    finally:
-        await runner.cleanup()
     assert len(served) < 1000  # the server was cut off, not read to the end
 
 

@@ -12,6 +12,7 @@ from prov_helpers import API_KEY, make_provider, make_request
 
 from geode.providers.openai_compat import OpenAICompatProvider
 from geode.testing.fake_openai import FakeOpenAIServer
+from geode.testing.loopback import serve_app
 
 
 async def test_a_call_is_one_post_with_the_sdks_headers_and_no_sdk_request(
@@ -117,19 +118,14 @@ async def test_a_redirect_to_another_origin_never_carries_the_key() -> None:
 
         app = web.Application()
         app.router.add_post("/v1/chat/completions", redirect)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        redirector: Any = SimpleNamespace(base_url=f"http://127.0.0.1:{port}/v1")
-        provider = make_provider("openai", redirector, lean=True)
-        other.enqueue_text("answered elsewhere")
-        try:
-            response = await provider.complete(make_request())
-        finally:
-            await provider.aclose()
-            await runner.cleanup()
+        async with serve_app(app) as port:
+            redirector: Any = SimpleNamespace(base_url=f"http://127.0.0.1:{port}/v1")
+            provider = make_provider("openai", redirector, lean=True)
+            other.enqueue_text("answered elsewhere")
+            try:
+                response = await provider.complete(make_request())
+            finally:
+                await provider.aclose()
         assert response.message.text == "answered elsewhere"
         req = other.generate_requests[-1]
         assert "authorization" not in req.headers

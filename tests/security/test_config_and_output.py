@@ -18,6 +18,7 @@ from aiohttp import web
 from geode.errors import ConfigError
 from geode.redact import MASK, redact_text, register_secret
 from geode.settings import Settings, load_settings
+from geode.testing.loopback import serve_app
 from geode.tools.builtin import web_fetch
 from tests.security.conftest import make_ctx
 
@@ -187,12 +188,8 @@ async def chunked() -> AsyncIterator[int]:
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield runner.addresses[0][1]
-    await runner.cleanup()
+    async with serve_app(app) as port:
+        yield port
 
 
 async def test_a_body_cut_exactly_at_the_cap_says_so(tmp_path: Path, chunked: int) -> None:

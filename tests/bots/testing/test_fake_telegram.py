@@ -24,6 +24,7 @@ from telegram.ext import (
 )
 
 from bots.testing.telegram import FakeTelegramServer, TelegramEntityError, parse_telegram_html
+from geode.testing.loopback import serve_app
 
 TOKEN = "123456:ABC-fake-token"
 GROUP = -1001234
@@ -363,12 +364,8 @@ async def test_webhook_mode_delivers_with_secret_and_retries(srv: FakeTelegramSe
 
     hook_app = web.Application()
     hook_app.router.add_post("/hook", hook)
-    runner = web.AppRunner(hook_app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
-    try:
+    async with serve_app(hook_app) as port:
+        url = f"http://127.0.0.1:{port}/hook"
         async with _bot(srv) as bot:
             assert await bot.set_webhook(url, secret_token="s3cret")
             with pytest.raises(Conflict, match="webhook is active"):
@@ -385,8 +382,6 @@ async def test_webhook_mode_delivers_with_secret_and_retries(srv: FakeTelegramSe
             status, _ = await srv.deliver_webhook(url, {"message": {"text": "x"}}, "s3cret")
             assert status == 200
             assert received[-1][0] == "s3cret" and "update_id" in received[-1][1]
-    finally:
-        await runner.cleanup()
 
 
 async def test_form_and_json_bodies_decode_alike(srv: FakeTelegramServer) -> None:
