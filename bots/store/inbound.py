@@ -93,6 +93,10 @@ _CLAIM_OLDEST = (
 _CLAIM_IDS = (update(_E).where(_E.c.id.in_(bindparam("b_ids", expanding=True)),
                                _E.c.status == "received")
               .returning(*_E.c))
+#: the same for one event (the usual claim): a statement without an expanding list, which
+#: the store compiles once (``geode.store._fast``)
+_CLAIM_ID = (update(_E).where(_E.c.id == bindparam("b_id"), _E.c.status == "received")
+             .returning(*_E.c))
 
 
 @functools.cache
@@ -289,7 +293,10 @@ class InboundLog:
                 ids = [r.id for r in rows if (r.channel, r.thread_root) in held]
                 if not ids:
                     return []
-                claimed = conn.execute(_CLAIM_IDS, {**params, "b_ids": ids}).all()
+                if len(ids) == 1:
+                    claimed = conn.execute(_CLAIM_ID, {**params, "b_id": ids[0]}).all()
+                else:
+                    claimed = conn.execute(_CLAIM_IDS, {**params, "b_ids": ids}).all()
                 return sorted(claimed, key=lambda r: int(r.id))
 
         return tx

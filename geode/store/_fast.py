@@ -12,7 +12,8 @@ processors. What it does not handle goes to SQLAlchemy unchanged:
 * a statement object the first time it is seen (a statement built per call would pay a
   compile each time; only the hot path's prebuilt statements come back);
 * defaults SQLAlchemy would fill in (a column left out of an INSERT with a Python-side
-  default), expanding ``IN`` parameters, executemany, execution options;
+  default), expanding ``IN`` parameters, execution options, an executemany whose
+  parameter sets differ in their keys (one with the same keys runs them in turn);
 * an engine with ``before/after_cursor_execute`` listeners (tests counting statements,
   tracing instrumentation): observers see every statement as before.
 
@@ -152,14 +153,29 @@ class FastConnection:
 
     def execute(self, statement: Any, parameters: Any = None, *,
                 execution_options: Any = None) -> Any:
-        if (execution_options is None and not self._observed
-                and (parameters is None or isinstance(parameters, Mapping))):
-            plan = _plan_for(statement, parameters, self._dialect)
-            if plan is not None:
-                return self._run(plan, parameters)
+        if execution_options is None and not self._observed:
+            if parameters is None or isinstance(parameters, Mapping):
+                plan = _plan_for(statement, parameters, self._dialect)
+                if plan is not None:
+                    return self._run(plan, parameters)
+            elif _uniform(parameters):
+                # executemany: each parameter set in turn, rows and counts added up (what
+                # SQLAlchemy returns for it, in the parameters' order)
+                plan = _plan_for(statement, parameters[0], self._dialect)
+                if plan is not None:
+                    return self._run_many(plan, parameters)
         if execution_options is None:
             return self._conn.execute(statement, parameters)
         return self._conn.execute(statement, parameters, execution_options=execution_options)
+
+    def _run_many(self, plan: _Plan, many: Sequence[Mapping[str, Any]]) -> FastResult:
+        rows: list[Any] = []
+        count = 0
+        for given in many:
+            one = self._run(plan, given)
+            rows.extend(one._rows)
+            count += one.rowcount
+        return FastResult(rows, count, None)
 
     def _run(self, plan: _Plan, given: Mapping[str, Any] | None) -> FastResult:
         params = plan.params(given or {})
@@ -187,6 +203,17 @@ class FastConnection:
             given = given or {}
             pk = tuple(given.get(name, lastrowid) for name in plan.pk)
         return FastResult(rows, rowcount, pk)
+
+
+def _uniform(parameters: Any) -> bool:
+    """A list of parameter dicts with the same keys (an executemany the short way takes)."""
+    if not isinstance(parameters, list) or not parameters:
+        return False
+    first = parameters[0]
+    if not isinstance(first, Mapping):
+        return False
+    keys = first.keys()
+    return all(isinstance(p, Mapping) and p.keys() == keys for p in parameters)
 
 
 _plans: dict[_Key, Any] = {}

@@ -171,11 +171,10 @@ def test_what_the_short_way_does_not_cover_goes_to_sqlalchemy(
             fast.execute(INSERT, params)
         assert ways == []
         assert conn.execute(select(T.c.note).where(T.c.key == "p3")).scalar() == "none"
-        # expanding IN, executemany, execution options
+        # expanding IN, execution options
         in_ = select(T.c.key).where(T.c.key.in_(bindparam("keys", expanding=True)))
         assert sorted(twice(conn, fast, in_, {"keys": ["p1", "p2"]}).scalars()) == ["p1", "p2"]
-        fast.execute(INSERT, [row("m1"), row("m2")])
-        fast.execute(INSERT, [row("m3"), row("m4")])
+        conn.execute(INSERT, [row("m1"), row("m2"), row("m3")])
         for _ in range(2):
             assert fast.execute(BY_KEY, {"b_key": "m1"},
                                 execution_options={"x": 1}).one().key == "m1"
@@ -213,3 +212,27 @@ def test_a_plan_goes_with_its_statement():
     gc.collect()
     assert not any(k[0] == sid for k in _fast._plans)
     assert sid not in _fast._refs and sid not in _fast._ids
+
+
+def test_executemany_runs_each_set_in_turn(engine: Engine, monkeypatch: pytest.MonkeyPatch):
+    ways = spy(monkeypatch)
+    ret = sqlite_insert(T).on_conflict_do_nothing().returning(T.c.key)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("BEGIN")
+        fast = FastConnection(conn)
+        fast.execute(ret, [row("e0")])  # first sight
+        assert ways == []
+        got = fast.execute(ret, [row("e1"), row("e2"), row("e1"), row("e3")])
+        assert ways == ["fast"] * 4
+        assert [r.key for r in got] == ["e1", "e2", "e3"]  # the duplicate returns nothing
+        upd = update(T).where(T.c.key == bindparam("b_key")).values(note=bindparam("n"))
+        fast.execute(upd, [{"b_key": "e1", "n": "x"}])
+        assert fast.execute(upd, [{"b_key": "e1", "n": "y"}, {"b_key": "e2", "n": "y"},
+                                  {"b_key": "nope", "n": "y"}]).rowcount == 2
+        # parameter sets of different keys: SQLAlchemy's executemany (which refuses them)
+        ways.clear()
+        mixed = [row("f3"), {k: v for k, v in row("f4").items() if k != "note"}]
+        for _ in range(2):
+            with pytest.raises(StatementError, match="note"):
+                fast.execute(INSERT, mixed)
+        assert ways == []
