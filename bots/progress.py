@@ -1,7 +1,8 @@
 """Progress while a turn runs: ack reaction, typing, one progress message edited as tools run.
 
 The progress message is sent when the turn starts and its id is recorded in the outbox row
-right away (with the message index entry, in one transaction): it is both the user's
+(with the message index entry, in one transaction that commits with the turn's next
+write: :meth:`Outbox.record_progress_message`): it is both the user's
 "working on it" and the handle the final answer is delivered through (see
 :mod:`bots.outbound`). The ack reaction goes out alongside it. Typing starts only once the
 turn has run ``typing_delay_s`` (a quick answer needs no "typing…" under a progress message

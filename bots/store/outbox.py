@@ -262,6 +262,7 @@ class Outbox:
             return None
 
     async def _one(self, query: Any) -> OutboxRow | None:
+        await self._store.flush_later()  # a progress id recorded without waiting
         r = await self._store.run_read(lambda conn: conn.execute(query).first())
         return None if r is None else _row(r)
 
@@ -270,6 +271,7 @@ class Outbox:
             select(_O).where(_O.c.session_key == session_key, _O.c.turn_key == turn_key))
 
     async def by_id(self, row_id: int) -> OutboxRow:
+        await self._store.flush_later()
         r = await self._store.run_read(lambda conn: conn.execute(_BY_ID, {"b_id": row_id})
                                        .first())
         assert r is not None
@@ -284,6 +286,7 @@ class Outbox:
             _O.c.platform == platform, _O.c.workspace == workspace,
             _O.c.status.in_(("ready", "sending")),
         ).order_by(_O.c.id)
+        await self._store.flush_later()
         rows = await self._store.run_read(lambda conn: conn.execute(query).all())
         return [_row(r) for r in rows]
 
@@ -378,7 +381,14 @@ class Outbox:
 
     async def record_progress_message(self, row: OutboxRow, message_id: str) -> None:
         """The turn's progress message exists: its id on the row, and in the message index
-        (a reply to it stays in the thread), in one transaction."""
+        (a reply to it stays in the thread), in one transaction.
+
+        Without waiting for it (``Store.run_write_later``): on SQLite it commits with the
+        turn's next write (the session, the lane claim, a checkpoint), before anything that
+        write leads to, and with the final answer's record at the latest. A crash before
+        that commit leaves a stray "Working…" message and the restarted turn sends a new
+        one, as a crash between the send and its record always could: the answer is still
+        delivered once (the row's id is read back only from committed rows)."""
         stmt = self.update_stmt(row.id, {"progress_message_id": message_id,
                                          "progress_state": "sent"})
 
@@ -386,7 +396,11 @@ class Outbox:
             conn.execute(*stmt)
             self._remember_in(conn, row, [message_id])
 
-        await self._store.run_write(tx)
+        def failed(exc: Exception) -> None:
+            # the answer is then sent as a new message (the row has no progress id)
+            log.warning("outbox.progress_record_failed", row=row.id, error=str(exc))
+
+        await self._store.run_write_later(tx, on_error=failed)
 
     async def record_sent(
         self, row: OutboxRow, message_ids: list[str], *, values: dict[str, Any] | None = None

@@ -143,6 +143,7 @@ class MessageIndex:
             _M.c.platform == platform, _M.c.workspace == workspace,
             _M.c.channel == channel, _M.c.message_id == message_id,
         )
+        await self._store.flush_later()  # progress messages are entered without waiting
         row = await self._store.run_read(lambda conn: conn.execute(query).first())
         return None if row is None else str(row.thread_root)
 
