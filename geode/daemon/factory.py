@@ -271,6 +271,10 @@ class Runtime:
             self.registry.register(t)
         #: one SDK client per model endpoint, shared by every session, closed with the runtime
         self.clients = ClientCache()
+        #: the adapters built on those clients (:meth:`provider_for`)
+        self._adapters: dict[tuple[Any, ...], BaseProvider] = {}
+        #: sessions' first tool plans (:class:`_PlanSource`)
+        self._first_plans: dict[tuple[int, ...], BoundToolPlan] = {}
         self._codex_login: CodexLogin | None = None
         self._memory_receipts = MemoryReceiptStore()
         self._memory_timeline = MemoryTimeline()
@@ -304,6 +308,7 @@ class Runtime:
         await self.observers.drain()  # let ledger rows land before the process ends
         if self.mcp is not None:
             await self.mcp.aclose()
+        self._adapters.clear()
         await self.clients.aclose()
         if self._codex_login is not None:
             await self._codex_login.aclose()
@@ -344,10 +349,19 @@ class Runtime:
                 codex_login=self._codex(),
             )
         api_key, base_url = self._endpoint(ref.provider)
-        return build_provider(
-            ref, api_key=api_key, base_url=base_url,
-            timeout=self.settings.model.request_timeout_s, clients=self.clients,
-        )
+        timeout = self.settings.model.request_timeout_s
+        # One adapter per model, endpoint and credential, like the clients they use: an
+        # adapter holds no state of a session's, and building one per turn read the
+        # client's headers and URL again each time. A changed key or URL builds a new one.
+        key = (ref, api_key, base_url, timeout)
+        adapter = self._adapters.get(key)
+        if adapter is None:
+            adapter = build_provider(ref, api_key=api_key, base_url=base_url,
+                                     timeout=timeout, clients=self.clients)
+            if len(self._adapters) >= 64:  # keys rotated many times: keep the newest
+                self._adapters.pop(next(iter(self._adapters)))
+            self._adapters[key] = adapter
+        return adapter
 
     def check_provider(self, ref: ModelRef, path: str | None = None) -> None:
         """The ConfigError :meth:`provider_for` would raise (credential, endpoint, path), with
@@ -543,7 +557,8 @@ class Runtime:
         extra = list(ctx.extra_tools)
         if self.mcp is not None:
             await self.mcp.tools_for(scope)  # start servers; the plan reads current_tools()
-        plan_source = _PlanSource(self.registry, extra, scope, mcp=self.mcp)
+        plan_source = _PlanSource(self.registry, extra, scope, mcp=self.mcp,
+                                  first_plans=self._first_plans)
 
         rules = [*ctx.rules]
         if ctx.overrides.prompt_addition:
@@ -752,18 +767,35 @@ class _PlanSource:
         scope: SessionScope,
         *,
         mcp: MCPServerManager | None = None,
+        first_plans: dict[tuple[int, ...], BoundToolPlan] | None = None,
     ) -> None:
+        """``first_plans``: the runtime's first-generation plans by the ids of their tools,
+        shared by sessions (a new thread's session builds the same plan as the last one)."""
         self.registry = registry
         self.extra = list(extra)
         self.scope = scope
         self.mcp = mcp
         self._plan: BoundToolPlan | None = None
+        self._ids: tuple[int, ...] = ()
+        self._first = first_plans if first_plans is not None else {}
 
     def __call__(self) -> BoundToolPlan:
         live = self.mcp.current_tools(self.scope) if self.mcp is not None else []
         tools = [t for t in (*self.registry, *self.extra, *live) if self.scope.permits(t.name)]
+        # The same tool objects give the same plan. An id names its object only while that
+        # lives; a plan holds every tool of its key, so none of them can go meanwhile.
+        ids = tuple(map(id, tools))
+        if self._plan is not None and ids == self._ids:
+            return self._plan
+        self._ids = ids
         if self._plan is None:
-            self._plan = BoundToolPlan.build(tools)
+            plan = self._first.get(ids)
+            if plan is None:
+                plan = BoundToolPlan.build(tools)
+                if len(self._first) >= 32:
+                    self._first.pop(next(iter(self._first)))
+                self._first[ids] = plan
+            self._plan = plan
         else:
             self._plan = self._plan.refreshed(tools)
         return self._plan

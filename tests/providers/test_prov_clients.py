@@ -89,3 +89,25 @@ def test_an_adapter_does_not_import_the_other_vendors_sdk(adapter: str, other: s
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+async def test_runtime_reuses_the_adapter_until_the_key_changes(tmp_path: Path) -> None:
+    async with FakeOpenAIServer(default_text="hello") as srv:
+        env = {"GEODE_HOME": str(tmp_path / "home"), "OPENAI_BASE_URL": srv.base_url,
+               "GEODE_MODEL": "openai:fake-model", "OPENAI_API_KEY": "old-key"}
+        settings, secrets = load_settings(cwd=tmp_path, env=env)
+        runtime = await Runtime.create(settings=settings, secrets=secrets, use_store=False)
+        ref = runtime.resolve("openai:fake-model")
+        first = runtime.provider_for(ref)
+        assert runtime.provider_for(ref) is first
+        # the operator rotates the key (.env re-read): a new adapter on a new client
+        runtime.secrets = load_settings(cwd=tmp_path, env={**env, "OPENAI_API_KEY": "new-key"})[1]
+        rotated = runtime.provider_for(ref)
+        assert rotated is not first
+        assert rotated._client is not first._client  # type: ignore[attr-defined]
+        assert rotated._client.api_key == "new-key"  # type: ignore[attr-defined]
+        ctx = SessionContext(mode="HEADLESS", workspace=tmp_path)
+        session = await runtime.open_session(ctx)
+        assert session.loop.deps.provider is rotated
+        await runtime.aclose()
+    assert first._client.is_closed() and rotated._client.is_closed()  # type: ignore[attr-defined]
