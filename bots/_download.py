@@ -8,7 +8,10 @@ the body, and a body that grows past it is cut off. URLs carry tokens on some pl
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 from pathlib import Path
+from typing import BinaryIO
 
 import aiohttp
 
@@ -18,6 +21,16 @@ __all__ = ["TOO_LARGE", "stream_to_file"]
 
 TOO_LARGE = "it is larger than this channel's limit"
 _CHUNK = 64 * 1024
+
+
+def _create(dest: Path) -> BinaryIO:
+    """``dest`` created anew: never written through a symlink or a hard link planted at its
+    name (a link to GEODE's ``.env`` would be truncated by a plain ``open("wb")``)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(dest)  # a stale part of an interrupted download
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o666)
+    return os.fdopen(fd, "wb")
 
 
 async def stream_to_file(
@@ -34,7 +47,7 @@ async def stream_to_file(
                 raise DeliveryError("fatal", f"file download answered HTTP {resp.status}")
             if resp.content_length is not None and resp.content_length > max_bytes:
                 raise AttachmentRefused(TOO_LARGE)
-            f = await asyncio.to_thread(dest.open, "wb")
+            f = await asyncio.to_thread(_create, dest)
             size = 0
             try:
                 async for chunk in resp.content.iter_chunked(_CHUNK):

@@ -17,6 +17,10 @@ folder, within the binding's limits, and tells the model where they are.
   given inline up to ``INLINE_CHARS``, with a note when cut;
 * images (PNG, JPEG, GIF, WebP up to ``IMAGE_MAX_BYTES``) also go to the model as image
   content, when its catalog entry says it has vision (decided by the harness).
+* a saved file is read back only as the layer wrote it: opened without following a symlink,
+  a regular file with one link whose inode is none of GEODE's own (``protected``: its home,
+  store, ...). A hard link to ``$GEODE_HOME/.env`` planted under an attachment's name is
+  refused, not adopted or given inline (issue #30, finding 7).
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ import fnmatch
 import hashlib
 import os
 import re
-from collections.abc import Callable
+import stat
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 import structlog
 
@@ -39,6 +45,7 @@ from bots.port import AttachmentRefused, DeliveryError, PlatformClient
 from bots.store import AttachmentRecord, AttachmentRecords
 from geode.messages import ImageBlock
 from geode.settings import BindingSettings
+from geode.tools.builtin import own_inodes
 
 __all__ = ["INLINE_CHARS", "Received", "receive_attachments", "recorded_notices"]
 
@@ -80,9 +87,38 @@ def _image_type(a: Attachment) -> str | None:
     return _IMAGE_MIMES.get(a.mime.lower().split(";")[0].strip()) or _IMAGE_EXTS.get(_suffix(a))
 
 
-def _image(path: Path, media_type: str) -> ImageBlock:
-    return ImageBlock(media_type=media_type,
-                      data=base64.b64encode(path.read_bytes()).decode("ascii"))
+Own = frozenset[tuple[int, int]]
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class _NotSaved(AttachmentRefused):
+    """The file under an attachment's name is not one the layer saved."""
+
+
+def _open_saved(path: Path, own: Own) -> BinaryIO:
+    """``path`` opened for reading, checked on the fd: a regular file with a single link
+    that is none of GEODE's own (a hard link, or a swap to one, is refused)."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise _NotSaved("the file saved for it was replaced by something else") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or (st.st_dev, st.st_ino) in own:
+            raise _NotSaved("the file saved for it was replaced by something else")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def _image(path: Path, media_type: str, own: Own) -> ImageBlock:
+    with _open_saved(path, own) as f:
+        data = f.read(IMAGE_MAX_BYTES + 1)
+    return ImageBlock(media_type=media_type, data=base64.b64encode(data).decode("ascii"))
 
 
 def _file_name(event: InboundEvent, index: int, a: Attachment) -> str:
@@ -114,20 +150,24 @@ def _is_text(a: Attachment) -> bool:
     return a.mime.lower().startswith(_TEXT_MIMES) or _suffix(a) in _TEXT_EXTS
 
 
-def _read_text(path: Path, a: Attachment) -> str | None:
+def _read_text(path: Path, a: Attachment, own: Own) -> str | None:
     """A text-like file's text (a PDF's extracted text), or None when it has none."""
     if _is_pdf(a):
         try:
             from pypdf import PdfReader
 
-            reader = PdfReader(str(path))
-            return "\n".join(page.extract_text() or "" for page in reader.pages).strip() or None
+            with _open_saved(path, own) as f:
+                reader = PdfReader(f)
+                return "\n".join(page.extract_text() or ""
+                                  for page in reader.pages).strip() or None
+        except AttachmentRefused:
+            raise
         except Exception:  # a broken PDF is still a saved file
             log.info("attachment.pdf_unreadable", exc_info=True)
             return None
     if not _is_text(a):
         return None
-    with path.open("rb") as f:
+    with _open_saved(path, own) as f:
         data = f.read(INLINE_CHARS * 4 + 4)
     return data.decode("utf-8", errors="replace")
 
@@ -144,9 +184,9 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _sha256(path: Path) -> str:
+def _sha256(path: Path, own: Own) -> str:
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with _open_saved(path, own) as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
@@ -167,24 +207,28 @@ def _commit(part: Path, dest: Path) -> str:
     return h.hexdigest()
 
 
-def _matches(path: Path, rec: AttachmentRecord) -> bool | None:
-    """True: the file is as recorded; False: it is there but changed; None: it is gone."""
+def _matches(path: Path, rec: AttachmentRecord, own: Own) -> bool | None:
+    """True: the file is as recorded; False: it is there but changed (or not the file the
+    layer saved); None: it is gone."""
     try:
         if path.stat().st_size != rec.size:
             return False
-        return _sha256(path) == rec.sha256
+        return _sha256(path, own) == rec.sha256
     except FileNotFoundError:
         return None
+    except _NotSaved:
+        return False
 
 
-async def _fetch(client: PlatformClient, a: Attachment, dest: Path, max_bytes: int
-                 ) -> tuple[int, str]:
+async def _fetch(client: PlatformClient, a: Attachment, dest: Path, max_bytes: int,
+                 own: Own) -> tuple[int, str]:
     """Download into ``dest`` (via a temporary name: a crash leaves no half file there);
     returns the size and the sha256. A file already at ``dest`` was complete when renamed
     there (a crash took its record): it is adopted, not downloaded again."""
     with contextlib.suppress(FileNotFoundError):
         size = (await asyncio.to_thread(os.stat, dest)).st_size
-        return size, await asyncio.to_thread(_sha256, dest)
+        # adopted only as the layer would have left it (one link, none of GEODE's files)
+        return size, await asyncio.to_thread(_sha256, dest, own)
     part = dest.with_name(dest.name + ".part")
     try:
         size = await client.download(a, part, max_bytes=max_bytes)
@@ -232,7 +276,7 @@ async def recorded_notices(records: AttachmentRecords, event_id: int) -> list[st
 async def _receive_one(
     client: PlatformClient, event: InboundEvent, i: int, a: Attachment, *,
     binding: BindingSettings, workspace: Path, folder: Path, records: AttachmentRecords,
-    event_id: int, session_id: str, fault: Callable[[str], None],
+    event_id: int, session_id: str, fault: Callable[[str], None], own: Own,
 ) -> AttachmentRecord | str:
     """Refuse or download attachment ``i`` and record the outcome; returns the record, or
     the reason it could not be downloaded this time (a network failure: not recorded, a
@@ -249,7 +293,7 @@ async def _receive_one(
     if why is None:
         dest = folder / _file_name(event, i, a)
         try:
-            size, sha = await _fetch(client, a, dest, max_bytes)
+            size, sha = await _fetch(client, a, dest, max_bytes, own)
         except AttachmentRefused as exc:
             why = str(exc)
         except DeliveryError as exc:
@@ -272,13 +316,16 @@ async def receive_attachments(
     client: PlatformClient, event: InboundEvent, *, binding: BindingSettings,
     workspace: Path, folder: Path, records: AttachmentRecords, event_id: int,
     session_id: str = "", fault: Callable[[str], None] = _no_fault,
+    protected: Sequence[Path] = (),
 ) -> Received:
     """Receive ``event``'s attachments (``event_id``: its inbound row) into ``folder``
     (inside ``workspace``) per the binding's limits, or take them from ``records`` when a
-    previous run received them; see the module docstring."""
+    previous run received them; see the module docstring. ``protected``: GEODE's own
+    files (its home, ...), never read back under an attachment's name."""
     out = Received()
     if not event.attachments:
         return out
+    own = await asyncio.to_thread(own_inodes, protected, workspace)
     known = await records.for_event(event_id)
     await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
     for i, a in enumerate(event.attachments):
@@ -288,7 +335,8 @@ async def receive_attachments(
         if got is None:
             got = await _receive_one(client, event, i, a, binding=binding,
                                      workspace=workspace, folder=folder, records=records,
-                                     event_id=event_id, session_id=session_id, fault=fault)
+                                     event_id=event_id, session_id=session_id, fault=fault,
+                                     own=own)
         if isinstance(got, str):
             _refusal(label, got, out)
             continue
@@ -297,25 +345,31 @@ async def receive_attachments(
             continue
         dest = workspace / got.path
         if not fresh:  # received by an earlier run: is it still what was received?
-            state = await asyncio.to_thread(_matches, dest, got)
+            state = await asyncio.to_thread(_matches, dest, got, own)
             if not state:
                 _gone(label, got, out, changed=state is False)
                 continue
-        await _describe(a, dest, got, out)
+        try:
+            await _describe(a, dest, got, out, own)
+        except _NotSaved as exc:  # swapped since it was checked: nothing of it is read
+            _refusal(label, str(exc), out)
+        except FileNotFoundError:
+            _gone(label, got, out, changed=False)
     fault("attachments_received")
     return out
 
 
-async def _describe(a: Attachment, dest: Path, rec: AttachmentRecord, out: Received) -> None:
+async def _describe(a: Attachment, dest: Path, rec: AttachmentRecord, out: Received,
+                    own: Own) -> None:
     """A saved file's parts for the model: its path, and its image or text."""
     rel, size = rec.path, rec.size
     head = f"[attachment saved: {rel} ({a.mime or 'unknown type'}, {size} bytes)]"
     media_type = _image_type(a)
     if media_type is not None and size <= IMAGE_MAX_BYTES:
-        out.images.append(await asyncio.to_thread(_image, dest, media_type))
+        out.images.append(await asyncio.to_thread(_image, dest, media_type, own))
         out.parts.append(f"{head} (the image itself is attached)")
         return
-    text = await asyncio.to_thread(_read_text, dest, a)
+    text = await asyncio.to_thread(_read_text, dest, a, own)
     if text is None:
         out.parts.append(head)
         return

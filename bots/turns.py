@@ -293,7 +293,7 @@ class TurnRunner:
                 self.deps.client, event, binding=binding, workspace=workspace,
                 folder=thread_folder(workspace, event.thread_root),
                 records=self.deps.attachments, event_id=stored.id, session_id=row.session_key,
-                fault=self.deps.fault)
+                fault=self.deps.fault, protected=(self.deps.host.home,))
         event, history = await self._context(stored)
         return compose_prompt(event, history, received.parts), received
 

@@ -507,6 +507,10 @@ class Runtime:
             db = make_url(url).database
             if db:
                 protected += [Path(db + suffix) for suffix in ("", "-wal", "-shm", "-journal")]
+        from geode.providers.codex_auth import codex_auth_file
+
+        # the Codex CLI login (a refresh token): GEODE reads it, so no tool may
+        protected.append(codex_auth_file(self.settings.codex.home))
         return {
             "protected_paths": tuple(protected),
             "sandbox_limits": SandboxLimits(**self.settings.sandbox.model_dump()),

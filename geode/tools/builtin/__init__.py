@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from geode.tools.base import ToolDef
 from geode.tools.builtin._sandbox import SandboxLimits
-from geode.tools.builtin._workspace import path_key, resolve_in_workspace
+from geode.tools.builtin._workspace import own_inodes, path_key, resolve_in_workspace
 from geode.tools.builtin.bash import make_run_bash, run_bash, sandbox_available
 from geode.tools.builtin.computer import computer
 from geode.tools.builtin.files import (
@@ -33,6 +33,7 @@ __all__ = [
     "grep",
     "list_dir",
     "make_run_bash",
+    "own_inodes",
     "path_key",
     "read_file",
     "read_workspace_bytes",

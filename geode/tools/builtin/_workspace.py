@@ -13,7 +13,12 @@ Two layers:
   Writes create their temp file with ``O_EXCL`` in the held directory fd and rename within it.
 
 GEODE's own files (``$GEODE_HOME``, the store; ``ctx.extra["protected_paths"]``) are refused
-wherever they are, also when the workspace contains them.
+wherever they are, also when the workspace contains them. A name is not enough: a hard link
+to ``$GEODE_HOME/.env`` placed in the workspace has a name of its own and no path check can
+see it. So every file a tool reads is also checked *on its opened fd* (``fstat``: device and
+inode) against the inodes of GEODE's own files (:func:`own_inodes`), whatever its name or
+link count; the check is on what was opened, so a swap between a check and the read cannot
+get past it.
 """
 
 from __future__ import annotations
@@ -30,11 +35,14 @@ from geode.tools.base import ToolContext
 from geode.tools.errors import ToolFailure, WorkspaceEscapeError
 
 __all__ = [
+    "Inode",
     "WorkspaceWalk",
     "atomic_write",
     "display_path",
+    "own_inodes",
     "path_key",
     "protected_paths",
+    "refuse_own",
     "resolve_in_workspace",
     "split_user_path",
     "truncate",
@@ -202,6 +210,87 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
+#: entries of GEODE's home that hold the users' files, not GEODE's own
+_USER_DIRS = frozenset({"workspace", "workspaces"})
+#: entries looked at at most while listing GEODE's own files (a huge ledger stops here)
+_OWN_SCAN_MAX = 20_000
+
+Inode = tuple[int, int]
+
+
+def _add_inode(out: set[Inode], path: Path | str, *, follow: bool) -> None:
+    try:
+        st = os.stat(path, follow_symlinks=follow)
+    except OSError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        out.add((st.st_dev, st.st_ino))
+
+
+def _scan_own(top: Path, root: Path | None, out: set[Inode], budget: list[int]) -> None:
+    """Add the inodes of the files under ``top`` (GEODE's own) to ``out``.
+
+    A directory holding the workspace ``root`` (GEODE's home when the workspaces live in it,
+    or a home that *is* the workspace) gives only its :data:`HOME_ENTRIES`; the users' dirs
+    (``workspace``/``workspaces``) are never GEODE's own.
+    """
+    try:
+        entries = list(os.scandir(top))
+    except OSError:
+        return
+    holds_root = root is not None and (top == root or top in root.parents)
+    for entry in entries:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return
+        if entry.name in _USER_DIRS or (holds_root and entry.name not in HOME_ENTRIES):
+            continue
+        path = Path(entry.path)
+        if root is not None and (path == root or path in root.parents):
+            continue
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+        except OSError:
+            continue
+        if is_dir:
+            _scan_own(path, root, out, budget)
+            continue
+        _add_inode(out, path, follow=False)
+        _add_inode(out, path, follow=True)  # a symlink in the home: what it points to, too
+
+
+def own_inodes(paths: object, root: Path | None = None) -> frozenset[Inode]:
+    """(st_dev, st_ino) of every file of GEODE's own under ``paths`` (files, or directories
+    scanned: GEODE's home, the store's files, the Codex login...), as they are now.
+
+    ``paths`` is ``ctx.extra["protected_paths"]`` as given (unfiltered: a home holding the
+    workspace still has its ``.env``); ``root`` the workspace, whose files are not GEODE's.
+    Blocking (a few ``stat`` calls): run it in the tool's thread.
+    """
+    out: set[Inode] = set()
+    budget = [_OWN_SCAN_MAX]
+    seq = paths if isinstance(paths, Sequence) and not isinstance(paths, str) else ()
+    for p in seq:
+        real = Path(os.path.realpath(p))
+        if real.is_dir():
+            _scan_own(real, root, out, budget)
+        else:
+            _add_inode(out, p, follow=False)
+            _add_inode(out, real, follow=True)
+    return frozenset(out)
+
+
+def refuse_own(fd: int, shown: str, own: frozenset[Inode]) -> os.stat_result:
+    """``fstat`` of the opened ``fd``; refused when its inode is one of GEODE's own files."""
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) in own:
+        raise WorkspaceEscapeError(
+            f"refused: {shown!r} is one of GEODE's own files (the same file under another "
+            "name, e.g. a hard link); no tool may read it"
+        )
+    return st
+
+
 def protected_paths(ctx: ToolContext, root: Path) -> list[Path]:
     """GEODE's own paths the tools must never reach from workspace ``root``.
 
@@ -229,9 +318,12 @@ class WorkspaceWalk:
     Use as a context manager (the fds are closed on exit); blocking, run it in a thread.
     """
 
-    def __init__(self, root: Path, *, protected: Sequence[Path] = ()) -> None:
+    def __init__(self, root: Path, *, protected: Sequence[Path] = (),
+                 own: frozenset[Inode] = frozenset()) -> None:
         self.root = Path(os.path.realpath(root))
         self._protected = tuple(protected)
+        #: inodes of GEODE's own files: a file opened here that is one of them is refused
+        self.own = own
         self._fds = [os.open(self.root, _DIR_FLAGS)]
         self._names: list[str] = []
 
@@ -366,7 +458,9 @@ class WorkspaceWalk:
                 ) from exc
             raise
         try:
-            st = os.fstat(fd)
+            # checked on the opened fd: a hard link to GEODE's .env (or a swap to one
+            # between any earlier look and this open) is refused here, whatever its name
+            st = refuse_own(fd, shown, self.own)
             if stat.S_ISDIR(st.st_mode):
                 raise IsADirectoryError(errno.EISDIR, "is a directory", shown)
             if not stat.S_ISREG(st.st_mode):

@@ -24,11 +24,14 @@ from pydantic import Field
 
 from geode.tools.base import ToolContext, tool
 from geode.tools.builtin._workspace import (
+    Inode,
     WorkspaceWalk,
     atomic_write,
     display_path,
+    own_inodes,
     path_key,
     protected_paths,
+    refuse_own,
     resolve_in_workspace,
     split_user_path,
     truncate,
@@ -206,8 +209,9 @@ def _prepare(ctx: ToolContext, user_path: str) -> tuple[WorkspaceWalk, list[str]
     root = workspace_root(ctx)
     target = resolve_in_workspace(root, user_path)
     parts = split_user_path(root, user_path)
+    own = own_inodes(ctx.extra.get("protected_paths", ()), root)
     return (
-        WorkspaceWalk(root, protected=protected_paths(ctx, root)),
+        WorkspaceWalk(root, protected=protected_paths(ctx, root), own=own),
         parts,
         display_path(root, target),
     )
@@ -456,6 +460,8 @@ async def glob(
 @dataclass
 class _GrepTally:
     hits: list[str]
+    #: GEODE's own files: a file found under another name (a hard link) is skipped
+    own: frozenset[Inode] = frozenset()
     total: int = 0
     skipped_binary: int = 0
     skipped_large: int = 0
@@ -463,7 +469,10 @@ class _GrepTally:
 
 def _grep_fd(fd: int, shown: str, regex: Any, cap: int, tally: _GrepTally, stop: Any) -> None:
     with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
+        try:
+            st = refuse_own(fh.fileno(), shown, tally.own)
+        except WorkspaceEscapeError:
+            return  # GEODE's own file under another name: not searched, like its home
         if not stat.S_ISREG(st.st_mode):
             return
         if st.st_size > GREP_MAX_FILE_BYTES:
@@ -540,7 +549,7 @@ def _grep(
     stop: threading.Event,
     protected: Sequence[Path],
 ) -> str:
-    tally = _GrepTally(hits=[])
+    tally = _GrepTally(hits=[], own=walk.own)
     try:
         with walk:
             name = walk.descend(parts, shown)
