@@ -125,9 +125,22 @@ def _where(url: URL) -> str:
 def _private_db_file(path: Path) -> None:
     """Create the database file 0600 (its directory 0700) before SQLite opens it: it holds
     conversation text, secrets users pasted included. SQLite gives its -wal / -shm / journal
-    files the database file's mode."""
+    files the database file's mode.
+
+    Only a file that does not exist yet is created (``O_EXCL``); an existing one is never
+    opened here. Closing ANY descriptor of a file drops every POSIX lock this process
+    holds on it, SQLite's included (SQLite's "How To Corrupt An SQLite Database File",
+    §2.2.1): with a connection of this process already open (the async engine's, when the
+    sync engine is built), another process closing its last connection then believes it is
+    alone and deletes the WAL this process still writes into. A file created here has no
+    connection yet, so closing its only descriptor drops nothing.
+    """
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return  # never touch an existing database file by descriptor
+    os.close(fd)
 
 
 def _build_engine(url: URL) -> AsyncEngine:
