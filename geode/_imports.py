@@ -8,6 +8,10 @@ tornado for its own webhook server (GEODE's webhook is an aiohttp endpoint). The
 guard those imports with ``try: ... except ImportError`` and work without them. Loaded anyway
 they cost every process ~4 MB and ~50 ms (rich, pygments), and a Telegram daemon ~7 MB
 (cryptography) and ~2 MB (tornado), before it does anything.
+
+It also knows which extra of ``geode-agent`` installs each optional SDK
+(:data:`EXTRA_OF`): a configured platform whose SDK is missing is exit 2 naming the extra to
+install (:func:`missing_extra`), never an ImportError's traceback.
 """
 
 from __future__ import annotations
@@ -16,7 +20,19 @@ import importlib
 import sys
 from types import ModuleType
 
-__all__ = ["import_without"]
+__all__ = ["EXTRA_OF", "MissingExtraError", "import_without", "install_hint", "missing_extra",
+           "require"]
+
+#: the top-level module of each optional SDK, and the extra of geode-agent that installs it
+EXTRA_OF = {
+    "telegram": "telegram",
+    "slack_bolt": "slack",
+    "slack_sdk": "slack",
+    "discord": "discord",
+    "psycopg": "postgres",
+    "psycopg_binary": "postgres",
+    "opentelemetry": "otel",
+}
 
 
 def import_without(name: str, *extras: str) -> ModuleType:
@@ -36,3 +52,53 @@ def import_without(name: str, *extras: str) -> ModuleType:
         for m in hidden:
             if m in sys.modules and sys.modules[m] is None:
                 del sys.modules[m]
+
+
+def install_hint(extra: str) -> str:
+    """How to install ``extra``: from the package (once published) and from a checkout."""
+    return f"install geode-agent[{extra}] (from a checkout: pip install -e '.[{extra}]')"
+
+
+class MissingExtraError(ImportError):
+    """An optional SDK GEODE needs for what is configured is not installed.
+
+    Its message names the extra that installs it; the CLI prints it and exits 2.
+    """
+
+    def __init__(self, *, module: str, extra: str) -> None:
+        super().__init__(f"the {extra} extra is not installed (no module {module!r}), and the "
+                         f"configuration needs it: "
+                         f"{install_hint(extra)}")
+        self.module = module
+        self.extra = extra
+
+
+def missing_extra(exc: BaseException) -> MissingExtraError | None:
+    """The :class:`MissingExtraError` behind ``exc`` when it (or an exception it was raised
+    from) is a missing optional SDK of :data:`EXTRA_OF`; None for any other error (a missing
+    module of GEODE itself is a bug, not a missing extra)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, MissingExtraError):
+            return current
+        if isinstance(current, ModuleNotFoundError) and current.name:
+            top = current.name.split(".", 1)[0]
+            extra = EXTRA_OF.get(top)
+            if extra is not None:
+                return MissingExtraError(module=top, extra=extra)
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def require(module: str) -> ModuleType:
+    """Import ``module`` (an optional SDK of :data:`EXTRA_OF`), or raise
+    :class:`MissingExtraError` naming its extra."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        found = missing_extra(exc)
+        if found is None:
+            raise
+        raise found from exc

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -18,9 +18,71 @@ app = typer.Typer(
     help="GEODE: an agent harness with a host-held tool boundary, run from the terminal or as "
     "a chat-ops service.",
     no_args_is_help=True,
-    add_completion=False,
+    # --install-completion / --show-completion (bash, zsh, fish, PowerShell); completing a
+    # word runs `geode` with _GEODE_COMPLETE set, which imports every command module
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
+
+
+#: Typer's names for value types, as help shows them (``<str>``, ``<list[Path]>``), and the
+#: names a reader expects (Click's convention: ``TEXT``, ``INTEGER``, ``PATH``)
+_READABLE_TYPES = {
+    "str": "TEXT", "int": "INTEGER", "float": "NUMBER", "bool": "BOOLEAN", "path": "PATH",
+    "Path": "PATH", "file": "FILE", "directory": "DIR", "int range": "INTEGER",
+    "float range": "NUMBER", "datetime": "DATETIME", "UUID": "UUID",
+}
+
+
+def readable_type(param: Any, ctx: Any) -> str | None:
+    """The type of ``param`` as help shows it: ``TEXT``, ``INTEGER``, ``[queue|interrupt]``;
+    None for a flag (it takes no value)."""
+    if getattr(param, "is_flag", False) or getattr(param, "count", False):
+        return None
+    if param.metavar is not None:
+        return str(param.metavar)
+    label = str(_typer_display_type(param, ctx)).strip("<>")
+    if label.startswith("list[") and label.endswith("]"):
+        label = label[5:-1]  # a repeatable option: the help text says "repeatable"
+    if param.type_descriptor.is_choice and param.show_choices:
+        return f"[{label}]"
+    return _READABLE_TYPES.get(label, label.upper())
+
+
+def _readable_help_types() -> None:
+    """Make Typer's help show readable value types instead of ``<bool>`` / ``<str>``
+    (Typer >= 0.20 prints Python's names), and arguments as ``NAME`` in the usage line."""
+    from typer import core
+
+    def display_type(self: Any, ctx: Any) -> str:
+        return readable_type(self, ctx) or ""
+
+    def display_type_rich(self: Any, ctx: Any) -> str | None:
+        return readable_type(self, ctx)
+
+    def usage_name(self: Any) -> str:
+        name = str(self.metavar or self.name or "").upper()
+        name = name if self.required else f"[{name}]"
+        return f"{name}..." if self.nargs != 1 else name
+
+    core._TyperParameter.display_type = display_type  # type: ignore[method-assign]
+    core._TyperParameter.display_type_rich = display_type_rich  # type: ignore[method-assign]
+    core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+    core.TyperArgument._usage_display_name = usage_name  # type: ignore[method-assign]
+
+
+def _typer_display_type(param: Any, ctx: Any) -> str:
+    return str(_TYPER_DISPLAY_TYPE(param, ctx))
+
+
+def _load_typer_display_type() -> Any:
+    from typer import core
+
+    return core._TyperParameter.display_type
+
+
+_TYPER_DISPLAY_TYPE = _load_typer_display_type()
+_readable_help_types()
 
 
 def _version(value: bool) -> None:
@@ -151,6 +213,16 @@ def main() -> None:
         import_without("structlog", "rich", "colorama")
     try:
         app(args=args)
+    except ImportError as exc:
+        # a configured platform (or a PostgreSQL store, tracing) whose extra is not installed:
+        # a configuration error naming the extra, like any other (geode._imports.EXTRA_OF)
+        from geode._imports import missing_extra
+
+        found = missing_extra(exc)
+        if found is None:
+            raise
+        typer.echo(f"error: {found}", err=True)
+        sys.exit(2)
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -1,0 +1,98 @@
+"""A configured platform (or a PostgreSQL store) whose extra is not installed is exit 2 with
+a message naming the extra, never an ImportError's traceback. The SDK is made missing in a
+fresh interpreter by a ``sys.meta_path`` finder that refuses it, as pip would have left it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from geode._imports import EXTRA_OF, MissingExtraError, missing_extra, require
+
+REPO = Path(__file__).resolve().parents[2]
+
+_RUN = """
+import importlib.abc, sys
+
+class _NotInstalled(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, _NotInstalled())
+sys.argv = ["geode", *{argv!r}]
+from geode.cli import main
+main()
+"""
+
+
+def _geode(tmp_path: Path, config: str, *argv: str, blocked: tuple[str, ...],
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700, exist_ok=True)
+    (home / "config.toml").write_text(config, encoding="utf-8")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GEODE_", "TELEGRAM_"))}
+    clean.update(GEODE_HOME=str(home), PYTHONPATH=str(REPO), **(env or {}))
+    code = _RUN.format(blocked=set(blocked), argv=list(argv))
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=clean,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+_TELEGRAM = """
+[channels.telegram]
+token_env = "TELEGRAM_BOT_TOKEN"
+base_url = "http://127.0.0.1:9/bot"
+
+[[bindings]]
+platform = "telegram"
+channel = "-100123"
+allow_users = ["42"]
+"""
+
+
+def test_serve_with_a_telegram_binding_and_no_telegram_sdk_names_the_extra(
+        tmp_path: Path) -> None:
+    proc = _geode(tmp_path, _TELEGRAM, "serve", "--demo", blocked=("telegram",),
+                  env={"TELEGRAM_BOT_TOKEN": "123:abc"})
+    assert proc.returncode == 2, proc.stderr
+    assert "install geode-agent[telegram]" in proc.stderr
+    assert "pip install -e '.[telegram]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_postgresql_store_without_psycopg_names_the_postgres_extra(tmp_path: Path) -> None:
+    config = '[store]\nurl = "postgresql+psycopg://geode@127.0.0.1:9/geode"\n'
+    proc = _geode(tmp_path, config, "db", "upgrade", blocked=("psycopg", "psycopg_binary"))
+    assert proc.returncode == 2, proc.stderr
+    assert "install geode-agent[postgres]" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_missing_module_of_geode_itself_is_not_reported_as_an_extra() -> None:
+    # a bug (a module of ours that is not there) must stay a traceback, not advice to install
+    with pytest.raises(ModuleNotFoundError):
+        require("geode._no_such_module")
+    assert missing_extra(ModuleNotFoundError("x", name="geode.nope")) is None
+
+
+def test_every_optional_sdk_maps_to_an_extra_pyproject_declares() -> None:
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert set(EXTRA_OF.values()) <= set(extras)
+    found = missing_extra(RuntimeError("wrapped"))
+    assert found is None
+    try:
+        try:
+            raise ModuleNotFoundError("No module named 'slack_bolt'", name="slack_bolt.app")
+        except ModuleNotFoundError as exc:
+            raise RuntimeError("building the connector failed") from exc
+    except RuntimeError as outer:
+        found = missing_extra(outer)
+    assert isinstance(found, MissingExtraError) and found.extra == "slack"
