@@ -1,17 +1,26 @@
-"""Behaviour settings of the shared channel layer."""
+"""Behaviour settings of the shared channel layer, and what a platform package declares.
+
+Every ``[channels.<platform>]`` table is validated as that platform's options model, a
+subclass of :class:`LayerOptions`; unknown keys are refused (``extra="forbid"``) with the
+close match, like every other section of config.toml: a misspelt key used to be ignored.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["LayerOptions"]
+__all__ = ["LayerOptions", "PlatformSpec", "TokenSpec"]
 
 
 class LayerOptions(BaseModel):
     """Behaviour of the shared layer (``[channels.<platform>]`` keys of the same names)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
+    #: ``enabled = false`` keeps the section (and its options) without starting the connector
+    enabled: bool = True
     progress_edit_interval_s: float = 1.0
     typing_interval_s: float = 4.0
     #: the progress message's heartbeat (elapsed, rounds, tool, tokens) is re-rendered this
@@ -31,3 +40,23 @@ class LayerOptions(BaseModel):
     #: the bot's intake lease and each thread lease last this long unless renewed (every
     #: third of it); a replica that died is taken over after it
     lease_ttl_s: float = 30.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenSpec:
+    """A secret a platform needs: the option naming its environment variable, and what
+    an operator puts there (said when it is missing)."""
+
+    option: str
+    what: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlatformSpec:
+    """What a platform package declares about itself (``bots/<platform>/options.py``):
+    its ``[channels.<name>]`` options model and the secrets a start needs. The start
+    checks (:mod:`bots.platforms`) read only this; they name no platform."""
+
+    name: str
+    options: type[LayerOptions]
+    tokens: tuple[TokenSpec, ...] = ()

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from dotenv import dotenv_values
 from pydantic import (
@@ -56,6 +56,8 @@ __all__ = [
     "VerifySettings",
     "geode_home",
     "load_settings",
+    "platform_names",
+    "unknown_key_message",
 ]
 
 
@@ -473,21 +475,90 @@ def config_files(home: Path, cwd: Path | None = None) -> list[Path]:
     return found
 
 
-def _reject_unknown_sections(path: Path, data: Mapping[str, Any]) -> None:
-    """An unknown top-level key or section is an error, as an unknown key inside a section
-    is (``extra="forbid"``): a misspelt ``[modle]`` used to be ignored without a word."""
+def unknown_key_message(where: str, key: str, known: Iterable[str], *,
+                        what: str = "key", hint: str = "{}") -> str:
+    """The one wording of every unknown name in the configuration (a section, a key in a
+    section, a ``[channels.*]`` platform or one of its options): where, the name, the close
+    match and what is known. A misspelt name is refused with this, never ignored."""
     import difflib
 
+    names = sorted(set(known))
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    match = f" Did you mean {hint.format(close[0])}?" if close else ""
+    return (f"{where}: unknown {what} {key!r}.{match} Known: {', '.join(names) or 'none'} "
+            "(config/config.example.toml shows each).")
+
+
+def platform_names() -> tuple[str, ...]:
+    """The platforms a binding (and a ``[channels.*]`` section) may name: the values of
+    :attr:`BindingSettings.platform`, so this module holds no second list of them."""
+    return tuple(get_args(BindingSettings.model_fields["platform"].annotation))
+
+
+def _reject_unknown_sections(path: Path, data: Mapping[str, Any]) -> None:
+    """An unknown top-level key or section is an error, as an unknown key inside a section
+    is (``extra="forbid"``): a misspelt ``[modle]`` used to be ignored without a word. So is
+    an unknown ``[channels.NAME]``: ``[channels.telegarm]`` used to start no connector.
+    (The keys inside ``[channels.NAME]`` are the platform's own options, checked by
+    :func:`geode.cli.preflight.preflight`, which imports the platform packages.)"""
     known = [n for n in Settings.model_fields if n != "home" and not n.startswith("test_")]
     for key in data:
-        if key in Settings.model_fields:
+        if key not in Settings.model_fields:
+            raise ConfigError(unknown_key_message(str(path), key, known,
+                                                  what="section or key", hint="[{}]"))
+    channels = data.get("channels")
+    if isinstance(channels, Mapping):
+        for name in channels:
+            if name not in platform_names():
+                raise ConfigError(unknown_key_message(
+                    f"{path}: [channels.{name}]", name, platform_names(), what="platform"))
+
+
+def _loc_model(loc: Sequence[int | str]) -> tuple[str, type[BaseModel] | None]:
+    """The section a validation error's location names (``[model]``, ``[[bindings]] #2``)
+    and the model whose fields are known there (None: not a model, e.g. a free dict)."""
+    model: type[BaseModel] | None = Settings
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1:] = [f"{parts[-1] if parts else ''} #{item + 1}"]
             continue
-        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        hint = f" Did you mean [{close[0]}]?" if close else ""
-        raise ConfigError(
-            f"{path}: unknown section or key {key!r}.{hint} Known: {', '.join(sorted(known))} "
-            "(config/config.example.toml shows each)."
-        )
+        if model is None or item not in model.model_fields:
+            return ".".join(parts), None
+        parts.append(item)
+        model = _inner_model(model.model_fields[item].annotation)
+    return ".".join(parts), model
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds, directly or as the items of a list (``[[bindings]]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) is list:
+        args = get_args(annotation)
+        return _inner_model(args[0]) if args else None
+    return None
+
+
+def _config_error(where: str, exc: ValidationError | SettingsError) -> ConfigError:
+    """A ConfigError from a failed Settings(): an unknown key is named with its close match
+    (:func:`unknown_key_message`); other errors keep pydantic's wording."""
+    if not isinstance(exc, ValidationError):
+        return ConfigError(f"Invalid configuration in {where}:\n{exc}")
+    unknown: list[str] = []
+    others = 0
+    for err in exc.errors():
+        loc = err["loc"]
+        if err["type"] != "extra_forbidden" or not loc:
+            others += 1
+            continue
+        section, model = _loc_model(loc[:-1])
+        known = [] if model is None else list(model.model_fields)
+        unknown.append(unknown_key_message(f"{where}: [{section}]", str(loc[-1]), known))
+    if not unknown:
+        return ConfigError(f"Invalid configuration in {where}:\n{exc}")
+    rest = f"\n{exc}" if others else ""
+    return ConfigError("\n".join(unknown) + rest)
 
 
 def load_settings(
@@ -512,7 +583,7 @@ def load_settings(
         settings = Settings(home=home, **overrides)
     except (ValidationError, SettingsError) as exc:
         where = ", ".join(str(f) for f in files) or "the environment"
-        raise ConfigError(f"Invalid configuration in {where}:\n{exc}") from exc
+        raise _config_error(where, exc) from exc
     finally:
         _LOAD.reset(token)
     if settings.codex.home is None and env.get("CODEX_HOME"):

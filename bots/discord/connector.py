@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
 import discord
@@ -47,9 +47,9 @@ import structlog
 import yarl
 
 from bots._aio import reap
-from bots._download import stream_to_file
+from bots._download import check_url, stream_to_file
 from bots.commands import COMMANDS
-from bots.connector import BaseConnector
+from bots.connector import BaseConnector, PlatformUnreachableError
 from bots.discord._convert import (
     approval_components,
     convert_message,
@@ -59,12 +59,15 @@ from bots.discord._convert import (
 )
 from bots.discord._history import fetch_thread_history
 from bots.discord.format import DISCORD_LIMIT, chunk_fenced_markdown, render_progress
+from bots.discord.options import DiscordOptions
 from bots.events import Attachment, InboundEvent, ReplyTarget
 from bots.format import Chunk
-from bots.options import LayerOptions
 from bots.port import AttachmentRefused, DeliveryError, TurnHost
 from geode.errors import ConfigError
 from geode.settings import BindingSettings
+
+#: Discord's attachment CDN hosts (the signed URLs the gateway gives point there)
+DISCORD_CDN_HOSTS = ("https://cdn.discordapp.com", "https://media.discordapp.net")
 
 __all__ = ["DiscordConnector", "DiscordOptions"]
 
@@ -77,30 +80,6 @@ T = TypeVar("T")
 _THREAD_TYPES = (10, 11, 12)
 _NO_MENTIONS = discord.AllowedMentions.none()
 
-
-class DiscordOptions(LayerOptions):
-    """``[channels.discord]`` (CONTRACT.md): the token is named by ``token_env``."""
-
-    token_env: str = "DISCORD_BOT_TOKEN"
-    api_base: str = "https://discord.com/api/v10"
-    gateway_url: str = "wss://gateway.discord.gg/"
-    #: "thread": a mention in a channel opens a thread on it; "inline": reply in place
-    reply_mode: Literal["thread", "inline"] = "thread"
-    thread_auto_archive_minutes: Literal[60, 1440, 4320, 10080] = 1440
-    #: discord.py waits this long after the last GUILD_CREATE before READY is complete
-    guild_ready_timeout_s: float = 2.0
-    #: pause before a non-initial IDENTIFY (Discord's identify rate limit)
-    identify_delay_s: float = 5.0
-    #: a single 429 wait longer than this fails the request (retried by the outbox)
-    max_ratelimit_timeout_s: float = 60.0
-    #: catch-up re-reads this much history before each cursor (dedupe drops the overlap)
-    catch_up_overlap_s: float = 60.0
-    catch_up_max_pages: int = 20
-    #: earlier messages of a thread fetched as context on the bot's first mention in it
-    thread_history_max: int = 50
-    #: the largest file the bot may attach (Discord's default is 10 MiB; boosted servers
-    #: allow more)
-    max_upload_mb: float = 10.0
 
 
 class _Client(discord.Client):
@@ -230,7 +209,8 @@ class DiscordConnector(BaseConnector):
         # discord.py reads both from class attributes (process-wide): one Discord connector
         # per process, restored on disconnect.
         route, ws = discord.http.Route, discord.gateway.DiscordWebSocket
-        self._saved_routes = (route.BASE, ws.DEFAULT_GATEWAY)
+        if self._saved_routes is None:  # a retried connect keeps the originals saved
+            self._saved_routes = (route.BASE, ws.DEFAULT_GATEWAY)
         route.BASE = self.opts.api_base.rstrip("/")
         ws.DEFAULT_GATEWAY = yarl.URL(self.opts.gateway_url)
 
@@ -255,15 +235,18 @@ class DiscordConnector(BaseConnector):
         )
         try:
             await self.client.login(self.token)
-        except discord.LoginFailure as exc:
+        except discord.LoginFailure as exc:  # 401 on /users/@me: the token is wrong
             await self._close_client()
+            self.client = None
             raise ConfigError(
                 f"Discord rejected the bot token in ${o.token_env}. Copy it again from the "
                 "Developer Portal (Bot -> Reset Token) into the environment or $GEODE_HOME/.env."
             ) from exc
-        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+        except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            # network, timeout, 5xx: not configuration; the connector retries with backoff
             await self._close_client()
-            raise ConfigError(
+            self.client = None
+            raise PlatformUnreachableError(
                 f"cannot reach the Discord API at {o.api_base} ({exc}). Check the network, "
                 "or [channels.discord] api_base."
             ) from exc
@@ -273,11 +256,16 @@ class DiscordConnector(BaseConnector):
         self.app_id = str(self.client.application_id or user.id)
         self.workspace = self.bot_id
         self._wrap_parser()
-        self._tasks = [
-            asyncio.create_task(self._intake(), name="discord-intake"),
-            asyncio.create_task(self._gateway(), name="discord-gateway"),
-            self.start_supervisor(lease_name=f"discord:{self.bot_id}", ttl_s=o.lease_ttl_s),
-        ]
+        # Under the connector's supervisor: a death is logged and restarted with backoff.
+        # The gateway runs ``once``: it returns only when it gave up for good (a rejected
+        # token at IDENTIFY, a missing intent), which it logs itself.
+        sup = self.supervisor
+        sup.spawn("discord.queue", lambda _c: self._intake())
+        sup.spawn("discord.gateway", lambda _c: self._gateway(), once=True)
+        self._tasks = [t for t in (sup.task("discord.queue"), sup.task("discord.gateway"))
+                       if t is not None]
+        self._tasks.append(
+            self.start_supervisor(lease_name=f"discord:{self.bot_id}", ttl_s=o.lease_ttl_s))
 
     @property
     def ready(self) -> bool:
@@ -288,7 +276,7 @@ class DiscordConnector(BaseConnector):
 
     async def disconnect(self) -> None:
         for task in reversed(self._tasks):
-            if task.get_name() != "discord-gateway":
+            if task.get_name() != "discord.gateway":
                 await reap(task)
         for task in list(self._spawned):  # catch-ups: they record, they do not process
             await reap(task)
@@ -493,7 +481,10 @@ class DiscordConnector(BaseConnector):
         """An attachment from its (signed) CDN URL, as the gateway gave it."""
         if not attachment.ref.startswith(("https://", "http://")):
             raise AttachmentRefused("it has no download address")
-        return await stream_to_file(attachment.ref, dest, max_bytes=max_bytes)
+        # only Discord's CDN or the configured API's host: never any address a message names
+        allowed = (*DISCORD_CDN_HOSTS, self.opts.api_base)
+        return await stream_to_file(check_url(attachment.ref, allowed), dest,
+                                    max_bytes=max_bytes, allowed=allowed)
 
     async def _known_cursor(self, channel_id: str) -> int:
         if channel_id not in self._cursors:
@@ -871,6 +862,15 @@ class DiscordConnector(BaseConnector):
                         and _attachment_name(str(a.get("filename", ""))) == wanted):
                     return str(m["id"])
         return None
+
+    async def find_progress(self, target: ReplyTarget, *, since: datetime) -> list[str]:
+        """The bot's progress placeholders (``⏳ …``) posted since ``since``
+        (:meth:`_posted_since`), oldest first: a kill hid one before its id was recorded
+        (``bots.progress.ProgressFinder``)."""
+        found = {int(m["id"]) for m in await self._posted_since(target, since)
+                 if str(m.get("id", "")).isdigit()
+                 and str(m.get("content") or "").startswith("⏳")}
+        return [str(i) for i in sorted(found)]
 
     async def find_approval(
         self, target: ReplyTarget, *, short_id: str, since: datetime

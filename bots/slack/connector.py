@@ -56,11 +56,10 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots._aio import reap
-from bots._download import TOO_LARGE, stream_to_file
-from bots.connector import BaseConnector
+from bots._download import TOO_LARGE, check_url, stream_to_file
+from bots.connector import BaseConnector, PlatformUnreachableError
 from bots.events import Attachment, InboundEvent, ReplyTarget
 from bots.format import Chunk
-from bots.options import LayerOptions
 from bots.port import AttachmentRefused, DeliveryError, TurnHost
 from bots.progress import WORKING
 from bots.slack._actions import (
@@ -80,8 +79,13 @@ from bots.slack._convert import (
 )
 from bots.slack._history import SlackHistory
 from bots.slack._mrkdwn import SLACK_LIMIT, chunk_mrkdwn, render_progress
+from bots.slack.options import SlackOptions
 from geode.errors import ConfigError
 from geode.settings import BindingSettings
+
+#: where Slack serves ``url_private`` (commercial and GovSlack); nothing else gets the token
+SLACK_FILE_HOSTS = ("https://files.slack.com", "https://slack-files.com",
+                    "https://files.slack-gov.com")
 
 __all__ = ["EVENTS", "SCOPES", "SLACK_HELP", "SlackConnector", "SlackOptions"]
 
@@ -98,6 +102,11 @@ _STATUS_UNAVAILABLE = {"missing_scope", "not_allowed_token_type", "invalid_argum
                        "channel_not_found", "not_allowed", "unknown_method", "no_permission",
                        "method_not_supported_for_channel_type", "feature_not_enabled",
                        "thread_not_found", "invalid_thread_ts"}
+#: auth.test / apps.connections.open answers that mean a wrong token (configuration, not an
+#: outage): ``geode serve`` exits 2 at start
+_AUTH_ERRORS = {"invalid_auth", "not_authed", "account_inactive", "token_revoked",
+                "token_expired", "not_allowed_token_type", "missing_scope", "no_permission",
+                "team_access_not_granted", "ekm_access_denied"}
 _FATAL = {"channel_not_found", "not_in_channel", "is_archived", "invalid_auth", "not_authed",
           "account_inactive", "token_revoked", "missing_scope", "restricted_action",
           "cant_update_message", "msg_too_long", "no_text", "invalid_blocks",
@@ -135,28 +144,6 @@ SLACK_HELP = (
     "channel's thread with the running (else latest) turn."
 )
 
-
-class SlackOptions(LayerOptions):
-    """``[channels.slack]`` (CONTRACT.md): secrets are named by ``*_env`` keys."""
-
-    bot_token_env: str = "SLACK_BOT_TOKEN"
-    app_token_env: str = "SLACK_APP_TOKEN"
-    signing_secret_env: str = "SLACK_SIGNING_SECRET"
-    base_url: str = "https://slack.com/api/"
-    #: auto: Socket Mode when the app token is set, else HTTP Events API
-    mode: Literal["auto", "socket", "http"] = "auto"
-    http_host: str = "127.0.0.1"
-    http_port: int = 3000
-    http_path: str = "/slack/events"
-    command: str = "/geode"
-    #: try assistant.threads.setStatus (needs assistant:write); falls back per channel
-    status_api: bool = True
-    status_text: str = "is working…"
-    chunk_limit: int = SLACK_LIMIT
-    rate_limit_retries: int = 3
-    history_page_size: int = 200
-    catch_up_max_threads: int = 50
-    ping_interval_s: float = 10.0
 
 
 class _RecordFirst(AsyncMiddleware):
@@ -303,11 +290,27 @@ class SlackConnector(BaseConnector):
             retry_handlers=[AsyncRateLimitErrorRetryHandler(max_retry_count=o.rate_limit_retries)],
         )
         try:
-            auth = await self._auth_test()
-        except BaseException:
-            await self._http.close()
-            self._http = None
+            await self._connect_attempt()
+        except BaseException as exc:
+            # nothing of this attempt stays open; the next one builds its own
+            await self._close_attempt()
+            if isinstance(exc, SlackApiError) and exc.response.get("error") in _AUTH_ERRORS:
+                raise ConfigError(
+                    f"Slack rejected a token ({exc.response.get('error')}): the bot token in "
+                    f"${o.bot_token_env} (xoxb-…, OAuth & Permissions) or the app-level token "
+                    f"in ${o.app_token_env} (xapp-…, Basic Information). Copy it again.") from exc
+            if isinstance(exc, SlackClientError | ClientError | TimeoutError | OSError):
+                raise PlatformUnreachableError(
+                    f"cannot reach the Slack API at {o.base_url} ({exc}). Check the network, "
+                    "or [channels.slack] base_url.") from exc
             raise
+        self._main = self.start_supervisor(lease_name=f"slack:{self.team_id}:{self.bot_id}",
+                                           ttl_s=o.lease_ttl_s)
+
+    async def _connect_attempt(self) -> None:
+        assert self.client is not None
+        o = self.opts
+        auth = await self.client.auth_test()
         self.team_id = str(auth.get("team_id") or "")
         self.bot_uid = str(auth.get("user_id") or "")
         self.bot_id = str(auth.get("bot_id") or "")
@@ -334,23 +337,19 @@ class SlackConnector(BaseConnector):
             await self.socket.connect_async()  # type: ignore[no-untyped-call]
         else:
             await self._start_http()
-        self._main = self.start_supervisor(lease_name=f"slack:{self.team_id}:{self.bot_id}",
-                                           ttl_s=o.lease_ttl_s)
 
-    async def _auth_test(self) -> Any:
-        """``auth.test``, its failures as configuration errors saying what to fix."""
-        assert self.client is not None
-        o = self.opts
-        try:
-            return await self.client.auth_test()
-        except SlackApiError as exc:
-            raise ConfigError(
-                f"Slack rejected the bot token in ${o.bot_token_env} "
-                f"({exc.response.get('error')}). Copy the Bot User OAuth Token (xoxb-…) from "
-                "the app's OAuth & Permissions page.") from exc
-        except (SlackClientError, ClientError, TimeoutError) as exc:
-            raise ConfigError(f"cannot reach the Slack Web API at {o.base_url} ({exc}). Check "
-                              "the network, or [channels.slack] base_url.") from exc
+    async def _close_attempt(self) -> None:
+        if self.socket is not None:
+            with contextlib.suppress(Exception):
+                await self.socket.close_async()  # type: ignore[no-untyped-call]
+            self.socket = None
+        if self._web is not None:
+            with contextlib.suppress(Exception):
+                await self._web.cleanup()
+            self._web = None
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
 
     async def disconnect(self) -> None:
         await reap(self._main)
@@ -570,8 +569,11 @@ class SlackConnector(BaseConnector):
         url = info.get("url_private_download") or info.get("url_private")
         if not isinstance(url, str) or not url.startswith(("https://", "http://")):
             raise AttachmentRefused("it has no download address (an external file?)")
-        return await stream_to_file(url, dest, max_bytes=max_bytes,
-                                    headers={"Authorization": f"Bearer {self.bot_token}"})
+        # the bot token goes only to Slack's file hosts or the configured API's host (#30)
+        allowed = (*SLACK_FILE_HOSTS, self.opts.base_url)
+        return await stream_to_file(check_url(url, allowed), dest, max_bytes=max_bytes,
+                                    headers={"Authorization": f"Bearer {self.bot_token}"},
+                                    allowed=allowed)
 
     def upload_limit(self, *, image: bool) -> int:
         return UPLOAD_LIMIT
@@ -609,6 +611,14 @@ class SlackConnector(BaseConnector):
                         and f.get("size") == size and isinstance(f.get("id"), str)):
                     return str(f["id"])
         return None
+
+    async def find_progress(self, target: ReplyTarget, *, since: datetime) -> list[str]:
+        """The bot's progress placeholders (``⏳ …``) in the thread since ``since``
+        (:meth:`_posted_since`), oldest first: a kill hid one before its ts was recorded
+        (``bots.progress.ProgressFinder``)."""
+        found = [m for m in await self._posted_since(target, since)
+                 if isinstance(m.get("ts"), str) and str(m.get("text") or "").startswith("⏳")]
+        return [str(m["ts"]) for m in sorted(found, key=lambda m: float(m["ts"]))]
 
     async def find_approval(
         self, target: ReplyTarget, *, short_id: str, since: datetime

@@ -24,7 +24,7 @@ import hmac
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -42,16 +42,16 @@ from telegram.error import (
 from telegram.ext import ExtBot
 
 from bots._aio import reap
-from bots._download import TOO_LARGE, stream_to_file
-from bots.connector import BaseConnector
+from bots._download import TOO_LARGE, stream_to_file, telegram_file_url
+from bots.connector import BaseConnector, PlatformUnreachableError
 from bots.events import Attachment, InboundEvent, ReplyTarget
 from bots.format import Chunk
-from bots.options import LayerOptions
 from bots.port import AttachmentRefused, DeliveryError, TurnHost
 from bots.telegram._convert import approval_keyboard, convert_update, update_key
 from bots.telegram._ratelimit import PerChatRateLimiter, retry_after_seconds
-from bots.telegram._request import HttpBackend, build_request
+from bots.telegram._request import build_request
 from bots.telegram.format import TELEGRAM_LIMIT, chunk_markdown, render_progress
+from bots.telegram.options import TelegramOptions
 from geode.errors import ConfigError
 from geode.hooks.events import RateLimited
 from geode.settings import BindingSettings
@@ -66,27 +66,6 @@ DOCUMENT_LIMIT_MB = 50
 PHOTO_LIMIT_MB = 10
 CAPTION_LIMIT = 1024
 
-
-class TelegramOptions(LayerOptions):
-    """``[channels.telegram]`` (CONTRACT.md): secrets are named by ``*_env`` keys."""
-
-    token_env: str = "TELEGRAM_BOT_TOKEN"
-    base_url: str = "https://api.telegram.org/bot"
-    base_file_url: str = "https://api.telegram.org/file/bot"
-    mode: Literal["polling", "webhook"] = "polling"
-    poll_timeout_s: float = 25.0
-    poll_limit: int = 100
-    webhook_url: str | None = None
-    webhook_listen: str = "127.0.0.1"
-    webhook_port: int = 8443
-    webhook_path: str = "/telegram"
-    webhook_secret_env: str = "TELEGRAM_WEBHOOK_SECRET"
-    rate_overall_per_s: float = 30.0
-    rate_group_per_min: float = 20.0
-    max_retry_after_s: float = 30.0
-    connection_pool_size: int = 128
-    #: "httpx" is PTB's default transport; needed for a proxy (aiohttp here ignores proxies)
-    http_backend: HttpBackend = "aiohttp"
 
 
 class _Bot(ExtBot[Any]):
@@ -192,25 +171,42 @@ class TelegramConnector(BaseConnector):
         )
         try:
             await self.bot.initialize()
-        except InvalidToken as exc:
-            raise ConfigError(
-                f"Telegram rejected the bot token in ${o.token_env}. Copy it again from "
-                "@BotFather (/token) into the environment or $GEODE_HOME/.env."
-            ) from exc
-        except TelegramError as exc:
-            raise ConfigError(
-                f"cannot reach the Telegram Bot API at {o.base_url} ({exc}). Check the "
-                "network, or [channels.telegram] base_url."
-            ) from exc
-        self.bot_id = str(self.bot.id)
-        self.username = self.bot.username or ""
-        self.workspace = self.bot_id
-        if o.mode == "webhook":
-            await self._start_webhook()
+            self.bot_id = str(self.bot.id)
+            self.username = self.bot.username or ""
+            self.workspace = self.bot_id
+            if o.mode == "webhook":
+                await self._start_webhook()
+        except BaseException as exc:
+            # Nothing of this attempt stays open (its HTTP sessions: no "Unclosed client
+            # session"); the next attempt builds its own.
+            await self._close_attempt()
+            if isinstance(exc, InvalidToken):  # 401 / 404 on getMe: the token is wrong
+                raise ConfigError(
+                    f"Telegram rejected the bot token in ${o.token_env}. Copy it again from "
+                    "@BotFather (/token) into the environment or $GEODE_HOME/.env."
+                ) from exc
+            if isinstance(exc, TelegramError):  # network, timeout, 5xx: retried
+                raise PlatformUnreachableError(
+                    f"cannot reach the Telegram Bot API at {o.base_url} ({exc}). Check the "
+                    "network, or [channels.telegram] base_url."
+                ) from exc
+            raise
         # Only the lease holder polls: a second poller would fight over getUpdates (409).
         work = self._poll_loop if o.mode == "polling" else None  # webhook: the web server
-        self._main = self.start_supervisor(lease_name=f"telegram:{self.bot_id}",
-                                           ttl_s=o.lease_ttl_s, work=work)
+        # the poller beats on every getUpdates answer (a long poll lasts poll_timeout_s)
+        self._main = self.start_supervisor(
+            lease_name=f"telegram:{self.bot_id}", ttl_s=o.lease_ttl_s, work=work,
+            stale_after_s=o.poll_timeout_s + 30.0 + o.lease_ttl_s if work else None)
+
+    async def _close_attempt(self) -> None:
+        if self._web is not None:
+            with contextlib.suppress(Exception):
+                await self._web.cleanup()
+            self._web = None
+        if self.bot is not None:
+            with contextlib.suppress(Exception):
+                await self.bot.shutdown()
+            self.bot = None
 
     async def disconnect(self) -> None:
         await reap(self._main)
@@ -243,10 +239,15 @@ class TelegramConnector(BaseConnector):
             except (Conflict, TimedOut, NetworkError) as exc:
                 failures += 1
                 delay = min(30.0, 0.1 * 2 ** min(failures, 9)) * (0.5 + random.random())
-                log.warning("telegram.poll_failed", error=str(exc), retry_in=round(delay, 2))
+                log.warning("telegram.poll_failed", error_class=type(exc).__name__,
+                            error=str(exc), retry_in=round(delay, 2))
+                if failures > 1:  # one failed poll is a blip; a second says it is down
+                    self.intake_health.down(f"getUpdates failing ({type(exc).__name__}: "
+                                            f"{exc}); retrying in {delay:.1f}s")
                 await asyncio.sleep(delay)
                 continue
             self.polls += 1
+            self.intake_health.beat("polling")
             if not updates:
                 continue
             offset = await self.ingest(updates, offset)
@@ -419,8 +420,10 @@ class TelegramConnector(BaseConnector):
         declared = info.get("file_size")
         if isinstance(declared, int) and declared > max_bytes:
             raise AttachmentRefused(TOO_LARGE)
-        url = f"{self.bot.base_file_url}/{info['file_path']}"  # PTB's, token included
-        return await stream_to_file(url, dest, max_bytes=max_bytes)
+        # beneath /file/bot<token>/ of the configured file URL, never elsewhere (#30)
+        base = self.bot.base_file_url  # PTB's, token included
+        url = telegram_file_url(base, info["file_path"])
+        return await stream_to_file(url, dest, max_bytes=max_bytes, allowed=(base,))
 
     def upload_limit(self, *, image: bool) -> int:
         return (PHOTO_LIMIT_MB if image else DOCUMENT_LIMIT_MB) << 20

@@ -127,9 +127,13 @@ def models(
 @app.command()
 def doctor(
     cwd: Annotated[Path | None, typer.Option("--cwd", help="Project directory.")] = None,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help='One JSON object: {"ok", "checks": [{"name", "status", "message", '
+                       '"fix"}]}.')] = False,
 ) -> None:
-    """Check config, credentials, store and channels; say what is missing and how to fix it."""
+    """Check config, credentials, store and channels; say what is missing and how to fix it.
+    Runs the start checks of `geode serve` (exit 1 when one fails)."""
     from geode.cli.doctor import run_doctor
 
-    ok = asyncio.run(run_doctor(resolve_cwd(cwd)))
+    ok = asyncio.run(run_doctor(resolve_cwd(cwd), json=json_out))
     raise typer.Exit(0 if ok else 1)

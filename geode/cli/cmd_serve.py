@@ -9,13 +9,16 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from geode.cli._common import SCRIPT_ENV, load_typed
 from geode.cli.app import app
 from geode.cli.cmd_run import resolve_cwd
+
+if TYPE_CHECKING:
+    from geode.settings import Settings
 
 
 @app.command()
@@ -37,13 +40,12 @@ def serve(
     from geode.daemon.serve import Daemon, ProviderFactory, describe, scripted_factory
 
     settings, secrets_ = load_typed()
-    from geode.cli._common import check_binding
+    _log_turns_by_default(settings)
+    from geode.cli.preflight import preflight, refuse_failed
 
-    for binding in settings.bindings:  # config.toml's; stored ones were checked when added
-        check_binding(binding, settings)
-    from bots.workspaces import check_workspaces
-
-    check_workspaces(settings.home, settings.bindings)
+    # the same checks as `geode doctor`: a config refused here is refused there, in the
+    # same words (bindings' models and tools, workspaces, [channels.*] options and tokens)
+    refuse_failed(preflight(settings, secrets_))
     factory: ProviderFactory | None = None
     label = ""
     script = os.environ.get(SCRIPT_ENV)
@@ -72,3 +74,15 @@ def serve(
         typer.echo("geode serve: stopped", err=True)
 
     asyncio.run(main())
+
+
+def _log_turns_by_default(settings: Settings) -> None:
+    """serve logs at INFO unless ``--log-level`` or ``log_level`` (config.toml,
+    ``GEODE_LOG_LEVEL``) says otherwise: one line per turn (``turn.done``) is what
+    ``journalctl -u geode -f`` should show. Other commands stay at WARNING."""
+    from geode.cli import _state
+
+    if _state.LOG_LEVEL is None and "log_level" not in settings.model_fields_set:
+        from geode.logging import configure_logging
+
+        configure_logging(json=_state.LOG_JSON or settings.log_json, level="INFO")

@@ -5,8 +5,11 @@ tests run each one)."""
 
 from __future__ import annotations
 
+import json as jsonlib
 import shlex
 from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,27 +23,76 @@ if TYPE_CHECKING:
 
 __all__ = ["run_doctor"]
 
-_CHANNEL_TOKENS = {
-    "telegram": [("token_env", "TELEGRAM_BOT_TOKEN")],
-    "slack": [("bot_token_env", "SLACK_BOT_TOKEN")],
-    "discord": [("token_env", "DISCORD_BOT_TOKEN")],
-}
+
+@dataclass
+class _Report:
+    """What one doctor run found. ``--json`` prints it as one object instead of the lines:
+    ``{"ok": bool, "checks": [{"name", "status": "ok"|"warn"|"fail", "message", "fix"}]}``."""
+
+    json: bool = False
+    #: the check group the next lines belong to (``config``, ``model``, ``store``, ...)
+    group: str = ""
+    checks: list[dict[str, str]] = field(default_factory=list)
 
 
-def _line(ok: bool | None, what: str, fix: str = "") -> None:
+_REPORT: ContextVar[_Report | None] = ContextVar("geode_doctor_report", default=None)
+
+
+def _line(ok: bool | None, what: str, fix: str = "", *, name: str = "") -> None:
+    status = {True: "ok", False: "fail", None: "warn"}[ok]
+    report = _REPORT.get()
+    if report is not None:
+        report.checks.append({"name": name or report.group, "status": status, "message": what,
+                              "fix": fix if ok is not True else ""})
+        if report.json:
+            return
     mark = {True: "ok  ", False: "FAIL", None: "warn"}[ok]
     typer.echo(f"[{mark}] {what}")
     if fix and ok is not True:
         typer.echo(f"       → {fix}")
 
 
-async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) -> bool:
+def _note(text: str) -> None:
+    """A line of information, no check (shown in the text report only)."""
+    report = _REPORT.get()
+    if report is None or not report.json:
+        typer.echo(text)
+
+
+def _group(name: str) -> None:
+    report = _REPORT.get()
+    if report is not None:
+        report.group = name
+
+
+async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None,
+                     json: bool = False) -> bool:
+    """Run every check and report it (lines, or one JSON object with ``json``); True when
+    nothing failed. The start checks are ``geode serve``'s own
+    (:func:`geode.cli.preflight.preflight`): a config serve refuses fails here too."""
+    report = _Report(json=json)
+    token = _REPORT.set(report)
+    try:
+        failures = await _run_checks(cwd)
+    finally:
+        _REPORT.reset(token)
+    if json:
+        typer.echo(jsonlib.dumps({"ok": failures == 0, "checks": report.checks},
+                                 ensure_ascii=False))
+    else:
+        typer.echo("all checks passed" if failures == 0 else f"{failures} problem(s) found")
+    return failures == 0
+
+
+async def _run_checks(cwd: Path) -> int:
+    from geode.cli.preflight import preflight
     from geode.logging import configure_logging
     from geode.settings import config_files, geode_home, load_settings
 
     configure_logging(level="WARNING")
     home = geode_home()
     files = config_files(home, cwd)
+    _group("config")
     _line(True, f"GEODE_HOME = {home}")
     if files:
         _line(True, "config: " + ", ".join(str(f) for f in files))
@@ -54,17 +106,28 @@ async def run_doctor(cwd: Path, *, echo: Callable[[str], None] | None = None) ->
         settings, secrets = load_settings(cwd=cwd)
     except GeodeError as exc:
         _line(False, f"config: {exc}")
-        return False
-    failures = _check_model(settings, secrets)
+        return 1
+    failures = 0
+    # exactly what `geode serve` checks before it starts, in its words
+    for check in preflight(settings, secrets):
+        ok = {"ok": True, "warn": None, "fail": False}[check.status]
+        failures += check.status == "fail"
+        _line(ok, check.message, check.fix, name=check.name)
+    _group("model")
+    failures += _check_model(settings, secrets)
+    _group("store")
     failures += await _check_store(settings)
-    failures += _check_channels(settings, secrets)
+    _group("bindings")
     await _list_bindings(settings)
+    _group("mcp")
     failures += await _check_mcp(settings, secrets, cwd)
+    _group("sandbox")
     failures += await _check_sandbox()
+    _group("computer_use")
     failures += await _check_computer_use(settings)
+    _group("file_modes")
     _check_modes(settings)
-    typer.echo("all checks passed" if failures == 0 else f"{failures} problem(s) found")
-    return failures == 0
+    return failures
 
 
 def _check_model(settings: Settings, secrets: Secrets) -> int:
@@ -97,7 +160,7 @@ def _check_model(settings: Settings, secrets: Secrets) -> int:
     for name, info in sorted(PROVIDERS.items()):
         if info.key_env and name != "scripted":
             present = bool(secrets.get(info.key_env))
-            typer.echo(f"       {name:11} {info.key_env:20} {'set' if present else 'not set'}")
+            _note(f"       {name:11} {info.key_env:20} {'set' if present else 'not set'}")
     return failures + _check_codex_login(settings, needed=on_codex)
 
 
@@ -121,7 +184,7 @@ def _check_codex_login(settings: Settings, *, needed: bool) -> int:
         return 0
     what = f"Codex login: {status.detail if status.present else f'none at {status.path}'}"
     if not needed:  # only the codex path needs it: information, not a problem
-        typer.echo(f"       {what} (needed only on the codex path)")
+        _note(f"       {what} (needed only on the codex path)")
         return 0
     _line(False, what, fix)
     return 1
@@ -146,27 +209,6 @@ async def _check_store(settings: Settings) -> int:
         "check [store] url; run `geode db upgrade`",
     )
     return 0 if reachable else 1
-
-
-def _check_channels(settings: Settings, secrets: Secrets) -> int:
-    failures = 0
-    for platform, conf in settings.channels.items():
-        for key, default_env in _CHANNEL_TOKENS.get(platform, []):
-            env_name = str(conf.get(key, default_env))
-            present = bool(secrets.get(env_name))
-            failures += 0 if present else 1
-            _line(
-                present,
-                f"channel {platform}: {env_name} {'set' if present else 'missing'}",
-                f"export {env_name}=... or add it to {settings.home / '.env'}",
-            )
-        bound = [b for b in settings.bindings if b.platform == platform]
-        _line(
-            bool(bound) or None,
-            f"channel {platform}: {len(bound)} binding(s)",
-            f"add one: geode bindings add {platform} CHANNEL_ID (see `geode bindings add --help`)",
-        )
-    return failures
 
 
 async def _list_bindings(settings: Settings) -> None:

@@ -1,0 +1,43 @@
+"""``[channels.slack]``: the Slack connector's typed options and its platform spec.
+
+Unknown keys are refused (:class:`bots.options.LayerOptions` forbids extras), so a misspelt
+``base_ur`` is an error naming ``base_url``, never a silently ignored line.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from bots.options import LayerOptions, PlatformSpec, TokenSpec
+from bots.slack._mrkdwn import SLACK_LIMIT
+
+__all__ = ["SPEC", "SlackOptions"]
+
+
+class SlackOptions(LayerOptions):
+    """``[channels.slack]`` (CONTRACT.md): secrets are named by ``*_env`` keys."""
+
+    bot_token_env: str = "SLACK_BOT_TOKEN"
+    app_token_env: str = "SLACK_APP_TOKEN"
+    signing_secret_env: str = "SLACK_SIGNING_SECRET"
+    base_url: str = "https://slack.com/api/"
+    #: auto: Socket Mode when the app token is set, else HTTP Events API
+    mode: Literal["auto", "socket", "http"] = "auto"
+    http_host: str = "127.0.0.1"
+    http_port: int = 3000
+    http_path: str = "/slack/events"
+    command: str = "/geode"
+    #: try assistant.threads.setStatus (needs assistant:write); falls back per channel
+    status_api: bool = True
+    status_text: str = "is working…"
+    chunk_limit: int = SLACK_LIMIT
+    rate_limit_retries: int = 3
+    history_page_size: int = 200
+    catch_up_max_threads: int = 50
+    ping_interval_s: float = 10.0
+
+
+SPEC = PlatformSpec(
+    name="slack", options=SlackOptions,
+    tokens=(TokenSpec(option="bot_token_env", what="the Bot User OAuth Token (xoxb-…)"),),
+)
