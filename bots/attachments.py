@@ -98,6 +98,12 @@ class _NotSaved(AttachmentRefused):
 def _open_saved(path: Path, own: Own) -> BinaryIO:
     """``path`` opened for reading, checked on the fd: a regular file with a single link
     that is none of GEODE's own (a hard link, or a swap to one, is refused)."""
+    with contextlib.suppress(OSError):  # absent: the open below says so
+        pre = os.stat(path, follow_symlinks=False)
+        # looked up before opening: closing a descriptor of the SQLite store would drop
+        # serve's locks on it (issue #30), so GEODE's own files are never opened here
+        if (pre.st_dev, pre.st_ino) in own:
+            raise _NotSaved("the file saved for it was replaced by something else")
     try:
         fd = os.open(path, _READ_FLAGS)
     except OSError as exc:

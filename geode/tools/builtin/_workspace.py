@@ -39,6 +39,7 @@ __all__ = [
     "WorkspaceWalk",
     "atomic_write",
     "display_path",
+    "is_own_name",
     "own_inodes",
     "path_key",
     "protected_paths",
@@ -284,11 +285,28 @@ def refuse_own(fd: int, shown: str, own: frozenset[Inode]) -> os.stat_result:
     """``fstat`` of the opened ``fd``; refused when its inode is one of GEODE's own files."""
     st = os.fstat(fd)
     if (st.st_dev, st.st_ino) in own:
-        raise WorkspaceEscapeError(
-            f"refused: {shown!r} is one of GEODE's own files (the same file under another "
-            "name, e.g. a hard link); no tool may read it"
-        )
+        raise _own_refusal(shown)
     return st
+
+
+def is_own_name(name: str, dir_fd: int, own: frozenset[Inode]) -> bool:
+    """Whether ``name`` in ``dir_fd`` (not followed) is one of GEODE's own files, looked up
+    WITHOUT opening it: closing any descriptor of the SQLite store drops every lock this
+    process holds on it, and another process may then delete the WAL serve writes into
+    (issue #30). So GEODE's own files are refused before ``open``, and :func:`refuse_own`
+    on the fd only catches a swap between this look and the open."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False  # absent or unreadable: the open says so
+    return (st.st_dev, st.st_ino) in own
+
+
+def _own_refusal(shown: str) -> WorkspaceEscapeError:
+    return WorkspaceEscapeError(
+        f"refused: {shown!r} is one of GEODE's own files (the same file under another "
+        "name, e.g. a hard link); no tool may read it"
+    )
 
 
 def protected_paths(ctx: ToolContext, root: Path) -> list[Path]:
@@ -449,6 +467,8 @@ class WorkspaceWalk:
         """An fd of the regular file ``name`` in the current directory (never a symlink)."""
         if not name:
             raise IsADirectoryError(errno.EISDIR, "is a directory", shown)
+        if is_own_name(name, self.fd, self.own):  # never open (and close) the store's fd
+            raise _own_refusal(shown)
         try:
             fd = os.open(name, _FILE_FLAGS, dir_fd=self.fd)
         except OSError as exc:

@@ -28,6 +28,7 @@ from geode.tools.builtin._workspace import (
     WorkspaceWalk,
     atomic_write,
     display_path,
+    is_own_name,
     own_inodes,
     path_key,
     protected_paths,
@@ -522,8 +523,8 @@ def _grep_tree(
                 return
             if name_glob and not fnmatch.fnmatch(name, name_glob):
                 continue
-            if _is_protected(here / name, protected):
-                continue
+            if _is_protected(here / name, protected) or is_own_name(name, dirfd, tally.own):
+                continue  # GEODE's own files: not even opened (see is_own_name)
             try:
                 fd = os.open(name, _READ_FLAGS, dir_fd=dirfd)
             except OSError:
