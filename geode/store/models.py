@@ -41,12 +41,14 @@ __all__ = [
     "ReceiptStatus",
     "SessionModel",
     "SessionStatus",
+    "SpendReservationModel",
     "TimelineEventModel",
     "UsageModel",
     "all_metadata",
     "checkpoints_table",
     "messages_table",
     "receipts_table",
+    "reservations_table",
     "sessions_table",
     "timeline_table",
     "usage_table",
@@ -213,6 +215,32 @@ class UsageModel(Base):
     )
 
 
+class SpendReservationModel(Base):
+    """A model call in flight: the most it can spend (its input estimate + its max output
+    tokens, and that at the model's price), held before the call starts and settled into
+    ``usage_ledger`` after it (``geode.store.usage``). ``holder`` names the process
+    (``host:pid:start``); a reservation past ``expires_at`` or of a dead holder on this host
+    is settled at its reserved size by the next reservation. The table holds only the calls
+    in flight: a few rows."""
+
+    __tablename__ = "spend_reservations"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(300))
+    at: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[int] = mapped_column(BigInteger)
+    session_id: Mapped[str] = mapped_column(String(200))
+    turn_id: Mapped[str] = mapped_column(String(100), default="")
+    binding: Mapped[str] = mapped_column(String(200), default="")
+    platform: Mapped[str] = mapped_column(String(32), default="")
+    platform_user: Mapped[str] = mapped_column(String(200), default="")
+    thread: Mapped[str] = mapped_column(String(300), default="")
+    model: Mapped[str] = mapped_column(String(200), default="")
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_usd: Mapped[float | None] = mapped_column(Float)
+
+
 # Core handles for the hot paths (plain INSERT/UPDATE statements, no ORM unit of work).
 sessions_table = cast(Table, SessionModel.__table__)
 messages_table = cast(Table, MessageModel.__table__)
@@ -220,6 +248,7 @@ checkpoints_table = cast(Table, CheckpointModel.__table__)
 receipts_table = cast(Table, EffectReceiptModel.__table__)
 timeline_table = cast(Table, TimelineEventModel.__table__)
 usage_table = cast(Table, UsageModel.__table__)
+reservations_table = cast(Table, SpendReservationModel.__table__)
 
 
 # The daemon's tables live in ``geode.daemon._tables`` on this same ``Base`` (and ship the
