@@ -47,12 +47,14 @@ from bots.store import OutboxRow, StoredEvent
 from bots.workspaces import binding_workspace, thread_folder
 from geode.daemon.factory import Session, SessionContext
 from geode.daemon.port import OpeningNote, SessionOverrides, WriteFence
-from geode.errors import ConfigError, GeodeError, ShuttingDown
+from geode.errors import ConfigError, GeodeError, ShuttingDown, StoreUnavailableError
 from geode.loop import LoopEvent, TurnResult
 from geode.loop.events import ToolProposed, TurnStarted
+from geode.loop.termination import TerminationReason
 from geode.messages import ImageBlock
 from geode.redact import redact_text
 from geode.settings import BindingSettings
+from geode.store._retry import is_transient
 from geode.store.sessions import short_title
 
 if TYPE_CHECKING:
@@ -410,9 +412,7 @@ class TurnRunner:
         finally:
             active.queue_task = None
         deps.fault("turn_finished")
-        if result.ok:
-            return result.text or "(no answer)"
-        return friendly_failure(result)
+        return _answer_text(result)
 
     def _session_context(
         self, stored: StoredEvent, row: OutboxRow, binding: BindingSettings,
@@ -495,7 +495,29 @@ def _is_dir(path: Path) -> bool:
 
 
 def _error_text(exc: Exception) -> str:
-    """The thread's one line for a turn that raised instead of ending (never a traceback)."""
+    """The thread's one line for a turn that raised instead of ending (never a traceback).
+
+    Raises:
+        Exception: ``exc`` itself when the database went away (:func:`is_transient`): the
+            layer resumes the turn once the store answers.
+    """
+    if is_transient(exc):
+        raise exc
+def _answer_text(result: TurnResult) -> str:
+    """What a turn that ended says in its thread.
+
+    Raises:
+        StoreUnavailableError: its checkpoint could not be saved (nothing of the batch ran):
+            the layer resumes it from its last checkpoint once the store takes writes again
+            (and bounds how often), instead of ending it with an error.
+    """
+    if result.termination == TerminationReason.CHECKPOINT_FAILED:
+        raise StoreUnavailableError(f"the turn's checkpoint was not saved: {result.detail}")
+    if result.ok:
+        return result.text or "(no answer)"
+    return friendly_failure(result)
+
+
     if isinstance(exc, _StoppedBeforeStart):
         return "⏹ Stopped."
     if isinstance(exc, ConfigError):
