@@ -32,6 +32,7 @@ from bots._aio import reap
 from bots.events import Attachment, InboundEvent, ReplyTarget
 from bots.format import Chunk
 from bots.layer import ChannelLayer
+from bots.holders import registry_for
 from bots.options import LayerOptions
 from bots.port import (
     AttachmentRefused,
@@ -107,7 +108,8 @@ class BaseConnector(ABC):
             raise RuntimeError("connectors start after the daemon opened its store")
         records = ChannelStore(store=runtime.store, owner=self.owner,
                                lease_ttl_s=self.options.lease_ttl_s,
-                               pairing_max_new_per_hour=self.options.pairing_max_new_per_hour)
+                               pairing_max_new_per_hour=self.options.pairing_max_new_per_hour,
+                               predecessors=predecessors)
         self.records = records
         # The layer gets this connector's platform I/O as the PlatformClient port (send,
         # edit, render, identity), nothing of its lifecycle or intake.
@@ -144,6 +146,9 @@ class BaseConnector(ABC):
         return await self.intake.submit(events, cursor=cursor)
 
     # -- intake lease (shared by the platforms' supervisors) -------------------------------------
+        # This home's holders whose process died (a kill -9 before this restart): their
+        # leases are ours at once, not after their TTL (bots.holders; a few syscalls, once).
+        predecessors = registry_for(self.host.home).register(self.owner)
 
     def start_supervisor(
         self, *, lease_name: str, ttl_s: float, work: Callable[[], Awaitable[None]] | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from typing import TYPE_CHECKING, TypeAlias
 
 from sqlalchemy.exc import IntegrityError
@@ -42,11 +42,13 @@ class ChannelStore:
         owner: this replica's connector instance name (leases, claims, notifications).
         lease_ttl_s: thread leases last this long unless renewed.
         pairing_max_new_per_hour: the platform's cap on new pairing codes.
+        predecessors: lease holders known dead (this home's crashed process, see
+            :mod:`bots.holders`): their leases are taken over at once, not after the TTL.
     """
 
     def __init__(
         self, *, store: Store, owner: str, lease_ttl_s: float,
-        pairing_max_new_per_hour: int = 20,
+        pairing_max_new_per_hour: int = 20, predecessors: Collection[str] = (),
     ) -> None:
         self._store = store
         self.owner = owner
@@ -60,7 +62,9 @@ class ChannelStore:
         self.approvals = ApprovalRequests(store=store)
         self.attachments = AttachmentRecords(store=store)
         self.queue = ChannelQueue(store=store)
-        self.thread_leases = ThreadLeases(store=store, owner=owner, ttl_s=lease_ttl_s)
+        self.predecessors = frozenset(predecessors)
+        self.thread_leases = ThreadLeases(store=store, owner=owner, ttl_s=lease_ttl_s,
+                                          predecessors=self.predecessors)
 
     @property
     def is_postgres(self) -> bool:
@@ -70,13 +74,14 @@ class ChannelStore:
         """PostgreSQL LISTEN on ``channel`` (the other replicas' recorded events)."""
         return self._store.notifications(channel)
 
-    def lease(self, *, name: str, ttl_s: float) -> Lease:
-        """A named lease of this owner (the bot's intake lease)."""
-        return Lease(store=self._store, name=name, owner=self.owner, ttl_s=ttl_s)
-
     async def wait_until_answers(self, *, what: str) -> None:
         """Until the store runs a query again (after a lost connection; logs ``what``)."""
         await wait_until_answers(self._store, what=what)
+
+    def lease(self, *, name: str, ttl_s: float) -> Lease:
+        """A named lease of this owner (the bot's intake lease)."""
+        return Lease(store=self._store, name=name, owner=self.owner, ttl_s=ttl_s,
+                     predecessors=self.predecessors)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:

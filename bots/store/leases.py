@@ -12,12 +12,18 @@
   with nothing unfinished, and takes over (then recovers) the threads of a replica that
   stopped renewing. A thread's events are therefore claimed, run and answered by the
   holder of its lease only, in order.
+
+Both take a holder's leases over before they expire when it is one of ``predecessors``:
+holders of the same ``$GEODE_HOME`` on this host whose process is known dead
+(:mod:`bots.holders`: a lock the kernel released). A restart after a crash thus takes over
+at once; a replica on another host (or a holder not known dead) keeps its lease until the
+TTL.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
@@ -87,12 +93,16 @@ def store_clock(postgres: bool) -> Any:
 class Lease:
     """A named lease held by ``owner`` for ``ttl_s`` at a time; renew well before expiry."""
 
-    def __init__(self, *, store: Store, name: str, owner: str, ttl_s: float = 30.0) -> None:
+    def __init__(self, *, store: Store, name: str, owner: str, ttl_s: float = 30.0,
+                 predecessors: Collection[str] = ()) -> None:
+        """``predecessors``: holders known dead (:mod:`bots.holders`), whose hold on the
+        lease is taken over at once instead of after its TTL."""
         self._store = store
         self.name = name
         self.owner = owner
         self.ttl_ms = int(ttl_s * 1000)
         self.held = False
+        self.predecessors = frozenset(predecessors) - {owner}
 
     async def try_acquire(self) -> bool:
         """Take or renew the lease; False while another live owner holds it."""
@@ -100,10 +110,13 @@ class Lease:
         seed = insert_ignore(self._store, _L, ["name"]).values(
             name=self.name, owner="", expires_at=0, updated_at=utcnow()
         )
-        # Compare-and-set: ours already, or expired. Integer ms compare exactly.
+        # Compare-and-set: ours already, expired, or a dead predecessor's. Integer ms
+        # compare exactly.
+        free = (_L.c.owner == self.owner) | (_L.c.expires_at < now)
+        if self.predecessors:
+            free = free | _L.c.owner.in_(sorted(self.predecessors))
         take = update(_L).where(
-            _L.c.name == self.name,
-            (_L.c.owner == self.owner) | (_L.c.expires_at < now),
+            _L.c.name == self.name, free,
         ).values(owner=self.owner, expires_at=now + self.ttl_ms, updated_at=utcnow())
 
         def tx(conn: Connection) -> bool:
@@ -154,10 +167,14 @@ class ThreadLeases:
     last renewal. A lease row exists while a replica holds the thread; no row = free.
     """
 
-    def __init__(self, *, store: Store, owner: str, ttl_s: float) -> None:
+    def __init__(self, *, store: Store, owner: str, ttl_s: float,
+                 predecessors: Collection[str] = ()) -> None:
+        """``predecessors``: holders known dead (:mod:`bots.holders`), whose thread leases
+        :meth:`take_over` takes at once instead of after their TTL."""
         self._store = store
         self.owner = owner
         self.ttl_ms = max(1, int(ttl_s * 1000))
+        self.predecessors = frozenset(predecessors) - {owner}
         #: free threads the last :meth:`take_in` left for lack of room
         self.skipped = 0
         # One-row statements run as executemany: SQLAlchemy compiles each once and batches the
@@ -292,13 +309,17 @@ class ThreadLeases:
     async def take_over(self, platform: str, workspace: str) -> set[Thread]:
         """Take the threads nobody holds any more; returns them, for recovery.
 
-        Those are the expired leases of other owners (a replica that died), and threads with
-        unfinished events or owed replies but no lease (released by a clean stop, or left
-        by a version without thread leases).
+        Those are the expired leases of other owners (a replica that died), the leases of
+        :attr:`predecessors` expired or not (this home's dead process: a restart need not
+        wait for their TTL), and threads with unfinished events or owed replies but no
+        lease (released by a clean stop, or left by a version without thread leases).
         """
         now = _now_ms(self._store)
+        gone = _T.c.expires_at < now
+        if self.predecessors:
+            gone = gone | _T.c.owner.in_(sorted(self.predecessors))
         expired = (update(_T).where(_T.c.platform == platform, _T.c.workspace == workspace,
-                                    _T.c.owner != self.owner, _T.c.expires_at < now)
+                                    _T.c.owner != self.owner, gone)
                    .values(owner=self.owner, expires_at=now + self.ttl_ms, touched_at=now))
         unleased = [
             select(t.c.channel, t.c.thread_root).distinct().where(
