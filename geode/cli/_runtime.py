@@ -144,12 +144,27 @@ async def run_once(opts: RunOptions) -> TurnResult:
             )
         )
         # at the start, so a long run can be followed (`geode sessions timeline ID`)
-        sys.stderr.write(f"(session {session.session_id})\n")
-        sys.stderr.flush()
+        _announce_session(session.session_id, json=_state.LOG_JSON or settings.log_json)
         try:
             return await session.run(opts.prompt)
         finally:
             printer.flush()
+
+
+def _announce_session(session_id: str, *, json: bool) -> None:
+    """The session id on stderr: a human line, or with ``--log-json`` (stderr is then a
+    JSON-lines stream) a record of its own with ``session_id`` as a field, whatever the
+    log level, so the stream stays parseable line by line."""
+    if json:
+        import json as jsonlib
+        from datetime import UTC, datetime
+
+        record = {"event": "run.session", "session_id": session_id, "level": "info",
+                  "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z")}
+        sys.stderr.write(jsonlib.dumps(record) + "\n")
+    else:
+        sys.stderr.write(f"(session {session_id})\n")
+    sys.stderr.flush()
 
 
 async def last_session_id(store: Store | None, workspace: Path) -> str:

@@ -29,6 +29,7 @@ import os
 import secrets
 import signal
 import socket
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -43,6 +44,7 @@ from geode.daemon.lanes import LaneKind, LaneQueue, QueueObserver
 from geode.daemon.metrics import DaemonMetrics
 from geode.daemon.port import OnSession, SessionStatus, TurnOutcome
 from geode.daemon.scheduler import Job, JobStore, Scheduler
+from geode.daemon.supervisor import Component, TaskSupervisor
 from geode.errors import ConfigError, ShuttingDown
 from geode.loop import TurnResult
 from geode.messages import ImageBlock
@@ -67,6 +69,21 @@ class Connector(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+
+@runtime_checkable
+class Supervised(Protocol):
+    """A connector whose long-running tasks run under its own :class:`TaskSupervisor`;
+    their components are reported on ``/readyz``."""
+
+    supervisor: TaskSupervisor
+
+
+@runtime_checkable
+class DescribesReadiness(Protocol):
+    """A connector that says why it is not ready (``/readyz``'s ``connectors`` detail)."""
+
+    def readiness(self) -> tuple[bool, str]: ...
 
 
 class Daemon:
@@ -119,6 +136,8 @@ class Daemon:
         self._stop: asyncio.Event | None = None
         self._active: dict[asyncio.Task[Any], Session | None] = {}
         self._started = False
+        #: the store's answer to the last readiness ping (its transitions are logged)
+        self._store_up = True
 
     @property
     def home(self) -> Path:
@@ -168,6 +187,7 @@ class Daemon:
                         **({"display": self._display_ready} if self.computer else {})},
                 port=self.settings.health_port,
                 host=self.settings.health_host,
+                components=self.components,
             )
             await self.health.start()
             for c in self.connectors:
@@ -260,17 +280,37 @@ class Daemon:
 
     # -- readiness -----------------------------------------------------------------------
 
+    def components(self) -> list[Component]:
+        """Every supervised component of this process (the connectors' tasks), for /readyz."""
+        return [comp for c in self.connectors if isinstance(c, Supervised)
+                for comp in c.supervisor.components()]
+
     async def _store_ready(self) -> tuple[bool, str]:
         store = self.runtime.store if self.runtime is not None else None
         if store is None:
             return False, "no store"
         ok = bool(await store.ping())
+        # the transitions are logged, not every failed probe (a 10 s outage under a 1 s
+        # probe used to print a line a probe)
+        if ok != self._store_up:
+            if ok:
+                log.info("store.up", where=store.where)
+            else:
+                log.warning("store.down", where=store.where)
+            self._store_up = ok
         return ok, store.where if ok else f"{store.where} does not answer"
 
     async def _connectors_ready(self) -> tuple[bool, str]:
-        down = [type(c).__name__ for c in self.connectors if not c.ready]
+        down = []
+        for c in self.connectors:
+            if isinstance(c, DescribesReadiness):
+                ready, why = c.readiness()
+                if not ready:
+                    down.append(why)
+            elif not c.ready:
+                down.append(type(c).__name__)
         if down:
-            return False, "not ready: " + ", ".join(down)
+            return False, "not ready: " + "; ".join(down)
         return True, f"{len(self.connectors)} connector(s)"
 
     async def _intake_ready(self) -> tuple[bool, str]:
@@ -341,10 +381,12 @@ class Daemon:
         if self.draining or self.runtime is None:
             raise ShuttingDown()
         key = ctx.session_id or lane_key or f"new-{secrets_token()}"
+        entered = time.monotonic()
         async with self.lanes.acquire(key, kind=kind, wait=on_queued is None,
                                       on_queued=on_queued, order=queue_order):
             if self.draining or self.runtime is None:
                 raise ShuttingDown()
+            began = time.monotonic()
             if ctx.provider is None and self.provider_factory is not None:
                 ctx = dataclasses.replace(ctx, provider=self.provider_factory())
             task = asyncio.current_task()
@@ -356,10 +398,13 @@ class Daemon:
                 if on_session is not None:
                     await on_session(session)
                 if resume and turn_id:
-                    return await session.resume(turn_id)
-                return await session.run(prompt, turn_id=turn_id, images=images)
+                    result = await session.resume(turn_id)
+                else:
+                    result = await session.run(prompt, turn_id=turn_id, images=images)
             finally:
                 self._active.pop(task, None)
+        _log_turn(result, kind=kind, resumed=resume, entered=entered, began=began)
+        return result
 
     async def turn_outcome(self, session_id: str, turn_id: str) -> TurnOutcome:
         """What the checkpoint chain says about one turn (see :class:`TurnOutcome`)."""
@@ -517,3 +562,17 @@ def _settle_heap() -> None:
     gc.collect()
     gc.freeze()
     log.debug("daemon.heap_settled", frozen=gc.get_freeze_count())
+
+
+def _log_turn(result: TurnResult, *, kind: LaneKind, resumed: bool, entered: float,
+              began: float) -> None:
+    """The one INFO line of a finished turn (``geode serve`` logs at INFO by default, so
+    ``journalctl -u geode -f`` shows every turn). A channel turn's ``platform``, ``channel``
+    and ``thread`` come from the dispatcher's bound context; ``session_id`` is the thread's
+    fixed session. Latency is from the request to the result, lane wait included."""
+    now = time.monotonic()
+    log.info("turn.done", turn_id=result.turn_id, session_id=result.session_id, kind=kind,
+             termination=result.termination.value, rounds=result.rounds,
+             input_tokens=result.usage.input_tokens, output_tokens=result.usage.output_tokens,
+             tool_calls=len(result.tool_calls), resumed=resumed,
+             latency_ms=round((now - entered) * 1000), queued_ms=round((began - entered) * 1000))
