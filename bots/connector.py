@@ -20,6 +20,7 @@ import contextlib
 import os
 import secrets
 import socket
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
@@ -31,8 +32,8 @@ import structlog
 from bots._aio import reap
 from bots.events import Attachment, InboundEvent, ReplyTarget
 from bots.format import Chunk
-from bots.layer import ChannelLayer
 from bots.holders import registry_for
+from bots.layer import ChannelLayer
 from bots.options import LayerOptions
 from bots.port import (
     AttachmentRefused,
@@ -43,11 +44,32 @@ from bots.port import (
     UploadTooLarge,
 )
 from bots.store import ChannelStore, Lease
+from geode.daemon.supervisor import Backoff, Component, TaskSupervisor, describe_error
+from geode.errors import ConfigError, GeodeError
 from geode.settings import BindingSettings
 
-__all__ = ["BaseConnector", "DeliveryError", "DeliveryErrorKind", "TurnHost", "reap"]
+__all__ = [
+    "CONNECT_BACKOFF",
+    "BaseConnector",
+    "DeliveryError",
+    "DeliveryErrorKind",
+    "PlatformUnreachableError",
+    "TurnHost",
+    "reap",
+]
 
 log = structlog.get_logger(__name__)
+
+#: the connect loop's pace while a platform cannot be reached: 1, 2, 4, ... 60 s (±30%)
+CONNECT_BACKOFF = Backoff(initial_s=1.0, max_s=60.0)
+#: the intake lease / intake restarts after a store or intake failure: 0.5 s ... 30 s
+INTAKE_BACKOFF = Backoff(initial_s=0.5, max_s=30.0)
+
+
+class PlatformUnreachableError(Exception):
+    """The platform's API could not be reached (network, DNS, timeout, 5xx): transient,
+    never a configuration error. The message says where and what to check; the cause is
+    the SDK's error."""
 
 def instance_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -94,6 +116,15 @@ class BaseConnector(ABC):
         #: True while another replica holds :attr:`lease` and this one waits for the intake
         self.standby = False
         self._ready = False
+        self._connected = False
+        #: every long-running task of this connector and its layer (poller, gateway,
+        #: pump, lease keeper, connect loop): restarted when it dies, health on /readyz
+        self.supervisor = TaskSupervisor()
+        self.connection = self.supervisor.component(f"{self.platform}.connection")
+        #: the intake's health (registered by :meth:`start_supervisor`)
+        self.intake_health = Component(name=f"{self.platform}.intake")
+        #: the connect loop's pace while the platform cannot be reached
+        self.connect_backoff = CONNECT_BACKOFF
 
     # -- lifecycle (the daemon's Connector protocol) ----------------------------------------
 
@@ -102,10 +133,21 @@ class BaseConnector(ABC):
         return self._ready
 
     async def start(self) -> None:
-        """Build the layer on the daemon's store, connect, then process (every replica)."""
+        """Build the layer on the daemon's store, connect, then process (every replica).
+
+        A platform that cannot be reached (network down, DNS, 5xx, a timeout) is not a
+        configuration error: the connector stays not-ready (``/readyz`` says why, under
+        ``<platform>.connection``) and connects by itself, retried with exponential backoff
+        and jitter. A credential the platform rejects at this first attempt is a
+        :class:`~geode.errors.ConfigError` (``geode serve`` exits 2: retrying cannot fix a
+        wrong token); the same rejection later, while running, is retried like an outage.
+        """
         runtime = self.host.runtime
         if runtime is None or runtime.store is None:
             raise RuntimeError("connectors start after the daemon opened its store")
+        # This home's holders whose process died (a kill -9 before this restart): their
+        # leases are ours at once, not after their TTL (bots.holders; a few syscalls, once).
+        predecessors = registry_for(self.host.home).register(self.owner)
         records = ChannelStore(store=runtime.store, owner=self.owner,
                                lease_ttl_s=self.options.lease_ttl_s,
                                pairing_max_new_per_hour=self.options.pairing_max_new_per_hour,
@@ -115,21 +157,80 @@ class BaseConnector(ABC):
         # edit, render, identity), nothing of its lifecycle or intake.
         self.layer = ChannelLayer(client=self, records=records, host=self.host,
                                   bindings=self.bindings, options=self.options,
-                                  fault=self.fault)
-        await self.connect()
+                                  fault=self.fault, supervisor=self.supervisor)
+        self.connection = self.supervisor.component(f"{self.platform}.connection")
+        try:
+            await self._connect_and_process()
+        except PlatformUnreachableError as exc:
+            self._connect_failed(exc, attempt=1)
+            self.supervisor.spawn(f"{self.platform}.connect", self._connect_until_up,
+                                  once=True)
+
+    async def _connect_and_process(self) -> None:
+        if not self._connected:
+            await self.connect()
+            self._connected = True
+        assert self.layer is not None
         await self.layer.start_processing()
         self._ready = True
+        self.connection.beat(f"connected (workspace {self.workspace})")
         log.info("connector.started", platform=self.platform, workspace=self.workspace)
+
+    def _connect_failed(self, exc: Exception, *, attempt: int) -> float:
+        """Say why the connector is not up (one line per failed attempt, /readyz); the pause
+        before the next attempt."""
+        delay = self.connect_backoff.delay(attempt)
+        why = describe_error(exc.__cause__ or exc) if isinstance(exc, PlatformUnreachableError) \
+            else describe_error(exc)
+        shown = str(exc) if isinstance(exc, GeodeError | PlatformUnreachableError) else why
+        self.connection.down(f"{shown} (attempt {attempt}; next in {delay:.1f}s)")
+        log.warning("connector.connect_failed", platform=self.platform, attempt=attempt,
+                    error_class=type(exc.__cause__ or exc).__name__, error=why,
+                    retry_in_s=round(delay, 2))
+        return delay
+
+    async def _connect_until_up(self, component: Component) -> None:
+        """The connect loop (supervised, ``once``): until the platform answers and
+        processing runs. Every failure is retried: the service keeps running meanwhile
+        (``<platform>.connection`` on /readyz says why it is not up)."""
+        component.beat("retrying the connection")
+        attempt = 1
+        delay = self.connect_backoff.delay(attempt)
+        while True:
+            await asyncio.sleep(delay)
+            attempt += 1
+            try:
+                await self._connect_and_process()
+                return
+            except ConfigError as exc:
+                # Rejected after the first attempt (a token revoked while the platform was
+                # unreachable, a proxy's 401): said loudly, retried at the slowest pace.
+                log.error("connector.credentials_rejected", platform=self.platform,
+                          error=str(exc))
+                self.connection.down(f"{exc} (retrying every {self.connect_backoff.max_s:.0f}s)")
+                delay = self.connect_backoff.max_s
+            except Exception as exc:  # unreachable, or the store failed: retried
+                delay = self._connect_failed(exc, attempt=attempt)
 
     async def stop(self) -> None:
         """Stop taking events, stop processing (turns in flight are left to the daemon)."""
         self._ready = False
+        await self.supervisor.cancel(f"{self.platform}.connect")
         try:
             await self.disconnect()
         finally:
             if self.layer is not None:
                 await self.layer.stop()
+            await self.supervisor.stop()
         log.info("connector.stopped", platform=self.platform)
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, why) for ``/readyz``'s ``connectors`` check."""
+        if self.ready:
+            return True, f"{self.platform}: connected"
+        if self._ready:  # e.g. Discord before READY, or after its gateway gave up
+            return False, f"{self.platform}: connected, but its event stream is not up"
+        return False, f"{self.platform}: {self.connection.status()[1]}"
 
     @property
     def intake(self) -> Intake:
@@ -146,18 +247,28 @@ class BaseConnector(ABC):
         return await self.intake.submit(events, cursor=cursor)
 
     # -- intake lease (shared by the platforms' supervisors) -------------------------------------
-        # This home's holders whose process died (a kill -9 before this restart): their
-        # leases are ours at once, not after their TTL (bots.holders; a few syscalls, once).
-        predecessors = registry_for(self.host.home).register(self.owner)
 
     def start_supervisor(
-        self, *, lease_name: str, ttl_s: float, work: Callable[[], Awaitable[None]] | None = None
+        self, *, lease_name: str, ttl_s: float, work: Callable[[], Awaitable[None]] | None = None,
+        stale_after_s: float | None = None,
     ) -> asyncio.Task[None]:
-        """Create :attr:`lease` (store lease ``lease_name``) and run :meth:`supervise` on it."""
+        """Create :attr:`lease` (store lease ``lease_name``) and run :meth:`supervise` on it,
+        under this connector's :attr:`supervisor` as ``<platform>.intake``.
+
+        ``stale_after_s``: the intake is reported stalled on ``/readyz`` after this long
+        without progress (``work`` beats :attr:`intake_health` as it makes progress, e.g.
+        each ``getUpdates`` answered; default: two lease TTLs).
+        """
         assert self.records is not None
         self.lease = self.records.lease(name=lease_name, ttl_s=ttl_s)
-        return asyncio.create_task(self.supervise(period=max(0.05, ttl_s / 3), work=work),
-                                   name=f"{self.platform}-main")
+        period = max(0.05, ttl_s / 3)
+        name = f"{self.platform}.intake"
+        self.intake_health = self.supervisor.spawn(
+            name, lambda comp: self.supervise(period=period, work=work),
+            stale_after_s=stale_after_s if stale_after_s is not None else 2 * ttl_s)
+        task = self.supervisor.task(name)
+        assert task is not None
+        return task
 
     async def supervise(
         self, *, period: float, work: Callable[[], Awaitable[None]] | None = None
@@ -167,41 +278,108 @@ class BaseConnector(ABC):
         The intake is :meth:`catch_up`, then ``work`` (e.g. Telegram's ``getUpdates`` loop),
         in one task while the lease is renewed every ``period`` seconds. Losing the lease
         cancels that task: only the holder may poll. A failure ends it too, and it starts
-        again after ``period``. Processing is not tied to this lease (every replica
+        again after a backoff. Processing is not tied to this lease (every replica
         processes the threads it holds).
+
+        A store error never ends this loop (a PostgreSQL restart used to end it for good,
+        silently: no replica polled again): it is logged, shown on ``/readyz``, and the
+        lease is tried again. While held, a renewal that keeps failing stops the intake
+        once the lease may have expired (another replica may hold it by then).
         """
         assert self.lease is not None
+        health = self.intake_health
+        failures = 0
         while True:
-            if not await self.lease.try_acquire():
+            try:
+                acquired = await self.lease.try_acquire()
+            except Exception as exc:
+                failures += 1
+                delay = INTAKE_BACKOFF.delay(failures)
+                health.down(f"cannot take or renew the intake lease: {describe_error(exc)} "
+                            f"(retrying in {delay:.1f}s)")
+                log.warning("connector.lease_failed", platform=self.platform,
+                            error_class=type(exc).__name__, retry_in_s=round(delay, 2),
+                            exc_info=exc)
+                await asyncio.sleep(delay)
+                continue
+            failures = 0
+            if not acquired:
                 if not self.standby:
                     log.info("connector.standby", platform=self.platform,
-                             holder=await self.lease.holder())
+                             holder=await self._holder())
                 self.standby = True
+                health.beat("standby (another replica holds the intake)")
                 await asyncio.sleep(period)
                 continue
             self.standby = False
             log.info("connector.lease_acquired", platform=self.platform,
                      workspace=self.workspace)
-            task = asyncio.create_task(self._intake_work(work), name=f"{self.platform}-intake")
-            try:
-                while not task.done():
-                    await asyncio.wait({task}, timeout=period)
-                    if task.done():
-                        break
-                    # renewed well before expiry (period is a third of the TTL)
-                    if not await self.lease.try_acquire():
-                        log.warning("connector.lease_lost", platform=self.platform,
-                                    workspace=self.workspace)
-                        break
-            finally:
-                failed = task.done() and not task.cancelled() and task.exception() is not None
-                await reap(task)
-            if failed:
+            if work is None:
+                health.beat("holding the intake")
+            failed = await self._hold(work, period=period)
+            if failed is not None:
+                failures += 1
+                delay = INTAKE_BACKOFF.delay(failures)
+                health.down(f"intake failed: {describe_error(failed)} "
+                            f"(restarting in {delay:.1f}s)")
                 log.error("connector.intake_failed", platform=self.platform,
-                          error=repr(task.exception()))
-                await asyncio.sleep(period)
+                          error_class=type(failed).__name__, retry_in_s=round(delay, 2),
+                          exc_info=failed)
+                await asyncio.sleep(delay)
+
+    async def _hold(
+        self, work: Callable[[], Awaitable[None]] | None, *, period: float
+    ) -> Exception | None:
+        """Run the intake while the lease is renewed; what it failed with (None: the lease
+        was lost or could not be renewed for its TTL)."""
+        assert self.lease is not None
+        ttl = self.lease.ttl_ms / 1000
+        task = asyncio.create_task(self._intake_work(work), name=f"{self.platform}-intake")
+        renewed = time.monotonic()
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=period)
+                if task.done():
+                    break
+                # renewed well before expiry (period is a third of the TTL)
+                try:
+                    held = await self.lease.try_acquire()
+                except Exception as exc:
+                    log.warning("connector.lease_renew_failed", platform=self.platform,
+                                error_class=type(exc).__name__, exc_info=exc)
+                    if time.monotonic() - renewed < ttl:
+                        continue  # still ours until the TTL: keep polling meanwhile
+                    log.warning("connector.lease_expired", platform=self.platform)
+                    self.intake_health.down(f"intake lease not renewed for {ttl:.0f}s: "
+                                            f"{describe_error(exc)}")
+                    return None
+                if not held:
+                    log.warning("connector.lease_lost", platform=self.platform,
+                                workspace=self.workspace)
+                    return None
+                renewed = time.monotonic()
+                if work is None:
+                    self.intake_health.beat("holding the intake")
+        finally:
+            failed = task.done() and not task.cancelled() and task.exception() is not None
+            await reap(task)
+        if failed:
+            error = task.exception()
+            return error if isinstance(error, Exception) else RuntimeError(repr(error))
+        if task.done() and not task.cancelled():
+            return RuntimeError("the intake returned (it must run until cancelled)")
+        return None
+
+    async def _holder(self) -> str | None:
+        assert self.lease is not None
+        try:
+            held = await self.lease.holder()
+        except Exception:
+            return None
+        return None if held is None else held[0]
 
     async def _intake_work(self, work: Callable[[], Awaitable[None]] | None) -> None:
+        self.intake_health.beat("catching up")
         await self.catch_up()
         if work is not None:
             await work()

@@ -49,6 +49,7 @@ from bots.senders import SenderPolicy
 from bots.store import EVENTS_CHANNEL, ChannelStore, Cursors, StoredEvent, Thread, Tx
 from bots.turns import EntryOrder, TurnDeps, TurnRunner
 from bots.uploads import FileSender
+from geode.daemon.supervisor import Component, TaskSupervisor, describe_error
 from geode.hooks.events import (
     ChannelEvent,
     MessagesReceived,
@@ -83,8 +84,12 @@ class ChannelLayer:
         options: LayerOptions,
         processor: BaseEventProcessor | None = None,
         fault: Callable[[str], None] | None = None,
+        supervisor: TaskSupervisor | None = None,
     ) -> None:
         self.client = client
+        #: runs the pump, the lease keeper and the listener (restarted when they die) and
+        #: reports their health on /readyz
+        self.supervisor = supervisor or TaskSupervisor()
         self.records = records
         self.host = host
         self.options = options
@@ -257,23 +262,40 @@ class ChannelLayer:
     # -- processing ---------------------------------------------------------------------------
 
     async def start_processing(self) -> None:
-        """Take over and recover the threads nobody holds, then pump new events."""
+        """Take over and recover the threads nobody holds, then pump new events.
+
+        The pump, the lease keeper (``_heartbeat``) and the PostgreSQL listener run under
+        the supervisor as ``<platform>.pump``, ``<platform>.leases`` and
+        ``<platform>.listen``: a death is logged with its cause and restarted with backoff,
+        and each beats as it works (``/readyz`` names the one that stalls). Raises if the
+        take-over fails (the caller retries: nothing has started then).
+        """
         if self.processing:
             return
-        self.processing = True
         await self.bindings.refresh(force=True)
-        await self.take_over()
-        self._pump_task = asyncio.create_task(self._pump(), name="channel-pump")
-        self._heartbeat_task = asyncio.create_task(self._heartbeat(), name="channel-leases")
+        self.processing = True
+        try:
+            await self.take_over()
+        except BaseException:
+            self.processing = False
+            raise
+        p = self.client.platform
+        sup = self.supervisor
+        interval = self.options.pump_interval_s
+        sup.spawn(f"{p}.pump", self._pump, stale_after_s=max(60.0, 10 * interval))
+        sup.spawn(f"{p}.leases", self._heartbeat, stale_after_s=self.options.lease_ttl_s)
+        self._pump_task = sup.task(f"{p}.pump")
+        self._heartbeat_task = sup.task(f"{p}.leases")
         if self.records.is_postgres:
-            self._listen_task = asyncio.create_task(self._listen(), name="channel-listen")
+            sup.spawn(f"{p}.listen", self._listen)
+            self._listen_task = sup.task(f"{p}.listen")
 
     async def stop_processing(self) -> None:
         was = self.processing
         self.processing = False
-        await reap(self._listen_task)
-        await reap(self._heartbeat_task)
-        await reap(self._pump_task)
+        p = self.client.platform
+        for name in (f"{p}.listen", f"{p}.leases", f"{p}.pump"):
+            await self.supervisor.cancel(name)
         self._pump_task = self._heartbeat_task = self._listen_task = None
         # never dispatched: claimed and undecided, recovered by whoever takes the threads
         self._handed.clear()
@@ -292,7 +314,9 @@ class ChannelLayer:
     async def stop(self) -> None:
         await self.stop_processing()
 
-    async def _pump(self) -> None:
+    async def _pump(self, health: Component) -> None:
+        failures = 0
+        health.beat("pumping")
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.options.pump_interval_s):
@@ -302,9 +326,19 @@ class ChannelLayer:
             self._wake.clear()
             try:
                 await self.pump_once()
-            except Exception:
-                log.exception("channel.pump_failed")
-                await asyncio.sleep(self.options.pump_interval_s)
+            except Exception as exc:
+                # one line per failed pass (the traceback at most once a minute); the
+                # claimed events stay claimed and are recovered, never dropped
+                failures += 1
+                delay = min(10.0, self.options.pump_interval_s * 2 ** min(failures - 1, 5))
+                health.down(f"pump pass failed: {describe_error(exc)} "
+                            f"(retrying in {delay:.1f}s)")
+                log.warning("channel.pump_failed", error_class=type(exc).__name__,
+                            retry_in_s=round(delay, 2), exc_info=exc)
+                await asyncio.sleep(delay)
+            else:
+                failures = 0
+                health.beat("pumping")
 
     async def pump_once(self) -> None:
         """Claim recorded events in batches and dispatch them until none are left.
@@ -370,7 +404,7 @@ class ChannelLayer:
         if failed:
             raise failed[0]
 
-    async def _listen(self) -> None:
+    async def _listen(self, health: Component) -> None:
         """PostgreSQL: wake the pump as soon as any replica records an event of this bot (a
         thread this replica holds may have a new message); ``pump_interval_s`` is the
         fallback while the listening connection is down."""
@@ -381,12 +415,16 @@ class ChannelLayer:
             try:
                 async for payload in self.records.notifications(EVENTS_CHANNEL):
                     failures = 0
+                    health.beat("listening")
                     recorded_for, _, origin = payload.partition(" ")
                     if recorded_for == bot and origin != self.owner:  # ours woke us already
                         self._poke()
             except Exception as exc:  # the connection dropped: poll until it is back
                 failures += 1
-                log.warning("channel.listen_failed", error=redact_text(str(exc))[:300])
+                # not a readiness failure: the pump's fallback pass finds what is recorded
+                health.beat(f"reconnecting ({describe_error(exc)}); the pump polls meanwhile")
+                log.warning("channel.listen_failed", error_class=type(exc).__name__,
+                            error=redact_text(str(exc))[:300])
             self._poke()  # whatever was recorded meanwhile
             await asyncio.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
 
@@ -403,17 +441,22 @@ class ChannelLayer:
 
     # -- thread leases ----------------------------------------------------------------------------
 
-    async def _heartbeat(self) -> None:
+    async def _heartbeat(self, health: Component) -> None:
         """Renew this replica's thread leases; drop idle ones; take over dead replicas'."""
         ttl = self.options.lease_ttl_s
         last_renewed = time.monotonic()
+        health.beat("renewing")
         while True:
             await asyncio.sleep(max(0.05, ttl / 3))
             try:
                 await self.heartbeat_once()
                 last_renewed = time.monotonic()
-            except Exception:
-                log.warning("thread_leases.heartbeat_failed", exc_info=True)
+                health.beat("renewing")
+            except Exception as exc:
+                health.down(f"thread leases not renewed for "
+                            f"{time.monotonic() - last_renewed:.0f}s: {describe_error(exc)}")
+                log.warning("thread_leases.heartbeat_failed", error_class=type(exc).__name__,
+                            exc_info=exc)
                 if time.monotonic() - last_renewed > ttl and not self._stalled:
                     # Our leases may have been taken over by now: stop running threads
                     # another replica may be recovering (it starts them again).

@@ -2,21 +2,26 @@
 
 * ``GET /healthz`` — liveness: 200 while the event loop answers.
 * ``GET /readyz`` — readiness: 200 when the store answers a ping within 2 s, every
-  connector says it is ready and the daemon is not draining; 503 otherwise. The JSON body
-  names each check, so an operator sees *what* is not ready.
+  connector says it is ready, every supervised component (a platform's connection and
+  intake, each pump, lease keeper, listener: :mod:`geode.daemon.supervisor`) is up and has
+  made progress within its staleness bound, and the daemon is not draining; 503 otherwise.
+  The JSON body names each check and component with its detail, so an operator sees
+  *what* is not ready and why (``"telegram.connection": {"ok": false, "detail": "down for
+  12s: cannot reach the Telegram Bot API at … (attempt 4; next in 8.0s)"}``).
 * ``GET /metrics`` — Prometheus text format (see :mod:`geode.daemon.metrics`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import structlog
 from aiohttp import web
 
 from geode.daemon.metrics import CONTENT_TYPE, DaemonMetrics
+from geode.daemon.supervisor import Component
 from geode.errors import ConfigError
 
 __all__ = ["HealthServer", "ReadyCheck"]
@@ -39,9 +44,13 @@ class HealthServer:
         checks: dict[str, ReadyCheck],
         port: int,
         host: str = "127.0.0.1",
+        components: Callable[[], Iterable[Component]] | None = None,
     ) -> None:
         self.metrics = metrics
         self.checks = checks
+        #: the supervised components reported beside the checks (read at each request:
+        #: connectors add theirs as they connect)
+        self.components = components
         self.host = host
         self.port = port
         self._runner: web.AppRunner | None = None
@@ -91,6 +100,10 @@ class HealthServer:
             except Exception as exc:  # a failing check is "not ready", never a 500
                 passed, detail = False, f"{type(exc).__name__}: {exc}"[:200]
             results[name] = {"ok": passed, "detail": detail}
+            ok = ok and passed
+        for comp in self.components() if self.components is not None else ():
+            passed, detail = comp.status()
+            results[comp.name] = {"ok": passed, "detail": detail}
             ok = ok and passed
         return ok, results
 

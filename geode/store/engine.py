@@ -402,7 +402,8 @@ class Store:
                 await conn.execute(text("SELECT 1"))
             await self.run_read(lambda conn: conn.execute(text("SELECT 1")).scalar())
         except (SQLAlchemyError, OSError) as exc:
-            log.warning("store.ping_failed", where=self.where, error=type(exc).__name__)
+            # debug: the caller logs the transition (a probe a second would flood the log)
+            log.debug("store.ping_failed", where=self.where, error=type(exc).__name__)
             return False
         return True
 

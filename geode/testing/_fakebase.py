@@ -31,6 +31,9 @@ class LoopbackFake(ABC):
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._port = 0
+        #: the loopback port to listen on (0: any free one); a scenario that takes the fake
+        #: down and up again (a platform outage) sets it so the code under test finds it
+        self.listen_port = 0
 
     @property
     def port(self) -> int:
@@ -74,7 +77,7 @@ class LoopbackFake(ABC):
         # a handler alive that would swallow the next update into a dead connection.
         self._runner = web.AppRunner(app, shutdown_timeout=0.5, handler_cancellation=True)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", self.listen_port)
         await site.start()
         self._port = int(self._runner.addresses[0][1])
 
