@@ -13,34 +13,136 @@ counts:
 
 Days start at midnight in ``[budgets] timezone`` (UTC by default). Tokens are input +
 output as the provider reported them; USD needs ``[model.prices]`` (the factory refuses a
-USD cap for an unpriced model). A call starts only while every cap is below its limit; the
-call that crosses a limit finishes (its size is unknown before it is made) and the next one
-is refused. Replicas share the ledger, so a cap holds across them up to the calls already
-in flight when it is reached.
+USD cap for an unpriced model).
+
+Calls in flight count. Before each call the most it can spend (its input, estimated at 4
+characters a token, + its ``max_tokens`` of output, and that at the model's price) is
+reserved in the store, in one serialised transaction with the check (shared by threads,
+restarts and every replica on one PostgreSQL); after the call the reservation becomes the
+provider's real figure. A call starts only when, for every cap, the settled usage is below
+the limit and either the settled usage + every reservation in flight + its own maximum fits
+under the limit, or no other call is in flight for that cap (then it waits for none: it is
+the one call allowed to cross). Otherwise it waits for the calls in flight to settle and
+asks again. So a cap is exceeded by at most ONE call (the last one started below it), never
+by the calls of parallel threads or replicas together; when the input estimate is below
+the provider's count, by that difference too. A process that dies mid-call leaves its
+reservation, settled at its full size by the next check (same host: at once, the pid is
+gone; another replica's: when it expires, ``reservation_ttl_s``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import json
+import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 import structlog
 
 from geode.hooks.events import SpendCapReached, UsageRecorded
+from geode.loop.compaction import estimate_tokens
 from geode.loop.protocols import Observer, SpendRefusal, TurnInfo
 from geode.messages import Usage
 from geode.settings import BudgetSettings, SpendCaps
 from geode.store.timeline import SessionTimeline
-from geode.store.usage import UsageFilter, UsageLedger, UsageRecord, UsageTotals
+from geode.store.usage import (
+    CapLimit,
+    CapReached,
+    InFlight,
+    UsageFilter,
+    UsageLedger,
+    UsageRecord,
+    UsageTotals,
+)
 
-__all__ = ["SpendControl", "SpendIdentity", "day_window", "usage_status_lines"]
+if TYPE_CHECKING:
+    from geode.providers.base import ModelRequest
+
+__all__ = [
+    "RESERVATION_TTL_S",
+    "SpendControl",
+    "SpendIdentity",
+    "day_window",
+    "estimate_call",
+    "holder_alive",
+    "process_holder",
+    "usage_status_lines",
+]
 
 log = structlog.get_logger(__name__)
 
 Clock = Callable[[], float]
+
+#: a reservation nobody settles (its replica died on another host) counts at its full size
+#: and is settled so after this long; a call running longer than this stops being held
+RESERVATION_TTL_S = 900.0
+#: waiting for calls in flight to settle: first pause, doubling up to the last
+_WAIT_FIRST_S = 0.05
+_WAIT_MAX_S = 1.0
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22):
+    with the pid it names one process, not whoever gets the pid next. None: no such process;
+    "" where /proc is not there (the pid alone then)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        if not Path("/proc/self/stat").exists():
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return None
+            except PermissionError:
+                return ""
+            return ""
+        return None
+    except OSError:
+        return None
+    return raw.rsplit(")", 1)[1].split()[19]
+
+
+@functools.cache
+def process_holder() -> str:
+    """This process, as reservations name their holder: ``host:pid:start``."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid) or ''}"
+
+
+def holder_alive(holder: str) -> bool:
+    """Whether the process ``holder`` names may still run: False only for one on this host
+    whose pid is gone (or is another process now). Another host's: True (its reservations
+    expire instead)."""
+    host, _, rest = holder.partition(":")
+    pid_text, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return True
+    ticks = _start_ticks(int(pid_text))
+    return ticks is not None and (not start or not ticks or ticks == start)
+
+
+def estimate_call(request: ModelRequest | None,
+                  price_per_mtok: tuple[float, float] | None) -> UsageRecord:
+    """The most one call can spend: its input (estimated: 4 characters a token, images
+    flat; the tools' schemas included) + its ``max_tokens`` of output, and the cost of that
+    at ``price_per_mtok`` (None without a price). No request: nothing."""
+    if request is None:
+        return UsageRecord(session_id="")
+    tools = sum(len(t.name) + len(t.description) + len(json.dumps(t.input_schema))
+                for t in request.tools)
+    inp = estimate_tokens(request.messages, request.system) + tools // 4
+    out = request.max_tokens
+    cost = None if price_per_mtok is None else (
+        (inp * price_per_mtok[0] + out * price_per_mtok[1]) / 1_000_000)
+    return UsageRecord(session_id="", input_tokens=inp, output_tokens=out, cost_usd=cost)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +197,7 @@ class SpendControl:
         clock: Clock = time.time,
         timeline: SessionTimeline | None = None,
         observer: Observer | None = None,
+        reservation_ttl_s: float = RESERVATION_TTL_S,
     ) -> None:
         self.ledger = ledger
         self.identity = identity
@@ -103,6 +206,9 @@ class SpendControl:
         self.clock = clock
         self.timeline = timeline
         self.observer = observer
+        self.reservation_ttl_s = reservation_ttl_s
+        #: the reservation of the call this session has in flight (one at a time)
+        self._held: str | None = None
 
     def _caps(self, day_start_ms: int) -> list[_Cap]:
         ident = self.identity
@@ -129,27 +235,64 @@ class SpendControl:
                         "day"))
         return out
 
-    async def check(self, *, turn: TurnInfo, turn_cost_usd: float) -> SpendRefusal | None:
+    async def check(
+        self, *, turn: TurnInfo, turn_cost_usd: float, request: ModelRequest | None = None,
+        price_per_mtok: tuple[float, float] | None = None,
+    ) -> SpendRefusal | None:
+        if self._held is not None:  # a call that never came back (cancelled): count it
+            await self.release(turn=turn, spent=True)
         now = self.clock()
         day_start, next_day = day_window(now, self.budgets.timezone)
         caps = self._caps(day_start)
         if not caps:
             return None
-        summed = [c for c in caps if c.counts is not None]
-        totals = dict(zip((c.name + c.scope for c in summed),
-                          await self.ledger.totals([c.counts for c in summed if c.counts]),
-                          strict=True))
         for cap in caps:
-            if cap.counts is None:
-                used = turn_cost_usd
-            else:
-                t = totals[cap.name + cap.scope]
-                used = (t.cost_usd or 0.0) if cap.usd else float(t.tokens)
-            if used >= cap.limit:
-                refusal = self._refusal(cap, used, next_day)
-                await self._reached(turn, refusal)
-                return refusal
-        return None
+            if cap.counts is None and turn_cost_usd >= cap.limit:
+                return await self._refuse(turn, cap, turn_cost_usd, next_day)
+        summed = [c for c in caps if c.counts is not None]
+        if not summed:
+            return None
+        limits = [CapLimit(counts=c.counts, limit=c.limit, usd=c.usd)
+                  for c in summed if c.counts is not None]
+        estimate = self._own(turn, estimate_call(request, price_per_mtok), model="")
+        pause = _WAIT_FIRST_S
+        waited = False
+        while True:
+            outcome = await self.ledger.reserve(
+                estimate, limits, holder=process_holder(), now_ms=int(self.clock() * 1000),
+                ttl_ms=int(self.reservation_ttl_s * 1000), alive=holder_alive)
+            if isinstance(outcome, CapReached):
+                return await self._refuse(turn, summed[outcome.index], outcome.used, next_day)
+            if not isinstance(outcome, InFlight):
+                self._held = outcome.id
+                return None
+            if not waited:  # the cap could be crossed by calls in flight: let them settle
+                waited = True
+                cap = summed[outcome.index]
+                log.info("spend.waiting_for_calls_in_flight", cap=cap.name, scope=cap.scope,
+                         used=outcome.used, reserved=outcome.reserved, limit=cap.limit)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _WAIT_MAX_S)
+
+    async def _refuse(self, turn: TurnInfo, cap: _Cap, used: float,
+                      next_day: datetime) -> SpendRefusal:
+        refusal = self._refusal(cap, used, next_day)
+        await self._reached(turn, refusal)
+        return refusal
+
+    def _own(self, turn: TurnInfo, amount: UsageRecord, *, model: str) -> UsageRecord:
+        """``amount`` as this session's row (who it counts against)."""
+        ident = self.identity
+        return UsageRecord(
+            session_id=turn.session_id, turn_id=turn.turn_id, binding=ident.binding,
+            platform=ident.platform, user=ident.user, thread=ident.thread or ident.session_id,
+            model=model, input_tokens=amount.input_tokens, output_tokens=amount.output_tokens,
+            cost_usd=amount.cost_usd)
+
+    async def release(self, *, turn: TurnInfo, spent: bool) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            await self.ledger.release(held, at_ms=int(self.clock() * 1000), spent=spent)
 
     def _refusal(self, cap: _Cap, used: float, next_day: datetime) -> SpendRefusal:
         if cap.period == "day":
@@ -186,19 +329,13 @@ class SpendControl:
         self, *, turn: TurnInfo, model: str, usage: Usage, cost_usd: float | None
     ) -> None:
         ident = self.identity
-        rec = UsageRecord(
-            session_id=turn.session_id, turn_id=turn.turn_id, binding=ident.binding,
-            platform=ident.platform, user=ident.user,
-            thread=ident.thread or ident.session_id, model=model,
-            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-            cost_usd=cost_usd,
-        )
-        try:
-            await self.ledger.record(rec, at_ms=int(self.clock() * 1000))
-        except Exception:
-            # The call happened and its answer is in hand; losing the turn for a ledger row
-            # would not un-spend it. The caps undercount by this call (logged loudly).
-            log.exception("spend.record_failed", model=model)
+        rec = self._own(turn, UsageRecord(
+            session_id="", input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+            cost_usd=cost_usd), model=model)
+        held, self._held = self._held, None
+        # Never raises, never drops the row: a row the store refuses is written again until
+        # it lands, and the call's reservation counts against the caps until then.
+        await self.ledger.record(rec, at_ms=int(self.clock() * 1000), reservation=held)
         if self.observer is not None:
             self.observer.publish(UsageRecorded(
                 session_id=turn.session_id, binding=ident.binding, platform=ident.platform,

@@ -119,13 +119,22 @@ def _cost(deps: RunDeps, usage: Usage) -> float | None:
     return (usage.input_tokens * price[0] + usage.output_tokens * price[1]) / 1_000_000
 
 
+async def _release_spend(deps: RunDeps, state: RunState, *, spent: bool) -> None:
+    """A call that ended without usage: its spend reservation dropped or counted in full."""
+    if deps.spend is not None:
+        await deps.spend.release(turn=turn_info(deps, state), spent=spent)
+
+
 async def call_provider(
     deps: RunDeps, state: RunState, step: CallModel
 ) -> RunTools | Verify | PrepareCall | Finish:
     if deps.spend is not None:
         # Before the call, never after: a reached cap must not start one more request.
-        refusal = await deps.spend.check(turn=turn_info(deps, state),
-                                         turn_cost_usd=state.cost_usd)
+        # The call's maximum is held until it is recorded (or released below): calls in
+        # flight in other threads and replicas count against the caps too.
+        refusal = await deps.spend.check(
+            turn=turn_info(deps, state), turn_cost_usd=state.cost_usd,
+            request=step.snapshot.request, price_per_mtok=deps.limits.price_per_mtok)
         if refusal is not None:
             return Finish(TerminationReason.SPEND_CAP, detail=refusal.message)
     watch = _CallWatch()
@@ -168,6 +177,7 @@ async def call_provider(
             )
     except TimeoutError:
         finished("error", error="timeout")
+        await _release_spend(deps, state, spent=True)  # sent: it may have been billed
         if by_deadline:
             await emit(deps, ModelFailed(turn_id=state.turn_id, model=deps.model,
                                          error_kind="call_deadline",
@@ -186,6 +196,7 @@ async def call_provider(
         )
     except ModelError as err:
         finished("error", error=err.kind)
+        await _release_spend(deps, state, spent=False)  # refused by the provider: not billed
         await emit(deps, ModelFailed(turn_id=state.turn_id, model=deps.model, error_kind=err.kind,
                                      detail=str(err)[:500],
                                      latency_s=time.monotonic() - started))

@@ -18,6 +18,7 @@ from geode.tools.plan import BoundToolPlan
 if TYPE_CHECKING:
     # geode.hooks imports this module (its registry's PromptDecision): type-only here
     from geode.hooks.events import ObservedEvent
+    from geode.providers.base import ModelRequest
 
 __all__ = [
     "BatchSaveFailed",
@@ -129,8 +130,19 @@ class SpendRefusal:
 class SpendGate(Protocol):
     """Spend caps, checked before every model call against a durable usage ledger."""
 
-    async def check(self, *, turn: TurnInfo, turn_cost_usd: float) -> SpendRefusal | None:
-        """None when the call may start; the refusal (already recorded) otherwise."""
+    async def check(
+        self, *, turn: TurnInfo, turn_cost_usd: float, request: ModelRequest | None = None,
+        price_per_mtok: tuple[float, float] | None = None,
+    ) -> SpendRefusal | None:
+        """None when the call may start: the most ``request`` can spend (its input estimate
+        + its ``max_tokens``, at ``price_per_mtok``) is then held for it until
+        :meth:`record` or :meth:`release`. The refusal (already recorded) otherwise."""
+        ...
+
+    async def release(self, *, turn: TurnInfo, spent: bool) -> None:
+        """The call :meth:`check` admitted ended without a usage figure: its hold is dropped
+        (``spent`` False: the provider refused it) or counted in full (``spent`` True: it
+        may have been billed, e.g. a timeout)."""
         ...
 
     async def record(

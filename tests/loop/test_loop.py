@@ -411,7 +411,8 @@ class Spend:
         self.records: list[tuple[str, int, float | None]] = []
         self.checks = 0
 
-    async def check(self, *, turn: TurnInfo, turn_cost_usd: float) -> SpendRefusal | None:
+    async def check(self, *, turn: TurnInfo, turn_cost_usd: float, request: Any = None,
+                    price_per_mtok: Any = None) -> SpendRefusal | None:
         self.checks += 1
         used = sum(r[1] for r in self.records)
         if used < self.cap:
@@ -423,6 +424,9 @@ class Spend:
         self, *, turn: TurnInfo, model: str, usage: Usage, cost_usd: float | None
     ) -> None:
         self.records.append((turn.turn_id, usage.input_tokens + usage.output_tokens, cost_usd))
+
+    async def release(self, *, turn: TurnInfo, spent: bool) -> None:
+        self.records.append((turn.turn_id, -1 if spent else 0, None))
 
 
 async def test_a_reached_spend_cap_ends_the_turn_before_the_model_call() -> None:
