@@ -201,6 +201,10 @@ def _install_sqlite_hooks(engine: Engine) -> None:
             # -9); only an OS crash / power loss can drop the last commits.
             cur.execute("PRAGMA synchronous = NORMAL")
             cur.execute("PRAGMA foreign_keys = ON")
+            # A deleted row's bytes are overwritten with zeros, not left in a free page of
+            # the file (conversation text and secrets a user pasted, after a rewind or a
+            # redaction): a copy of the file must not hold what GEODE deleted.
+            cur.execute("PRAGMA secure_delete = ON")
         finally:
             cur.close()
 

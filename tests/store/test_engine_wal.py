@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,5 +123,49 @@ async def test_a_hard_link_to_the_live_store_is_refused_without_dropping_its_loc
         assert _deleted_store_fds(db) == [], "the refused read closed a fd of the live store"
         await store.sessions.create(mode="REPL", model="m")
         assert _other_process_counts_sessions(db) == 2
+    finally:
+        await store.aclose()
+
+
+async def test_a_deleted_rows_secret_is_not_left_in_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """secure_delete (issue #30 finding 9): a row GEODE deleted is zeroed in the database
+    file, not left in a free page where a copy of the file would still hold it.
+
+    Some SQLite builds (Debian's) default to secure_delete on, most (the amalgamation,
+    macOS, many wheels) do not: every connection here starts as such a build would, with
+    it OFF, before the store's own connect hook runs."""
+    from sqlalchemy import event, text
+
+    real_install = engine_mod._install_sqlite_hooks
+
+    def install(engine: Any) -> None:
+        @event.listens_for(engine, "connect")
+        def _build_default_off(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.execute("PRAGMA secure_delete = OFF")
+
+        real_install(engine)
+
+    monkeypatch.setattr(engine_mod, "_install_sqlite_hooks", install)
+
+    secret = "sk-ant-api03-DELETED-SECRET-0123456789abcdef"
+    db = tmp_path / "home" / "geode.db"
+    store = await _open(db)
+    try:
+        sid = await store.sessions.create(mode="REPL", model="m", title=secret)
+        await store.sessions.create(mode="REPL", model="m", title="kept")
+
+        def checkpoint(conn: Any) -> None:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+
+        await store.run_read(checkpoint)
+        assert secret.encode() in db.read_bytes()  # the row is in the file
+
+        await store.run_write(lambda conn: conn.execute(
+            text("DELETE FROM sessions WHERE id = :id"), {"id": sid}))
+        await store.run_read(checkpoint)  # the WAL's pages back into the file, WAL emptied
+        assert Path(f"{db}-wal").stat().st_size == 0
+        assert secret.encode() not in db.read_bytes()
     finally:
         await store.aclose()
