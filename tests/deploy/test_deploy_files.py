@@ -91,12 +91,22 @@ def _slug(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-def test_the_units_documentation_anchor_exists_in_the_readme() -> None:
+def test_the_units_documentation_link_is_a_page_and_anchor_of_the_docs() -> None:
     doc = _unit()["Unit"]["Documentation"]
-    anchor = doc.rpartition("#")[2]
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    headings = re.findall(r"^#{1,6} (.+)$", re.sub(r"```.*?```", "", readme, flags=re.S), re.M)
+    page, _, anchor = doc.partition("/blob/main/")[2].partition("#")
+    text = (REPO / page).read_text(encoding="utf-8")
+    headings = re.findall(r"^#{1,6} (.+)$", re.sub(r"```.*?```", "", text, flags=re.S), re.M)
     assert anchor in {_slug(h) for h in headings}, doc
+
+
+def test_install_instructions_name_what_exists() -> None:
+    # no `pip install geode-agent` from an index (none has it): from source, pinned
+    for path in (DEPLOY / "geode.service", REPO / "README.md",
+                 *sorted((REPO / "docs").rglob("*.md"))):
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"pip install (-U )?geode-agent\b", text), path
+    unit = (DEPLOY / "geode.service").read_text()
+    assert "-c /opt/geode-src/constraints.txt" in unit
 
 
 # -- compose -------------------------------------------------------------------------------------
@@ -147,6 +157,21 @@ def test_compose_publishes_health_shares_the_workspace_and_keeps_the_password_in
     assert "workspaces:/var/lib/geode/workspaces" in geode["volumes"]  # the bindings' own
     assert {"workspace", "workspaces"} <= set(spec["volumes"])
     assert geode["deploy"]["replicas"] >= 2
+    # Compose v1 ignores `deploy`: the file says to scale with --scale, and the published health
+    # ports are a range with room for the replicas it names
+    assert "--scale geode=2" in (DEPLOY / "compose.yaml").read_text()
+    low, high = (int(p) for p in geode["ports"][0].split(":")[1].split("-"))
+    assert high - low + 1 >= geode["deploy"]["replicas"]
+    assert "container_name" not in geode  # a fixed name cannot be scaled
+
+
+def test_the_docker_build_context_leaves_out_venvs_secrets_and_the_repository() -> None:
+    ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    assert {".git", ".venv", "**/.env", "deploy/pg_password", "**/__pycache__"} <= ignored
+    # nothing the Dockerfile copies is ignored
+    for sources, _ in _dockerfile_copies():
+        assert not set(sources) & ignored, sources
 
 
 # -- the wheel, as the Dockerfile builds it --------------------------------------------------------
