@@ -1,8 +1,9 @@
 """Progress while a turn runs: ack reaction, typing, one progress message edited as tools run.
 
-The progress message is sent when the turn starts and its id is recorded in the outbox row
-(with the message index entry, in one transaction that commits with the turn's next
-write: :meth:`Outbox.record_progress_message`): it is both the user's
+The progress message is sent when the turn starts. Its intent was recorded with the turn's
+outbox row before the send, its id is recorded after it (with the message index entry, in
+one transaction that commits with the turn's next write:
+:meth:`Outbox.record_progress_message`): it is both the user's
 "working on it" and the handle the final answer is delivered through (see
 :mod:`bots.outbound`). The ack reaction goes out alongside it. Typing starts only once the
 turn has run ``typing_delay_s`` (a quick answer needs no "typing…" under a progress message
@@ -15,6 +16,12 @@ While the turn waits for a lane the message reads "⏳ Queued — N ahead" (edit
 Once it runs, its first line is a heartbeat — elapsed time, rounds, the current tool and the
 tokens spent so far — re-rendered every ``heartbeat_interval_s`` even when nothing else
 happens (edits stay throttled to ``edit_interval_s``).
+
+A turn recovered after a restart keeps ONE placeholder: the one it sent before the crash,
+edited at once to say it resumed (it may have shown a frozen "⌛ waiting for the model"
+since). When the crash hid whether that placeholder was sent (an intent recorded, no id),
+a platform that reads the thread back (:class:`ProgressFinder`: Slack, Discord) finds the
+bot's unrecorded placeholder and it is reused; otherwise (Telegram) a new one is sent.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
@@ -38,12 +46,29 @@ from geode.loop.events import (
     TurnStarted,
 )
 
-__all__ = ["ProgressReporter"]
+__all__ = ["RESUMED", "ProgressFinder", "ProgressReporter"]
 
 log = structlog.get_logger(__name__)
 
 WORKING = "⏳ Working…"
+#: the line of a turn recovered after a restart (the chat says why it took a while)
+RESUMED = "↻ Resumed after a restart"
 _MAX_LINES = 12
+
+
+@runtime_checkable
+class ProgressFinder(Protocol):
+    """A platform that can read back the progress placeholders the bot posted (a kill may
+    have hidden one before its id was recorded). Telegram's Bot API cannot."""
+
+    async def find_progress(self, target: ReplyTarget, *, since: datetime) -> list[str]:
+        """The ids of the bot's messages in the thread, posted since ``since``, whose text
+        is a progress placeholder (``⏳ …``), oldest first.
+
+        Raises:
+            DeliveryError: the thread could not be read.
+        """
+        ...
 
 
 class ProgressReporter:
@@ -53,8 +78,11 @@ class ProgressReporter:
         self, *, client: PlatformClient, outbox: Outbox, row: OutboxRow, target: ReplyTarget,
         inbound_message_id: str, edit_interval_s: float = 1.0, typing_interval_s: float = 4.0,
         typing_delay_s: float = 0.0, ack_emoji: str | None = "👀", fault: Any = None,
-        heartbeat_interval_s: float = 15.0,
+        heartbeat_interval_s: float = 15.0, recovered: bool = False,
     ) -> None:
+        """``recovered``: the turn was accepted by a process that stopped before it ended
+        (a restart or a takeover recovers it): its placeholder, if one was sent, is reused
+        and says that the turn resumed."""
         self.client = client
         self.outbox = outbox
         self.row = row
@@ -66,6 +94,7 @@ class ProgressReporter:
         self.ack_emoji = ack_emoji
         self._fault = fault or (lambda point: None)
         self.message_id: str | None = row.progress_message_id
+        self.recovered = recovered
         self.lines: list[str] = []
         #: "waiting for the model (42 s, attempt 2/4)" while a model call is silent
         self.waiting: str | None = None
@@ -95,6 +124,11 @@ class ProgressReporter:
 
         Timers, not waiting tasks: a task is started only for work that is due (an edit,
         the typing repeats), so a quick turn's indicators cost no task at all."""
+        reuse = self.recovered and self.message_id is None and self.row.progress_state == "sending"
+        if reuse:
+            # The intent was recorded but no id: the send's outcome is unknown.
+            self.message_id = await self._find_lost()
+        kept = self.message_id  # sent before the crash (recorded, or found again)
         send = asyncio.ensure_future(self._send_progress()) if self.message_id is None else None
         try:
             if self.ack_emoji:  # first, as it went first when both were gathered
@@ -106,6 +140,12 @@ class ProgressReporter:
             if send is not None:
                 send.cancel()
             raise
+        if self.recovered and kept is not None:
+            # At once, before the turn goes on: the placeholder may have shown a frozen
+            # "⌛ waiting for the model" since the crash; now it says the turn resumed.
+            self._last_edit = time.monotonic()
+            await self._quiet(self.client.edit(self.target, kept,
+                                               self.client.render_progress(self._text())))
         self._started = True
         self._typing_due = True
         if self._running:
@@ -145,12 +185,41 @@ class ProgressReporter:
             parts.append(f"{_tokens(self.tokens)} tokens")
         return " · ".join(parts)
 
-    async def _send_progress(self) -> None:
-        # A crash between this send and its record leaves a stray "Working…" message (it
-        # carries no answer; the restarted turn sends a new one): no id, nothing to reconcile.
+    async def _find_lost(self) -> str | None:
+        """The placeholder a crash hid (sent, id never recorded), found in the thread and
+        recorded as this turn's; None if the platform cannot tell or there is none."""
+        finder = self.client
+        if not isinstance(finder, ProgressFinder):
+            # Telegram: no history to read. A stray placeholder remains only if the crash
+            # fell between the platform accepting the send and the id's record.
+            log.info("progress.send_uncertain", row=self.row.id)
+            return None
+        since = self.row.created_at
+        if since is None:
+            return None
         try:
-            mid = await self.client.send(self.target,
-                                            self.client.render_progress(WORKING))
+            found = await finder.find_progress(
+                self.target, since=since if since.tzinfo else since.replace(tzinfo=UTC))
+            # another turn's placeholder (recorded) is not this one's
+            known = await self.outbox.recorded(self.row, found)
+            lost = [m for m in found if m not in known]
+        except DeliveryError as exc:
+            log.info("progress.lookup_failed", row=self.row.id, error=str(exc))
+            return None
+        if not lost:
+            return None
+        mid = lost[-1]
+        log.info("progress.placeholder_reused", row=self.row.id, message_id=mid)
+        await self.outbox.record_progress_message(self.row, mid)
+        return mid
+
+    async def _send_progress(self) -> None:
+        # The intent to send was recorded with the row (before this send): a crash between
+        # the send and the id's record leaves the restarted turn an intent without an id,
+        # reconciled by :meth:`_find_lost`.
+        text = self._text() if self.recovered else WORKING
+        try:
+            mid = await self.client.send(self.target, self.client.render_progress(text))
         except DeliveryError as exc:
             log.info("progress.send_failed", error=str(exc))
             return
@@ -191,11 +260,13 @@ class ProgressReporter:
         self._touch()
 
     def _text(self) -> str:
+        resumed = [RESUMED] if self.recovered else []
         if self.queued_ahead is not None:
-            return f"⏳ Queued — {self.queued_ahead} ahead"
+            return "\n".join([f"⏳ Queued — {self.queued_ahead} ahead", *resumed])
         shown = self.lines[-_MAX_LINES:]
         more = len(self.lines) - len(shown)
-        head = [f"{WORKING} {self.heartbeat()}"] + ([f"… {more} earlier"] if more else [])
+        head = [f"{WORKING} {self.heartbeat()}", *resumed] + (
+            [f"… {more} earlier"] if more else [])
         tail = [f"⌛ {self.waiting}"] if self.waiting else []
         return "\n".join(head + shown + tail)
 

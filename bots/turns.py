@@ -213,8 +213,10 @@ class TurnRunner:
 
     async def run(
         self, stored: StoredEvent, row: OutboxRow, binding: BindingSettings, *,
-        prompt: str | None = None, resume: bool = False,
+        prompt: str | None = None, resume: bool = False, recovered: bool = False,
     ) -> None:
+        """Run an accepted turn (``resume``: in place, from its checkpoint; ``recovered``:
+        a previous process accepted it, so its placeholder is reused and says it resumed)."""
         deps = self.deps
         event = stored.event
         opts = deps.options
@@ -223,7 +225,7 @@ class TurnRunner:
             inbound_message_id=event.message_id, edit_interval_s=opts.progress_edit_interval_s,
             typing_interval_s=opts.typing_interval_s, typing_delay_s=opts.typing_delay_s,
             ack_emoji=opts.ack_emoji, heartbeat_interval_s=opts.heartbeat_interval_s,
-            fault=deps.fault,
+            fault=deps.fault, recovered=recovered or resume,
         )
         active = ActiveTurn(session_id=row.session_key, event_id=stored.id,
                             started=time.monotonic(), heartbeat=progress.heartbeat)
@@ -474,7 +476,7 @@ class TurnRunner:
             return
         rerun = f"t-{secrets.token_hex(6)}"
         await deps.outbox.update(row.id, loop_turn_id=rerun)
-        await self.run(stored, replace(row, loop_turn_id=rerun), binding)
+        await self.run(stored, replace(row, loop_turn_id=rerun), binding, recovered=True)
 
 
 async def _folder(path: Path) -> Path:

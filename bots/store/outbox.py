@@ -12,6 +12,17 @@ Short notices (pairing codes, command answers) have no progress message: their r
 marked ``sending`` before the single send; a crash inside that window leaves the row
 ``uncertain`` and it is not re-sent (at most once; the Bot API cannot read history to check).
 
+A turn's progress message is recorded like an answer: its *intent* first, then the send,
+then its id. The intent (``progress_state = "sending"``) is written with the row itself, in
+the transaction that accepts the turn (no transaction of its own); the id follows the send
+(:meth:`Outbox.record_progress_message`). A turn recovered after a crash finds its row in
+one of three states: an id (the placeholder is edited on: ``bots.progress``), no intent (no
+placeholder was ever sent), or an intent without an id: the send's outcome is unknown, and
+it is reconciled like an uncertain answer, never re-sent blindly: where the platform can
+read the thread back (Slack, Discord) the bot's unrecorded "⏳" placeholder is found and
+reused; Telegram's Bot API cannot, so a new one is sent, and one stray placeholder remains
+only if the crash fell between the platform accepting the send and the id's record.
+
 A file sent into a thread (``send_file``, an approval's full diff) is a ``file`` row keyed by
 what asked for it (a tool call, an approval request): written ``ready`` before anything is
 uploaded, ``sending`` just before the upload, ``sent`` with the platform's id after it. Its
@@ -33,7 +44,7 @@ from sqlalchemy.exc import IntegrityError
 
 from bots.events import ReplyTarget
 from bots.format import Chunk
-from bots.store._tables import events_table, outbox_table
+from bots.store._tables import events_table, messages_table, outbox_table
 from bots.store.leases import ThreadLeaseLost
 from bots.store.threads import MessageIndex
 from geode.store.models import utcnow
@@ -49,6 +60,7 @@ __all__ = ["PLACEHOLDER", "Outbox", "OutboxRow", "OutgoingFile"]
 log = structlog.get_logger(__name__)
 _O = outbox_table
 _E = events_table
+_M = messages_table
 PLACEHOLDER = "…"
 
 # Built once (the hot path runs several per reply; building a statement costs more than
@@ -152,14 +164,15 @@ class Outbox:
     def _insert_stmt(
         *, session_key: str, turn_key: str, event_id: int | None, kind: str, platform: str,
         workspace: str, target: ReplyTarget, status: str, chunks: list[Chunk],
-        loop_turn_id: str = "",
+        loop_turn_id: str = "", progress_state: str = "",
     ) -> _Stmt:
         now = utcnow()
         return _INSERT, {
             "session_key": session_key, "turn_key": turn_key, "event_id": event_id, "kind": kind,
             "platform": platform, "workspace": workspace, "channel": target.channel,
             "thread_root": target.thread_root, "target": target.to_json(), "status": status,
-            "loop_turn_id": loop_turn_id, "progress_message_id": None, "progress_state": "",
+            "loop_turn_id": loop_turn_id, "progress_message_id": None,
+            "progress_state": progress_state,
             "message_ids": [], "chunks": _chunks_json(chunks),
             "edited": 0, "attempts": 0, "error": "", "created_at": now, "updated_at": now,
         }
@@ -170,7 +183,9 @@ class Outbox:
     ) -> OutboxRow:
         """Accept a turn inside the caller's write transaction: its ``pending`` outbox row
         (with the id the loop turn will run under, so a restart can find that turn in the
-        checkpoint chain) and the event's ``running`` status.
+        checkpoint chain, and the intent to send its progress message: recorded before that
+        send, so a restart knows one may be in the thread) and the event's ``running``
+        status.
 
         Raises:
             IntegrityError: the row existed already; the caller's transaction is void.
@@ -179,7 +194,7 @@ class Outbox:
         result = conn.execute(*self._insert_stmt(
             session_key=session_id, turn_key=turn_key, event_id=event_id, kind="turn",
             platform=platform, workspace=workspace, target=target, status="pending",
-            chunks=[], loop_turn_id=loop_turn_id,
+            chunks=[], loop_turn_id=loop_turn_id, progress_state="sending",
         ))
         # decision "turn.queued" until it gets its lanes (``bots.store.queue``): then "turn"
         conn.execute(*_event_update(event_id, status="running", decision="turn.queued",
@@ -190,7 +205,8 @@ class Outbox:
             id=int(pk[0]), session_key=session_id, turn_key=turn_key,
             event_id=event_id, kind="turn", platform=platform, workspace=workspace,
             target=target, status="pending", loop_turn_id=loop_turn_id, progress_message_id=None,
-            progress_state="", message_ids=[], chunks=[], edited=0, attempts=0,
+            progress_state="sending", message_ids=[], chunks=[], edited=0, attempts=0,
+            created_at=utcnow(),
         )
 
     async def open_turn(
@@ -385,10 +401,11 @@ class Outbox:
 
         Without waiting for it (``Store.run_write_later``): on SQLite it commits with the
         turn's next write (the session, the lane claim, a checkpoint), before anything that
-        write leads to, and with the final answer's record at the latest. A crash before
-        that commit leaves a stray "Working…" message and the restarted turn sends a new
-        one, as a crash between the send and its record always could: the answer is still
-        delivered once (the row's id is read back only from committed rows)."""
+        write leads to, with the final answer's record at the latest, and after at most
+        ``LATER_S`` when no other write comes (a turn queued for its lanes). A crash before
+        that commit leaves the row's intent without an id: the recovered turn looks for the
+        placeholder (see the module docstring); the answer is delivered once either way
+        (the row's id is read back only from committed rows)."""
         stmt = self.update_stmt(row.id, {"progress_message_id": message_id,
                                          "progress_state": "sent"})
 
@@ -425,6 +442,18 @@ class Outbox:
             at = received if received.tzinfo else received.replace(tzinfo=UTC)
             latency = (utcnow() - at).total_seconds()
         return sent, latency
+
+    async def recorded(self, row: OutboxRow, message_ids: list[str]) -> set[str]:
+        """Of ``message_ids`` (bot messages in ``row``'s channel), those already recorded in
+        the message index: another turn's, not a lost placeholder of this one."""
+        if not message_ids:
+            return set()
+        query = select(_M.c.message_id).where(
+            _M.c.platform == row.platform, _M.c.workspace == row.workspace,
+            _M.c.channel == row.target.channel, _M.c.message_id.in_(message_ids))
+        await self._store.flush_later()
+        rows = await self._store.run_read(lambda conn: conn.execute(query).all())
+        return {str(r.message_id) for r in rows}
 
     def _remember_in(self, conn: Connection, row: OutboxRow, message_ids: list[str]) -> None:
         if self._index is not None:
