@@ -24,10 +24,23 @@ if TYPE_CHECKING:
     from geode.daemon.factory import Session
     from geode.daemon.port import HarnessPort
 
-__all__ = ["COMMANDS", "ActiveTurn", "CommandContext", "parse_command", "run_command"]
+__all__ = ["COMMANDS", "ActiveTurn", "CommandContext", "PrivateReply", "parse_command",
+           "run_command"]
 
 COMMANDS = ("new", "reset", "status", "stop", "help", "start", "approve", "deny")
 _CMD = re.compile(r"^/([A-Za-z_]+)(?:@([A-Za-z0-9_]+))?(?:\s|$)")
+#: what an approval request id looks like (``bots.store.approvals`` issues 6 of these)
+_REQUEST_ID = re.compile(r"[A-Za-z0-9]{4,16}")
+
+
+class PrivateReply(str):
+    """A command's answer meant for its sender alone: shown as an ephemeral answer to a click
+    (Slack ephemeral message, Discord ephemeral follow-up, Telegram callback toast) and never
+    posted into the thread. A refusal to someone who may not approve is one: posted in the
+    thread, each click or ``/approve`` of a non-approver would be a message for everyone (a
+    flood lever). A typed ``/approve`` of a non-approver therefore gets no answer at all."""
+
+    __slots__ = ()
 
 HELP = (
     "Mention me (or reply to me) in a bound chat and I work on it in this thread; "
@@ -153,12 +166,18 @@ async def _decide(ctx: CommandContext, event: InboundEvent, *, approve: bool) ->
     if ctx.approvals is None:
         return "Approvals are not available here."
     parts = event.text.split()
-    found = await _find_request(ctx.approvals, event, parts[1] if len(parts) > 1 else "")
+    arg = parts[1] if len(parts) > 1 else ""
+    if arg and not _REQUEST_ID.fullmatch(arg):
+        # never read as "the pending one": an argument that is no id decides nothing
+        shown = re.sub(r"[^\w.-]", "?", arg[:24])
+        return (f"{shown!r} is not an approval request id; give the id the request shows "
+                "(e.g. K7Q2XM), or reply to the request.")
+    found = await _find_request(ctx.approvals, event, arg)
     if isinstance(found, str):
         return found
     if event.sender not in found.approvers:
         who = ", ".join(found.approvers) or "nobody"
-        return f"Only {who} may approve or deny this."
+        return PrivateReply(f"Only {who} may approve or deny this.")
     decision = await ctx.approvals.decide(found.id, approve=approve, by=event.sender,
                                           by_name=event.sender_name)
     if ctx.waiters is not None:

@@ -33,7 +33,7 @@ import structlog
 from bots._aio import reap
 from bots.approvals import ApprovalWaiters
 from bots.bindings import BindingTable
-from bots.commands import ActiveTurn, CommandContext, run_command
+from bots.commands import ActiveTurn, CommandContext, PrivateReply, run_command
 from bots.dispatcher import (
     BaseEventProcessor,
     Dispatch,
@@ -619,7 +619,10 @@ class ChannelLayer:
         except Exception as exc:
             log.exception("command.failed", command=name)
             text = f"⚠️ /{name} failed ({type(exc).__name__})."
-        if d.event.extra.get("action"):  # a click on a button: answer it where it was made
+        private = isinstance(text, PrivateReply)
+        if d.event.extra.get("action") or private:
+            # a click on a button: answered where it was made; a private answer to a typed
+            # command: ephemeral where the platform can (Slack), else nobody sees it
             try:
                 await self.client.answer_action(d.event, text)
             except Exception:

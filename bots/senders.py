@@ -38,7 +38,10 @@ class SenderPolicy:
     async def pairing_text(
         self, event: InboundEvent, *, conn: Tx | None = None
     ) -> str | None:
-        """The one pairing message for an unknown sender, or None (already sent / capped)."""
+        """The one pairing message for an unknown sender, or None (already sent / capped, or
+        a message sent as a chat, which names no person to pair)."""
+        if event.extra.get("sender_chat"):
+            return None
         code = await self.pairing.issue(
             platform=event.platform, sender=event.sender, sender_name=event.sender_name,
             channel=event.channel, conn=conn,

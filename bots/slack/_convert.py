@@ -164,6 +164,10 @@ def parse_slash(body: Any) -> SlashCommand | None:
             thread = m.group(1)
         elif (m := _PERMALINK_TS.search(word)) is not None:
             thread = f"{m.group(1)}.{m.group(2)}"
+    if name in _ARG_COMMANDS and not arg and thread is None and len(words) > 1:
+        # neither an id nor a thread: kept, so that the command refuses it (`/geode approve
+        # %` must never decide the channel's pending request as a bare /approve would)
+        arg = words[1][:40]
     trigger = _str(body.get("trigger_id")) or f"{channel}:{user}:{time.time_ns()}"
     return SlashCommand(name=name, channel=channel[:100], user=user[:100],
                         user_name=_str(body.get("user_name"))[:200], trigger_id=trigger[:90],

@@ -2,8 +2,11 @@
 
 An unknown sender who addresses the bot gets one pairing code per hour (never more: a
 flood of messages must not become a flood of replies), and the platform as a whole gets
-at most ``max_new_per_hour`` new codes. ``geode pairing approve CODE`` allows the sender on
-that platform for good.
+at most ``max_new_per_hour`` new codes. One sender gets at most ``max_per_sender_per_day``
+codes in 24 hours, however often its codes expire (issue #30: a pairing code per message
+of a sender was a flood lever). ``geode pairing approve CODE`` allows the sender on that
+platform for good. A message sent *as a chat* (Telegram's ``sender_chat``: a channel or an
+anonymous admin) never gets a code (``bots.senders``): it names no person to pair.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ __all__ = ["CODE_TTL_S", "PairingRecord", "PairingStore"]
 _P = pairing_table
 _ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud, typed by hand
 CODE_TTL_S = 3600
+#: the window of the per-sender limit
+SENDER_WINDOW_S = 24 * 3600
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,9 +59,11 @@ def _record(r: Any) -> PairingRecord:
 class PairingStore:
     """Pairing codes in ``channel_pairing``."""
 
-    def __init__(self, *, store: Store, max_new_per_hour: int = 20) -> None:
+    def __init__(self, *, store: Store, max_new_per_hour: int = 20,
+                 max_per_sender_per_day: int = 3) -> None:
         self._store = store
         self.max_new_per_hour = max_new_per_hour
+        self.max_per_sender_per_day = max_per_sender_per_day
 
     async def is_approved(self, platform: str, sender: str) -> bool:
         async with self._store.read() as conn:
@@ -107,6 +114,16 @@ class PairingStore:
         ).first()
         if pending is not None:
             return None
+        mine = (
+            await conn.execute(
+                select(func.count()).select_from(_P).where(
+                    _P.c.platform == platform, _P.c.sender == sender,
+                    _P.c.issued_at > now - SENDER_WINDOW_S,
+                )
+            )
+        ).scalar_one()
+        if int(mine) >= self.max_per_sender_per_day:
+            return None  # this sender had its codes today: quiet until the window moves
         recent = (
             await conn.execute(
                 select(func.count()).select_from(_P).where(

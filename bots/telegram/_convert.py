@@ -178,12 +178,15 @@ def convert_update(  # noqa: C901 - one flat pass over a defensive JSON walk
         return None
     user = _dict(msg.get("from"))
     sender = _int_str(user.get("id"))
-    if sender is None:
-        sender_chat = msg.get("sender_chat")
-        sid = _int_str(sender_chat.get("id")) if isinstance(sender_chat, dict) else None
-        if sid is None:
-            return None
+    sender_chat = msg.get("sender_chat")
+    sid = _int_str(sender_chat.get("id")) if isinstance(sender_chat, dict) else None
+    if sid is not None:
+        # sent as a chat (a channel, an anonymous admin): "from" is then a placeholder
+        # shared by every such chat (Channel_Bot, GroupAnonymousBot), never a person; the
+        # chat is the sender, and it is never offered a pairing code (bots.senders)
         sender = f"chat{sid}"
+    if sender is None:
+        return None
     raw_text = msg.get("text") if isinstance(msg.get("text"), str) else msg.get("caption")
     text = raw_text if isinstance(raw_text, str) else ""
     entities = msg.get("entities") if "text" in msg else msg.get("caption_entities")
@@ -202,6 +205,8 @@ def convert_update(  # noqa: C901 - one flat pass over a defensive JSON walk
             context = (f"{_name(ruser) or 'someone'}: {rtext[:4000]}",)
     chat_type = chat.get("type") if isinstance(chat.get("type"), str) else ""
     extra: dict[str, Any] = {"chat_type": chat_type}
+    if sid is not None:
+        extra["sender_chat"] = sid
     topic = _int_str(msg.get("message_thread_id")) if msg.get("is_topic_message") else None
     needs_root = False
     if topic is not None:

@@ -474,8 +474,9 @@ async def test_geode_approve_slash_command_decides_like_the_button(stacks, home,
     short = buttons(req)[0]["value"]
     # Slack's client takes a leading "/" for a command: /geode carries approve / deny
     await fake.slash_command("/geode", "approve", CH, ALICE)  # the one waiting; not hers
-    await fake.wait_until(lambda: [m for m in bot_messages(fake, CH, thread=root)
-                                   if m["text"] == ONLY_BOB], within=10)
+    # told her alone (ephemeral), never in the thread (issue #30: a flood lever)
+    await fake.wait_until(lambda: ephemerals_to(fake, ALICE) == [ONLY_BOB], within=10)
+    assert not [m for m in bot_messages(fake, CH, thread=root) if m["text"] == ONLY_BOB]
     (rec,) = await stack.layer.approvals.for_session(sid(root))
     assert rec.pending
     envelope = await fake.slash_command("/geode", f"approve {short.lower()}", CH, BOB)
