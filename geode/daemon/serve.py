@@ -50,6 +50,7 @@ from geode.loop import TurnResult
 from geode.messages import ImageBlock
 from geode.providers.base import BaseProvider
 from geode.settings import Secrets, Settings, SpendCaps
+from geode.store.space import volume_problem
 
 __all__ = ["Connector", "Daemon", "ProviderFactory"]
 
@@ -289,6 +290,10 @@ class Daemon:
         store = self.runtime.store if self.runtime is not None else None
         if store is None:
             return False, "no store"
+        # reads (the ping) still work on a full volume: say so, or it looks ready
+        full = volume_problem(store.where) if store.dialect == "sqlite" else None
+        if full is not None:
+            return False, full
         ok = bool(await store.ping())
         # the transitions are logged, not every failed probe (a 10 s outage under a 1 s
         # probe used to print a line a probe)
