@@ -8,6 +8,7 @@ unless ``--force`` or a "yes" at the terminal. Without a terminal nothing is ask
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from importlib import resources
@@ -38,6 +39,9 @@ def init(
         bool,
         typer.Option("--force", help="Replace an existing config.toml (.env is never replaced)."),
     ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print what was done as one JSON object.")
+    ] = False,
 ) -> None:
     """Write a commented config.toml and an empty .env (mode 0600) into $GEODE_HOME."""
     from geode.settings import geode_home
@@ -45,21 +49,31 @@ def init(
     home = geode_home()
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     config = home / "config.toml"
-    if config.exists() and not force and not _confirm(f"{config} exists; replace it?"):
-        typer.echo(f"kept   {config}")
+    # with --json nothing is asked: a script reads the answer, nobody types one
+    if config.exists() and not force and (as_json or not _confirm(f"{config} exists; replace it?")):
+        config_action = "kept"
     else:
         _write(config, example_config(), mode=0o600)  # bindings, user ids: doctor wants 0600
-        typer.echo(f"wrote  {config}")
+        config_action = "wrote"
     env = home / ".env"
     if env.exists():
         if env.stat().st_mode & 0o077:
             env.chmod(0o600)
-            typer.echo(f"kept   {env} (mode set to 0600: others could read it)")
+            env_action, env_note = "kept", " (mode set to 0600: others could read it)"
         else:
-            typer.echo(f"kept   {env}")
+            env_action, env_note = "kept", ""
     else:
         _write(env, _ENV_TEMPLATE, mode=0o600)
-        typer.echo(f"wrote  {env} (mode 0600)")
+        env_action, env_note = "wrote", " (mode 0600)"
+    if as_json:
+        typer.echo(json.dumps({
+            "home": str(home),
+            "config": {"path": str(config), "action": config_action},
+            "env": {"path": str(env), "action": env_action, "mode": "0600"},
+        }))
+        return
+    typer.echo(f"{config_action:<6} {config}")
+    typer.echo(f"{env_action:<6} {env}{env_note}")
     typer.echo("next:  put a provider key (e.g. ANTHROPIC_API_KEY=...) in that .env, then run "
                "`geode doctor`; `geode serve --demo` runs offline as it is")
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -44,6 +45,9 @@ def list_servers(
     mcp_config: Annotated[
         list[Path] | None, typer.Option("--mcp-config", help="Extra MCP servers JSON file.")
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of the lines.")
+    ] = False,
 ) -> None:
     """Start the configured MCP servers once and show their state and tools (exit 1 when
     any server failed)."""
@@ -61,35 +65,52 @@ def list_servers(
         settings, secrets, extra_files=tuple(mcp_config or ()), project_dir=where
     )
 
-    async def probe() -> bool:
+    async def probe() -> list[dict[str, Any]]:
         try:
             tools = await manager.tools_for(None)
         except Exception as exc:  # a misbehaving server never ends in a traceback here
-            typer.echo(f"[FAIL] starting the MCP servers: {type(exc).__name__}: {exc}")
-            return False
+            return [{"name": None, "status": "failed",
+                     "error": f"starting the MCP servers: {type(exc).__name__}: {exc}",
+                     "tools": []}]
         finally:
             await manager.aclose()
-        by_server: dict[str, list[str]] = {}
+        by_server: dict[str, list[dict[str, str]]] = {}
         for t in tools:
             by_server.setdefault(t.source.removeprefix("mcp:"), []).append(
-                f"{t.name} ({t.safety})"
-            )
+                {"name": t.name, "safety": str(t.safety)})
+        report: list[dict[str, Any]] = []
         for name in manager.servers:
-            if name in manager.failures:
-                typer.echo(f"[FAIL] {name}: {manager.failures[name]}")
-            else:
-                listed = by_server.get(name, [])
-                typer.echo(f"[ok  ] {name}: {len(listed)} tool(s)")
-                for line in listed:
-                    typer.echo(f"         {line}")
+            failed = name in manager.failures
+            report.append({"name": name, "status": "failed" if failed else "ok",
+                           "error": str(manager.failures[name]) if failed else None,
+                           "tools": [] if failed else by_server.get(name, [])})
         for name in manager.untrusted:
-            typer.echo(f"[warn] {name}: project server not trusted, not started "
-                       f"(run `geode trust {where}`)")
-        if not manager.servers and not manager.untrusted:
-            typer.echo("no MCP servers configured")
-        return not any(name in manager.failures for name in manager.servers)
+            report.append({"name": name, "status": "untrusted",
+                           "error": f"project server not trusted, not started (run `geode "
+                                    f"trust {where}`)", "tools": []})
+        return report
 
-    raise typer.Exit(0 if asyncio.run(probe()) else 1)
+    servers = asyncio.run(probe())
+    if as_json:
+        typer.echo(json.dumps({"project": str(where), "servers": servers}, ensure_ascii=False))
+    else:
+        _print_servers(servers)
+    raise typer.Exit(1 if any(s["status"] == "failed" for s in servers) else 0)
+
+
+def _print_servers(servers: list[dict[str, Any]]) -> None:
+    for server in servers:
+        if server["status"] == "failed":
+            label = f"{server['name']}: " if server["name"] else ""
+            typer.echo(f"[FAIL] {label}{server['error']}")
+        elif server["status"] == "untrusted":
+            typer.echo(f"[warn] {server['name']}: {server['error']}")
+        else:
+            typer.echo(f"[ok  ] {server['name']}: {len(server['tools'])} tool(s)")
+            for t in server["tools"]:
+                typer.echo(f"         {t['name']} ({t['safety']})")
+    if not servers:
+        typer.echo("no MCP servers configured")
 
 
 @app.command("trust")
