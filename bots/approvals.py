@@ -19,6 +19,13 @@ recording its message id leaves a resumed row without one: the thread is read ba
 (:meth:`PlatformClient.find_approval`, the bot's request carrying the short id) and the
 message found there is recorded instead of posting the request again. Where the platform
 cannot read back what the bot posted (Telegram's Bot API) it is posted once more.
+
+The approver sees the whole call (issue #30, finding 8): white space and invisible
+characters are shown as marks (``␠`` times 3000, ``⏎`` times 200:
+``geode.executor.summary``), and a call whose diff, command or arguments are longer than
+the message shows (:data:`POSTED_DIFF_CHARS`) is attached whole as a file through the
+platform's upload path (``<tool>-<id>.diff`` for a diff, ``<tool>-<id>.txt`` otherwise),
+with the same marks.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ import structlog
 from bots.port import DeliveryError
 from geode.daemon.lanes import slots_released
 from geode.executor.decisions import ApprovalAnswer, ApprovalCancelled, ApprovalRequest
-from geode.executor.summary import describe_call, full_diff
+from geode.executor.summary import describe_call, full_call, full_diff
 from geode.redact import redact_text
 
 if TYPE_CHECKING:
@@ -51,7 +58,8 @@ __all__ = ["ApprovalWaiters", "ChatApprover", "outcome_line"]
 
 log = structlog.get_logger(__name__)
 
-#: a diff longer than this is cut in the request message, and attached whole as a file
+#: a diff, command or arguments longer than this is cut in the request message, and
+#: attached whole as a file
 POSTED_DIFF_CHARS = 1200
 
 
@@ -73,8 +81,8 @@ class ApprovalWaiters:
         self._events.pop(request_id, None)
 
 
-def _diff_name(rec: ApprovalRecord) -> str:
-    return f"{rec.tool}-{rec.short_id}.diff"
+def _diff_name(rec: ApprovalRecord, *, diff: bool = True) -> str:
+    return f"{rec.tool}-{rec.short_id}.{'diff' if diff else 'txt'}"
 
 
 def _when(ms: int) -> str:
@@ -143,8 +151,10 @@ class ChatApprover:
             )
         summary = request.summary or await asyncio.to_thread(
             describe_call, request.tool, dict(request.args), self.workspace)
-        diff = await self._long_diff(request)
-        if diff is not None:  # the message shows its start; the file has it all
+        diff, is_diff = await self._long_call(request)
+        if diff is not None or len(summary) > POSTED_DIFF_CHARS + 400:
+            # the message shows its start (never more than every platform's message holds);
+            # the file has it all
             summary = await asyncio.to_thread(describe_call, request.tool, dict(request.args),
                                               self.workspace, diff_chars=POSTED_DIFF_CHARS)
         ev = self.event
@@ -169,8 +179,13 @@ class ChatApprover:
                 if self.before_request is not None:
                     await self.before_request(rec)
                 text = self._request_text(rec)
-                if diff is not None:
+                if diff is not None and is_diff:
                     text += f"\nThe full diff is attached: {_diff_name(rec)}."
+                elif diff is not None:
+                    text += (f"\nThe whole call is attached: {_diff_name(rec, diff=False)} "
+                             "(white space shown as ␠ ⏎ ⇥ marks).")
+                elif "more chars)" in rec.summary:
+                    text += "\n⚠️ The call is cut above and could not be attached here."
                 chunk = self.client.render(text)[0]
                 message_id = await self.client.send_approval(self.target, chunk,
                                                              short_id=rec.short_id)
@@ -181,7 +196,7 @@ class ChatApprover:
             await self._file(rec, message_id)
             rec = await self.requests.get(rec.id) or rec
         if diff is not None and rec.pending:
-            await self._attach(rec, diff)
+            await self._attach(rec, diff, is_diff=is_diff)
         if self.on_wait is not None:
             self.on_wait(f"waiting for approval of {rec.tool} ({rec.short_id}) since "
                          f"{_when(rec.requested_at)}")
@@ -217,23 +232,29 @@ class ChatApprover:
                 message_ids=[message_id], thread_root=self.target.thread_root,
                 from_bot=True)
 
-    async def _long_diff(self, request: ApprovalRequest) -> str | None:
-        """The call's whole diff when the request message would have to cut it."""
+    async def _long_call(self, request: ApprovalRequest) -> tuple[str | None, bool]:
+        """The whole call (white space marked) when the request message would have to cut
+        it, and whether it is a diff; (None, _) when it fits or nothing can be attached."""
         if self.files is None:
-            return None
-        diff = await asyncio.to_thread(full_diff, request.tool, dict(request.args),
-                                       self.workspace)
-        return diff if diff is not None and len(diff) > POSTED_DIFF_CHARS else None
+            return None, False
+        args = dict(request.args)
+        whole = await asyncio.to_thread(full_call, request.tool, args, self.workspace)
+        if len(whole) <= POSTED_DIFF_CHARS:
+            return None, False
+        is_diff = await asyncio.to_thread(full_diff, request.tool, args,
+                                          self.workspace) is not None
+        return whole, is_diff
 
-    async def _attach(self, rec: ApprovalRecord, diff: str) -> None:
-        """Upload the whole diff into the thread, once per request (keyed by its row: a
+    async def _attach(self, rec: ApprovalRecord, diff: str, *, is_diff: bool = True) -> None:
+        """Upload the whole call into the thread, once per request (keyed by its row: a
         resumed wait finds it sent and attaches nothing)."""
         assert self.files is not None
+        what = "Full diff" if is_diff else "The whole call"
         try:
             outcome = await self.files.send(
                 session_key=rec.session_id, turn_key=f"approval:{rec.id}:diff",
-                target=self.target, filename=_diff_name(rec),
-                data=redact_text(diff).encode(), caption=f"Full diff of {rec.short_id}")
+                target=self.target, filename=_diff_name(rec, diff=is_diff),
+                data=redact_text(diff).encode(), caption=f"{what} of {rec.short_id}")
         except Exception:  # the request stands without it; its message shows the start
             log.warning("approval.diff_not_attached", request=rec.id, exc_info=True)
             return
