@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,15 @@ from bots.options import LayerOptions
 from bots.outbound import Deliverer
 from bots.port import PlatformClient, TurnHost
 from bots.senders import SenderPolicy
-from bots.store import EVENTS_CHANNEL, ChannelStore, Cursors, StoredEvent, Thread, Tx
+from bots.store import (
+    EVENTS_CHANNEL,
+    ChannelStore,
+    Cursors,
+    OutboxRow,
+    StoredEvent,
+    Thread,
+    Tx,
+)
 from bots.turns import EntryOrder, TurnDeps, TurnRunner
 from bots.uploads import FileSender
 from geode.daemon.supervisor import Component, TaskSupervisor, describe_error
@@ -59,6 +68,7 @@ from geode.hooks.events import (
 )
 from geode.redact import redact_text
 from geode.settings import BindingSettings
+from geode.store._retry import is_transient, log_store_failure, retry_transient
 
 __all__ = ["ChannelLayer", "LayerOptions"]
 
@@ -149,6 +159,12 @@ class ChannelLayer:
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._listen_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: events with a live job here (a turn submitted to the processor, a command
+        #: running): recovery never starts them a second time
+        self._live: set[int] = set()
+        #: a store operation failed on a lost connection: once the store answers, what this
+        #: replica holds and nothing runs is recovered (:meth:`_after_outage`)
+        self._outage = False
         self.processing = False
 
     def _fault_at(self, point: str) -> None:
@@ -169,10 +185,17 @@ class ChannelLayer:
         # Only once the pump runs: at start, the threads left unfinished are taken over
         # (and recovered) first, and a claim taking a free thread's lease before that
         # would hide it from the take-over.
-        if (self.processing and self._pump_task is not None and not self._claiming.locked()
-                and any(status == "received" for _, status in events)):
-            return await self._record_and_claim(events, cursor=cursor)
-        ids = await self.inbound.record(events, cursor=cursor)
+        try:
+            if (self.processing and self._pump_task is not None and not self._claiming.locked()
+                    and any(status == "received" for _, status in events)):
+                return await self._record_and_claim(events, cursor=cursor)
+            ids = await self.inbound.record(events, cursor=cursor)
+        except Exception as exc:
+            # a commit may have claimed what it recorded before the connection broke: the
+            # claimed events are recovered once the store answers (the caller retries)
+            if is_transient(exc):
+                self._outage = True
+            raise
         self.fault("recorded")
         if ids:
             self._observe(MessagesReceived(platform=self.client.platform, count=len(ids)))
@@ -190,7 +213,7 @@ class ChannelLayer:
         limit = self._CLAIM_LIMIT
         handed: _Handed | None = None
         async with self._claiming:  # free: checked by the caller, no await since
-            room = self.options.max_concurrent_threads - self.processor.busy
+            room = self._room()
             ids, batch = await self.inbound.record_and_claim(
                 events, cursor=cursor, platform=c.platform, workspace=c.workspace,
                 owner=self.owner, limit=limit, leases=self.thread_leases, new_threads=room)
@@ -344,15 +367,18 @@ class ChannelLayer:
         """Claim recorded events in batches and dispatch them until none are left.
 
         Per-thread order: the events of one thread are dispatched one after another in id
+                self._outage = self._outage or is_transient(exc)
         order, and a batch is finished before the next is claimed; different threads are
         dispatched concurrently (each dispatch waits on the store, so strictly serial
         dispatch made the 50th message of a burst wait for 49 others' transactions).
         Only threads whose lease this replica holds (or takes now) are claimed, and new
-        threads only up to ``max_concurrent_threads`` running ones (the rest wait for room
-        here, or for another replica).
+        threads only as :meth:`_room` allows (the rest wait for room here, or for another
+        replica).
         """
         async with self._claiming:
             if self._handed:
+                if self._outage:  # the store answers again: recover what the outage left
+                    await self._after_outage()
                 more = await self._take_handed()
                 if not (more or self._claim_due):
                     return  # woken for the intake's batch alone: nothing else to claim
@@ -371,8 +397,28 @@ class ChannelLayer:
         c = self.client
         limit = self._CLAIM_LIMIT
         while True:
-            room = self.options.max_concurrent_threads - self.processor.busy
+            room = self._room()
             batch = await self.inbound.claim_batch(c.platform, c.workspace, owner=self.owner,
+    def _room(self) -> int:
+        """New threads this replica may claim now.
+
+        At most ``max_concurrent_threads`` running or waiting here. On a shared
+        (PostgreSQL) store also no more than it can start soon: its channel lanes (the
+        ``[lanes]`` channel cap of this process) plus ``queue_allowance``. A replica that
+        claimed every new thread (the one whose intake records them claims first) queued
+        them behind its own lanes while its peers sat idle; the rest now wait unclaimed in
+        the store, where any replica with room claims them (woken by the record's
+        notification). On SQLite, one process serves the store: it claims them all, and
+        each waiting thread shows its place in the queue.
+        """
+        limit = self.options.max_concurrent_threads
+        runtime = self.host.runtime
+        if self.records.is_postgres and runtime is not None:
+            lanes = runtime.settings.lanes
+            limit = min(limit, min(lanes.channel_cap, lanes.global_cap)
+                        + self.options.queue_allowance)
+        return limit - self.processor.busy
+
                                                    limit=limit, leases=self.thread_leases,
                                                    new_threads=room)
             self._deferred = self.thread_leases.skipped > 0
@@ -466,7 +512,10 @@ class ChannelLayer:
 
     async def heartbeat_once(self) -> None:
         c = self.client
+                if self._outage:  # the store answers again: recover what the outage left
+                    await self._after_outage()
         held = await self.thread_leases.renew(c.platform, c.workspace)
+                self._outage = self._outage or is_transient(exc)
         if self._stalled:
             # Back after a stall that stopped our turns: what nobody took over is still
             # ours and unfinished; recover it like a taken-over thread.
@@ -509,8 +558,8 @@ class ChannelLayer:
         for stored in await self.inbound.unfinished(c.platform, c.workspace):
             if (stored.event.channel, stored.event.thread_root) not in threads:
                 continue
-            if stored.id in handed:
-                continue
+            if stored.id in handed or stored.id in self._live:
+                continue  # dispatched after this / running here now: not left over
             row = await self.outbox.for_event(stored.id)
             if row is None:
                 # Claimed, never decided (no reply row): decide again from the start.
@@ -522,23 +571,45 @@ class ChannelLayer:
                                                  stored.event.channel)
             log.info("recover.turn", event_id=stored.id, row_status=row.status)
             self.processor.submit(stored.event.thread_key, self._bind(
-                self.turns.recover, stored, row, binding, order=stored.id))
+                self.turns.recover, stored, row, binding, order=stored.id, event=stored.id))
         for row in await self.outbox.open_rows(c.platform, c.workspace):
             if row.kind == "notice" and (row.target.channel, row.target.thread_root) in threads:
                 self._spawn(self.deliverer.deliver(row))
         self._poke()
 
-    def _bind(self, fn: Any, *args: Any, order: int | None = None) -> Callable[[], Any]:
+    def _bind(self, fn: Any, *args: Any, order: int | None = None,
+              event: int | None = None) -> Callable[[], Any]:
         """A processor job; when it ends, a claim deferred at capacity is tried again. A
         recovered turn (``order``: its event id) takes its place in the lanes' arrival order
         as it starts (recovery starts them together, in order), and gives it up whatever way
-        it ends."""
+        it ends.
+
+        ``event``: the event the job answers. It is live from now until the job ends (no
+        recovery starts it again meanwhile). If the job fails because the database went
+        away, it is not dropped: once the store answers, the event is picked up again from
+        its records, in place (the thread's later jobs still wait behind it), through the
+        recovery a restart uses (:meth:`_resume_event`): the turn resumes from its
+        checkpoint, an effect of unknown outcome is reported as uncertain, never re-run."""
+        if event is not None:
+            self._live.add(event)
 
         async def job() -> None:
             if order is not None:
                 self.entry.register(order)
             try:
-                await fn(*args)
+                attempt: Callable[[], Any] | None = functools.partial(fn, *args)
+                resumes = 0
+                while attempt is not None:
+                    try:
+                        await attempt()
+                        attempt = None
+                    except Exception as exc:
+                        if event is None or not is_transient(exc):
+                            raise
+                        resumes += 1
+                        log_store_failure("turn.store_unavailable", exc, event_id=event,
+                                          resumes=resumes)
+                        attempt = await self._resume_event(event, resumes)
             finally:
                 if order is not None:
                     self.entry.entered(order)
@@ -554,6 +625,8 @@ class ChannelLayer:
 
     # -- decisions (called by the dispatcher's middleware) --------------------------------------
 
+                if event is not None:
+                    self._live.discard(event)
     async def ignore(self, d: Dispatch, decision: str) -> None:
         log.debug("channel.ignored", decision=decision, event_id=d.stored.id)
         await self.inbound.set_status(d.stored.id, "ignored", decision=decision)
@@ -561,6 +634,65 @@ class ChannelLayer:
     async def notice(
         self, d: Dispatch, text: str, *, decision: str, conn: Tx | None = None
     ) -> bool:
+    #: resumes of one job after store failures before its turn is ended with a message (a
+    #: store that answers a probe but fails the turn's writes every time)
+    _MAX_RESUMES = 8
+
+    async def _resume_event(self, event_id: int, resumes: int) -> Callable[[], Any] | None:
+        """After a store failure in event ``event_id``'s job: wait until the store answers,
+        then what finishes the event (None: nothing is left to do here)."""
+        self._outage = True
+        await self.records.wait_until_answers(what="turn.waiting_for_store")
+
+        async def read() -> tuple[StoredEvent | None, OutboxRow | None, bool]:
+            stored = await self.inbound.get(event_id)
+            if stored is None or stored.status not in ("processing", "running"):
+                return stored, None, False
+            c = self.client
+            held = await self.thread_leases.renew(c.platform, c.workspace)
+            mine = (stored.event.channel, stored.event.thread_root) in held
+            return stored, (await self.outbox.for_event(event_id)) if mine else None, mine
+
+        stored, row, mine = await retry_transient(read, what="turn.resume_read_failed")
+        if stored is None or stored.status not in ("processing", "running"):
+            return None  # decided meanwhile (its commit went through)
+        if not mine:
+            log.warning("turn.lease_lost_in_outage", event_id=event_id)
+            return None  # another replica took the thread over: it recovers the event
+        if row is None:
+            # Claimed, never accepted: decided again from the start by the pump.
+            await retry_transient(lambda: self.inbound.set_status(event_id, "received"),
+                                  what="turn.resume_failed")
+            self._poke()
+            return None
+        if row.kind != "turn":
+            return None
+        binding = await self.bindings.lookup(stored.event.platform, stored.event.workspace,
+                                             stored.event.channel)
+        log.info("turn.resumed_after_outage", event_id=event_id, row_status=row.status)
+        if resumes > self._MAX_RESUMES and row.status == "pending":
+            text = ("⚠️ I could not finish: the database kept failing this turn "
+                    f"({resumes} tries). Please ask again.")
+            return functools.partial(self.turns.finish, row, text)
+        return functools.partial(self.turns.recover, stored, row, binding)
+
+    async def _after_outage(self) -> None:
+        """A store operation of this layer failed on a lost connection: once the store
+        answers, recover every thread this replica holds that has unfinished work and no
+        live job (an event claimed by a commit whose answer was lost, a claimed event whose
+        dispatch failed). Jobs that failed resume themselves (:meth:`_bind`)."""
+        await self.records.wait_until_answers(what="channel.waiting_for_store")
+        c = self.client
+        try:
+            held = await self.thread_leases.renew(c.platform, c.workspace)
+            self._outage = False
+            await self.recover(held)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            self._outage = True
+            log_store_failure("channel.recover_failed", exc)
+
         """Queue a short answer in the event's thread (finishing the event) and send it."""
         ev = d.event
         queued = await self.outbox.add_notice(
@@ -611,9 +743,10 @@ class ChannelLayer:
             log.info("channel.interrupt", thread=ev.thread_key)
             active.cancel()
         self.processor.submit(ev.thread_key, self._bind(self.turns.run, d.stored, row,
-                                                        d.binding))
+                                                        d.binding, event=d.stored.id))
 
     async def _command(self, d: Dispatch, name: str, binding: BindingSettings) -> None:
+            self._live.add(d.stored.id)
         try:
             text = await run_command(self.commands, name, d.event, binding)
         except Exception as exc:
@@ -628,12 +761,19 @@ class ChannelLayer:
             except Exception:
                 log.warning("action.answer_failed", command=name, exc_info=True)
             else:
-                if d.event.extra.get("answer") == "private":
-                    # The clicker alone saw the answer (Discord's ephemeral follow-up): the
-                    # thread needs no notice; the request message itself shows the outcome.
-                    await self.inbound.set_status(d.stored.id, "done",
-                                                  decision=f"command:{name}")
-                    return
+        try:
+            await self._command_once(d, name, binding)
+        finally:
+            self._live.discard(d.stored.id)
+
+    async def _command_once(self, d: Dispatch, name: str, binding: BindingSettings) -> None:
+                private = private or d.event.extra.get("answer") == "private"
+        if private:
+            # The sender alone saw the answer (an ephemeral answer to the click), or nobody
+            # did (a refusal to a non-approver's typed /approve): never a thread post, which
+            # each click would repeat for everyone (a flood lever, issue #30).
+            await self.inbound.set_status(d.stored.id, "done", decision=f"command:{name}")
+            return
         await self.notice(d, text, decision=f"command:{name}")
 
 

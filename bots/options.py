@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["LayerOptions", "PlatformSpec", "TokenSpec"]
 
@@ -33,6 +33,10 @@ class LayerOptions(BaseModel):
     catch_up_max_age_s: float = 24 * 3600
     #: threads run at once; beyond it no new thread is claimed (another replica may take it)
     max_concurrent_threads: int = 64
+    #: on a shared (PostgreSQL) store, new threads a replica claims beyond its free channel
+    #: lanes: more wait unclaimed in the store for a replica with room (see docs/deployment/
+    #: replicas.md); 0 claims only what can start at once
+    queue_allowance: int = Field(default=2, ge=0)
     pairing_max_new_per_hour: int = 20
     #: how often recorded events are looked for without a wake-up (e.g. ones another
     #: replica's intake recorded in a thread this replica holds)

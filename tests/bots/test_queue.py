@@ -51,8 +51,11 @@ async def _five_queued(make_stack: Any, fake: Any, store_url: str | None) -> tup
     provider = Gated()
     kw: dict[str, Any] = {"store_url": store_url} if store_url else {}
     # wait_timeout_s is tiny: before #20 a waiting message was told "try again" after it
+    # queue_allowance: on PostgreSQL a replica claims new threads only up to its lanes plus
+    # this (#38): one lane + 4 keeps all five threads here, each showing its place
     stack = make_stack(provider=provider, lanes={"global_cap": 8, "channel_cap": 1,
-                                                 "wait_timeout_s": 0.2}, **kw)
+                                                 "wait_timeout_s": 0.2},
+                       options={"queue_allowance": 4}, **kw)
     await stack.start()
     fake.user_says(CHAT, "@geode_bot job 1", from_user=42)
     await fake.wait_until(lambda: provider.entered == 1, within=15)
