@@ -353,6 +353,7 @@ class ChannelLayer:
                 # one line per failed pass (the traceback at most once a minute); the
                 # claimed events stay claimed and are recovered, never dropped
                 failures += 1
+                self._outage = self._outage or is_transient(exc)
                 delay = min(10.0, self.options.pump_interval_s * 2 ** min(failures - 1, 5))
                 health.down(f"pump pass failed: {describe_error(exc)} "
                             f"(retrying in {delay:.1f}s)")
@@ -362,12 +363,13 @@ class ChannelLayer:
             else:
                 failures = 0
                 health.beat("pumping")
+                if self._outage:  # the store answers again: recover what the outage left
+                    await self._after_outage()
 
     async def pump_once(self) -> None:
         """Claim recorded events in batches and dispatch them until none are left.
 
         Per-thread order: the events of one thread are dispatched one after another in id
-                self._outage = self._outage or is_transient(exc)
         order, and a batch is finished before the next is claimed; different threads are
         dispatched concurrently (each dispatch waits on the store, so strictly serial
         dispatch made the 50th message of a burst wait for 49 others' transactions).
@@ -377,28 +379,12 @@ class ChannelLayer:
         """
         async with self._claiming:
             if self._handed:
-                if self._outage:  # the store answers again: recover what the outage left
-                    await self._after_outage()
                 more = await self._take_handed()
                 if not (more or self._claim_due):
                     return  # woken for the intake's batch alone: nothing else to claim
             self._claim_due = False
             await self._pump_batches()
 
-    def _poke(self) -> None:
-        """Wake the pump to claim (something was recorded or freed)."""
-        self._claim_due = True
-        self._wake.set()
-
-    #: events claimed per pump transaction
-    _CLAIM_LIMIT = 100
-
-    async def _pump_batches(self) -> None:
-        c = self.client
-        limit = self._CLAIM_LIMIT
-        while True:
-            room = self._room()
-            batch = await self.inbound.claim_batch(c.platform, c.workspace, owner=self.owner,
     def _room(self) -> int:
         """New threads this replica may claim now.
 
@@ -419,6 +405,20 @@ class ChannelLayer:
                         + self.options.queue_allowance)
         return limit - self.processor.busy
 
+    def _poke(self) -> None:
+        """Wake the pump to claim (something was recorded or freed)."""
+        self._claim_due = True
+        self._wake.set()
+
+    #: events claimed per pump transaction
+    _CLAIM_LIMIT = 100
+
+    async def _pump_batches(self) -> None:
+        c = self.client
+        limit = self._CLAIM_LIMIT
+        while True:
+            room = self._room()
+            batch = await self.inbound.claim_batch(c.platform, c.workspace, owner=self.owner,
                                                    limit=limit, leases=self.thread_leases,
                                                    new_threads=room)
             self._deferred = self.thread_leases.skipped > 0
@@ -498,7 +498,10 @@ class ChannelLayer:
                 await self.heartbeat_once()
                 last_renewed = time.monotonic()
                 health.beat("renewing")
+                if self._outage:  # the store answers again: recover what the outage left
+                    await self._after_outage()
             except Exception as exc:
+                self._outage = self._outage or is_transient(exc)
                 health.down(f"thread leases not renewed for "
                             f"{time.monotonic() - last_renewed:.0f}s: {describe_error(exc)}")
                 log.warning("thread_leases.heartbeat_failed", error_class=type(exc).__name__,
@@ -512,10 +515,7 @@ class ChannelLayer:
 
     async def heartbeat_once(self) -> None:
         c = self.client
-                if self._outage:  # the store answers again: recover what the outage left
-                    await self._after_outage()
         held = await self.thread_leases.renew(c.platform, c.workspace)
-                self._outage = self._outage or is_transient(exc)
         if self._stalled:
             # Back after a stall that stopped our turns: what nobody took over is still
             # ours and unfinished; recover it like a taken-over thread.
@@ -611,6 +611,8 @@ class ChannelLayer:
                                           resumes=resumes)
                         attempt = await self._resume_event(event, resumes)
             finally:
+                if event is not None:
+                    self._live.discard(event)
                 if order is not None:
                     self.entry.entered(order)
                 if self._deferred:
@@ -618,22 +620,6 @@ class ChannelLayer:
 
         return job
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    # -- decisions (called by the dispatcher's middleware) --------------------------------------
-
-                if event is not None:
-                    self._live.discard(event)
-    async def ignore(self, d: Dispatch, decision: str) -> None:
-        log.debug("channel.ignored", decision=decision, event_id=d.stored.id)
-        await self.inbound.set_status(d.stored.id, "ignored", decision=decision)
-
-    async def notice(
-        self, d: Dispatch, text: str, *, decision: str, conn: Tx | None = None
-    ) -> bool:
     #: resumes of one job after store failures before its turn is ended with a message (a
     #: store that answers a probe but fails the turn's writes every time)
     _MAX_RESUMES = 8
@@ -693,6 +679,20 @@ class ChannelLayer:
             self._outage = True
             log_store_failure("channel.recover_failed", exc)
 
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- decisions (called by the dispatcher's middleware) --------------------------------------
+
+    async def ignore(self, d: Dispatch, decision: str) -> None:
+        log.debug("channel.ignored", decision=decision, event_id=d.stored.id)
+        await self.inbound.set_status(d.stored.id, "ignored", decision=decision)
+
+    async def notice(
+        self, d: Dispatch, text: str, *, decision: str, conn: Tx | None = None
+    ) -> bool:
         """Queue a short answer in the event's thread (finishing the event) and send it."""
         ev = d.event
         queued = await self.outbox.add_notice(
@@ -732,6 +732,7 @@ class ChannelLayer:
         ev = d.event
         assert d.binding is not None
         if d.command is not None:
+            self._live.add(d.stored.id)
             self._spawn(self._command(d, d.command, d.binding))
             return
         row = await self.records.accept_turn(ev, event_id=d.stored.id, thread=d.thread)
@@ -746,7 +747,12 @@ class ChannelLayer:
                                                         d.binding, event=d.stored.id))
 
     async def _command(self, d: Dispatch, name: str, binding: BindingSettings) -> None:
-            self._live.add(d.stored.id)
+        try:
+            await self._command_once(d, name, binding)
+        finally:
+            self._live.discard(d.stored.id)
+
+    async def _command_once(self, d: Dispatch, name: str, binding: BindingSettings) -> None:
         try:
             text = await run_command(self.commands, name, d.event, binding)
         except Exception as exc:
@@ -761,12 +767,6 @@ class ChannelLayer:
             except Exception:
                 log.warning("action.answer_failed", command=name, exc_info=True)
             else:
-        try:
-            await self._command_once(d, name, binding)
-        finally:
-            self._live.discard(d.stored.id)
-
-    async def _command_once(self, d: Dispatch, name: str, binding: BindingSettings) -> None:
                 private = private or d.event.extra.get("answer") == "private"
         if private:
             # The sender alone saw the answer (an ephemeral answer to the click), or nobody
