@@ -496,15 +496,6 @@ def _is_dir(path: Path) -> bool:
         return False
 
 
-def _error_text(exc: Exception) -> str:
-    """The thread's one line for a turn that raised instead of ending (never a traceback).
-
-    Raises:
-        Exception: ``exc`` itself when the database went away (:func:`is_transient`): the
-            layer resumes the turn once the store answers.
-    """
-    if is_transient(exc):
-        raise exc
 def _answer_text(result: TurnResult) -> str:
     """What a turn that ended says in its thread.
 
@@ -520,6 +511,15 @@ def _answer_text(result: TurnResult) -> str:
     return friendly_failure(result)
 
 
+def _error_text(exc: Exception) -> str:
+    """The thread's one line for a turn that raised instead of ending (never a traceback).
+
+    Raises:
+        Exception: ``exc`` itself when the database went away (:func:`is_transient`): the
+            layer resumes the turn once the store answers.
+    """
+    if is_transient(exc):
+        raise exc
     if isinstance(exc, _StoppedBeforeStart):
         return "⏹ Stopped."
     if isinstance(exc, ConfigError):
