@@ -188,7 +188,8 @@ class AgenticLoop:
         ))
         if self.deps.timeline is not None:
             await self.deps.timeline.flush()
-        log.info("turn finished", termination=finish.reason.value, rounds=result.rounds)
+        # debug: `geode serve` logs each turn once at INFO (turn.done, geode.daemon.serve)
+        log.debug("turn finished", termination=finish.reason.value, rounds=result.rounds)
         return result
 
 

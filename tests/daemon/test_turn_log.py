@@ -27,6 +27,8 @@ def test_serve_at_default_settings_logs_one_info_line_per_turn(home: Path) -> No
         assert serve.stop() == 0, serve.output()
     lines = [line for line in serve.output().splitlines() if "turn.done" in line]
     assert len(lines) == 2, serve.output()
+    # one line a turn: the loop's own end-of-turn line stays at DEBUG
+    assert "turn finished" not in serve.output()
     for line in lines:
         assert "[info" in line
         fields = dict(re.findall(r"(\w+)=(\S+)", line))
