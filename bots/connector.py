@@ -224,6 +224,24 @@ class BaseConnector(ABC):
             await self.supervisor.stop()
         log.info("connector.stopped", platform=self.platform)
 
+    async def quiesce(self) -> None:
+        """SIGTERM's first step: take no new work, keep delivering.
+
+        The connect loop and the intake (poller, catch-up, the intake lease's loop) stop and
+        the pump stops claiming; events the platform still pushes are recorded for the next
+        start. Running turns go on and deliver their answers (the daemon waits for
+        :attr:`idle` within its drain bound, then calls :meth:`stop`).
+        """
+        await self.supervisor.cancel(f"{self.platform}.connect")
+        await self.supervisor.cancel(f"{self.platform}.intake")
+        if self.layer is not None:
+            await self.layer.stop_claiming()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing of this connector runs (no turn, command or delivery under way)."""
+        return self.layer is None or self.layer.idle
+
     def readiness(self) -> tuple[bool, str]:
         """(ready, why) for ``/readyz``'s ``connectors`` check."""
         if self.ready:

@@ -313,6 +313,20 @@ class ChannelLayer:
             sup.spawn(f"{p}.listen", self._listen)
             self._listen_task = sup.task(f"{p}.listen")
 
+    async def stop_claiming(self) -> None:
+        """Claim nothing more (SIGTERM's drain): the pump and the listener stop; the intake
+        only records from now on. Running jobs go on; :meth:`stop_processing` ends them."""
+        p = self.client.platform
+        self._pump_task = None  # submit records without claiming (see submit)
+        await self.supervisor.cancel(f"{p}.pump")
+        await self.supervisor.cancel(f"{p}.listen")
+        self._listen_task = None
+
+    @property
+    def idle(self) -> bool:
+        """No thread job (a turn, its delivery) and no command runs here."""
+        return self.processor.busy == 0 and not self._tasks
+
     async def stop_processing(self) -> None:
         was = self.processing
         self.processing = False

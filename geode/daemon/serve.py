@@ -81,6 +81,17 @@ class Supervised(Protocol):
 
 
 @runtime_checkable
+class Quiesces(Protocol):
+    """A connector that can stop taking work while its running turns finish and deliver
+    (SIGTERM's drain); ``idle`` once nothing of it runs."""
+
+    async def quiesce(self) -> None: ...
+
+    @property
+    def idle(self) -> bool: ...
+
+
+@runtime_checkable
 class DescribesReadiness(Protocol):
     """A connector that says why it is not ready (``/readyz``'s ``connectors`` detail)."""
 
@@ -235,12 +246,26 @@ class Daemon:
             await self.ipc.stop_accepting()
         if self.scheduler is not None:
             await self.scheduler.stop()
+        # Connectors first stop taking work but keep delivering: a channel turn running now
+        # finishes and its answer goes out within the drain bound (stopping the connector
+        # first cancelled it, to be resumed only at the next start).
+        for c in reversed(self.connectors):
+            if isinstance(c, Quiesces):
+                try:
+                    await c.quiesce()
+                except Exception:
+                    log.warning("connector.quiesce_failed", connector=type(c).__name__,
+                                exc_info=True)
+        finished = await self._wait_drained(self.drain_timeout_s)
+        # What still runs past the bound is stopped with its connector: a channel turn is
+        # cancelled mid-flight and resumed from its checkpoint at the next start.
         for c in reversed(self.connectors):
             try:
                 await c.stop()
             except Exception:
                 log.warning("connector.stop_failed", connector=type(c).__name__, exc_info=True)
-        finished = await self._wait_active(self.drain_timeout_s)
+        if not finished:
+            finished = await self._wait_active(0.0)
         if not finished:
             # Past the bound: stop each turn; the loop ends it `cancelled` and checkpoints
             # it `paused`, so the next turn of the session resumes from there.
@@ -253,6 +278,19 @@ class Daemon:
             await self.ipc.wait_runs(2.0)  # let final result frames go out
         await self._close_all()
         log.info("daemon.stopped")
+
+    async def _wait_drained(self, timeout_s: float) -> bool:
+        """Until no turn runs here and every quiesced connector is idle (its answers
+        delivered), or ``timeout_s``; whether it drained."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            if not self._active and all(c.idle for c in self.connectors
+                                        if isinstance(c, Quiesces)):
+                return True
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
 
     async def _wait_active(self, timeout_s: float) -> bool:
         if not self._active:

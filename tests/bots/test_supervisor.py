@@ -13,10 +13,10 @@ import asyncio
 from typing import Any
 
 import structlog
-from conftest import CHAT, finals
 from sqlalchemy.exc import OperationalError
 
 from geode.daemon.supervisor import Backoff, Component, TaskSupervisor
+from tests.bots.conftest import CHAT, finals
 
 # -- the supervisor alone -----------------------------------------------------------------
 
