@@ -31,7 +31,7 @@ from geode.loop import TerminationReason, TurnResult
 from geode.providers.scripted import ScriptedProvider
 from geode.settings import BindingSettings, load_settings
 from geode.store import Store
-from geode.store.usage import CapLimit, Reserved, UsageFilter, UsageRecord
+from geode.store.usage import CapLimit, InFlight, Reserved, UsageFilter, UsageRecord
 
 # a scripted text answer "ok" reports 10 input + 1 output tokens
 PER_CALL = 11
@@ -254,3 +254,55 @@ async def test_while_a_usage_row_is_being_retried_its_reservation_still_counts(
     assert len(held) == 1 and held[0] >= PER_CALL
     await asyncio.wait_for(store.usage.settled(), 30)
     assert await _tokens_today(store) == (1, PER_CALL)
+
+
+async def test_another_hosts_reservation_counts_until_it_expires_then_in_full(
+    store_url: str, tmp_path: Path, made: list[Replicas]
+) -> None:
+    """A replica on another host died mid-call: its reservation holds its place (others
+    wait rather than overshoot) until it expires, then it is settled at its full size."""
+    r = Replicas(tmp_path, store_url)
+    made.append(r)
+    store = _store(await r.replica())
+    caps = [CapLimit(counts=UsageFilter(), limit=100)]
+    now = int(NOW * 1000)
+
+    from geode.daemon.spend import holder_alive
+
+    async def reserve(holder: str, tokens: int, at: int) -> Any:
+        return await store.usage.reserve(
+            UsageRecord(session_id=holder, input_tokens=tokens, model="m"), caps,
+            holder=holder, now_ms=at, ttl_ms=60_000, alive=holder_alive)
+
+    assert isinstance(await reserve("other-host:7:1", 60, now), Reserved)
+    waiting = await reserve(process_holder_for_test(), 60, now + 1_000)
+    assert isinstance(waiting, InFlight)  # 60 held + 60 would cross 100: wait
+    after = await reserve(process_holder_for_test(), 60, now + 61_000)  # expired by then
+    assert isinstance(after, Reserved)
+    # the dead call counted in full (60), the new one is held
+    assert await _tokens_today(store) == (1, 60)
+
+
+def process_holder_for_test() -> str:
+    from geode.daemon.spend import process_holder
+
+    return process_holder()
+
+
+@pytest.mark.parametrize("spent", [False, True])
+async def test_a_call_that_ended_without_usage_is_dropped_or_counted_in_full(
+    store_url: str, tmp_path: Path, made: list[Replicas], spent: bool
+) -> None:
+    """A provider error: nothing billed, the reservation is dropped. A timeout after the
+    request went out: it may have been billed, counted at its reserved size."""
+    r = Replicas(tmp_path, store_url)
+    made.append(r)
+    store = _store(await r.replica())
+    got = await store.usage.reserve(
+        UsageRecord(session_id="s", input_tokens=30, output_tokens=70, model="m"),
+        [CapLimit(counts=UsageFilter(), limit=1_000)], holder=process_holder_for_test(),
+        now_ms=int(NOW * 1000), ttl_ms=60_000, alive=lambda h: True)
+    assert isinstance(got, Reserved)
+    await store.usage.release(got.id, at_ms=int(NOW * 1000), spent=spent)
+    await store.usage.release(got.id, at_ms=int(NOW * 1000), spent=spent)  # twice: once
+    assert await _tokens_today(store) == ((1, 100) if spent else (0, 0))
