@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from bots.options import LayerOptions, PlatformSpec
+from geode._imports import missing_extra
 from geode.errors import ConfigError
 from geode.settings import Secrets, unknown_key_message
 
@@ -28,14 +29,40 @@ _PACKAGES = ("bots.telegram", "bots.slack", "bots.discord")
 
 @cache
 def platform_specs() -> Mapping[str, PlatformSpec]:
-    """Every registered platform's spec, by name."""
+    """Every registered platform's spec, by name (those whose extra is installed)."""
     specs: dict[str, PlatformSpec] = {}
     for package in _PACKAGES:
-        spec = importlib.import_module(f"{package}.options").SPEC
+        try:
+            spec = importlib.import_module(f"{package}.options").SPEC
+        except ImportError as exc:
+            # its SDK's extra is not installed: fine unless [channels.<it>] is configured
+            # (channel_options then says which extra to install)
+            if missing_extra(exc) is None:
+                raise
+            _UNAVAILABLE[package.rpartition(".")[2]] = package
+            continue
         if not isinstance(spec, PlatformSpec):
             raise TypeError(f"{package}.options.SPEC is not a PlatformSpec")
         specs[spec.name] = spec
     return specs
+
+
+#: platforms registered in _PACKAGES whose package cannot load without its extra
+_UNAVAILABLE: dict[str, str] = {}
+
+
+def _require_platform(name: str) -> None:
+    """Raise the MissingExtraError of a configured platform whose extra is not installed."""
+    package = _UNAVAILABLE.get(name)
+    if package is None:
+        return
+    try:
+        importlib.import_module(f"{package}.options")
+    except ImportError as exc:
+        found = missing_extra(exc)
+        if found is None:
+            raise
+        raise found from exc
 
 
 def channel_options(name: str, raw: Mapping[str, Any]) -> LayerOptions:
@@ -48,6 +75,7 @@ def channel_options(name: str, raw: Mapping[str, Any]) -> LayerOptions:
     where = f"[channels.{name}]"
     spec = platform_specs().get(name)
     if spec is None:
+        _require_platform(name)
         raise ConfigError(unknown_key_message(where, name, platform_specs(), what="platform"))
     try:
         return spec.options.model_validate(dict(raw))

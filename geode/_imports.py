@@ -20,6 +20,8 @@ import importlib
 import sys
 from types import ModuleType
 
+from geode.errors import ConfigError
+
 __all__ = ["EXTRA_OF", "MissingExtraError", "import_without", "install_hint", "missing_extra",
            "require"]
 
@@ -59,10 +61,11 @@ def install_hint(extra: str) -> str:
     return f"install geode-agent[{extra}] (from a checkout: pip install -e '.[{extra}]')"
 
 
-class MissingExtraError(ImportError):
+class MissingExtraError(ConfigError):
     """An optional SDK GEODE needs for what is configured is not installed.
 
-    Its message names the extra that installs it; the CLI prints it and exits 2.
+    A configuration error like any other (the operator fixes it; ``geode serve`` and
+    ``geode doctor`` report it): its message names the extra that installs it.
     """
 
     def __init__(self, *, module: str, extra: str) -> None:
