@@ -193,3 +193,70 @@ async def test_a_pump_pass_that_fails_on_the_store_is_retried(make_stack, fake) 
     fake.user_says(CHAT, "@geode_bot pumped", from_user=42)
     await fake.wait_until(lambda: finals(fake, "answer to: pumped"), within=15)
 
+
+
+# -- logs that do not drown (#38 finding 5) -----------------------------------------------
+
+
+def test_a_traceback_is_shown_once_per_distinct_error_per_minute() -> None:
+    """A store outage used to print a ~115-line traceback per failed job (~2,300 lines for
+    a 0.24 s PostgreSQL restart). Every failure still gets its one line with the error
+    class; the traceback of the same error (event, class, place raised) once a minute."""
+    import io
+
+    from geode.logging import TracebackThrottle
+
+    now = [0.0]
+    throttle = TracebackThrottle(window_s=60.0, clock=lambda: now[0])
+    out = io.StringIO()
+    logger = structlog.wrap_logger(
+        structlog.PrintLogger(out),
+        processors=[throttle, structlog.processors.format_exc_info,
+                    structlog.processors.KeyValueRenderer(key_order=["event"])])
+
+    def fail(where: str) -> None:
+        if where == "claim":
+            raise OperationalError("SELECT", {}, ConnectionRefusedError("gone"))
+        raise TimeoutError("slow")
+
+    for _ in range(50):
+        try:
+            fail("claim")
+        except OperationalError:
+            logger.warning("channel.pump_failed", exc_info=True)
+    try:
+        fail("other")
+    except TimeoutError:
+        logger.warning("channel.pump_failed", exc_info=True)  # another error: its own
+    lines = out.getvalue().splitlines()
+    assert sum(line.startswith("event='channel.pump_failed'") for line in lines) == 51
+    assert out.getvalue().count("Traceback (most recent call last)") == 2
+    assert out.getvalue().count("error_class='OperationalError'") == 50
+    assert out.getvalue().count("traceback='repeated; shown at most once per 60s'") == 49
+    now[0] = 61.0  # a minute on: the same error shows its traceback again
+    try:
+        fail("claim")
+    except OperationalError:
+        logger.warning("channel.pump_failed", exc_info=True)
+    assert out.getvalue().count("Traceback (most recent call last)") == 3
+
+
+async def test_the_store_readiness_logs_its_transitions_not_every_probe(
+    make_stack, fake
+) -> None:
+    stack = make_stack()
+    await stack.start()
+    daemon = stack.daemon
+    assert daemon is not None and daemon.runtime is not None and daemon.health is not None
+    store = daemon.runtime.store
+    answers = iter([False] * 10 + [True] * 3)
+
+    async def ping() -> bool:
+        return next(answers)
+
+    store.ping = ping  # type: ignore[method-assign]
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(13):
+            await daemon.health.readiness()
+    names = [e["event"] for e in logs if e["event"].startswith("store.")]
+    assert names == ["store.down", "store.up"], names
