@@ -17,7 +17,14 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["MASK", "redact", "redact_text", "register_secret", "registered_secrets"]
+__all__ = [
+    "MASK",
+    "redact",
+    "redact_text",
+    "redact_values",
+    "register_secret",
+    "registered_secrets",
+]
 
 MASK = "[REDACTED]"
 
@@ -167,4 +174,23 @@ def _redact(obj: Any, literals: tuple[str, ...], depth: int) -> Any:
         return out
     if isinstance(obj, list | tuple):
         return [_redact(v, literals, depth + 1) for v in obj]
+    return obj
+
+
+def redact_values(obj: Any) -> Any:
+    """A copy of a JSON-like ``obj`` with every string masked as :func:`redact_text` does;
+    unlike :func:`redact`, nothing is masked for its key's name (a record's routing data,
+    such as an interaction token under ``token``, must come back as it went in)."""
+    return _values(obj, _literals(()), 0)
+
+
+def _values(obj: Any, literals: tuple[str, ...], depth: int) -> Any:
+    if isinstance(obj, str):
+        return _redact_text(obj, literals)
+    if depth > 32:
+        return obj
+    if isinstance(obj, Mapping):
+        return {k: _values(v, literals, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_values(v, literals, depth + 1) for v in obj]
     return obj

@@ -21,6 +21,7 @@ from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from bots.store._tables import approvals_table
+from geode.redact import redact
 
 if TYPE_CHECKING:
     from geode.store import Store
@@ -127,7 +128,7 @@ class ApprovalRequests:
                         short_id=short, session_id=session_id, turn_id=turn_id,
                         call_id=call_id, thread_key=thread_key, platform=platform,
                         workspace=workspace, channel=channel, thread_root=thread_root,
-                        tool=tool, args=dict(args), summary=summary,
+                        tool=tool, args=redact(dict(args)), summary=summary,  # at rest: masked
                         requested_by=requested_by, requested_by_name=requested_by_name,
                         approvers=[str(a) for a in approvers], status="pending",
                         message_id=None, decided_by="", decided_by_name="",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 from sqlalchemy import and_, bindparam, select, update
@@ -26,6 +26,7 @@ from bots.events import InboundEvent
 from bots.store._sql import insert_for, insert_ignore
 from bots.store._tables import cursors_table, events_table, messages_table
 from bots.store.leases import held_by_another, store_clock
+from geode.redact import redact_values
 from geode.store.models import utcnow
 
 if TYPE_CHECKING:
@@ -38,6 +39,17 @@ if TYPE_CHECKING:
 __all__ = ["EVENTS_CHANNEL", "Cursors", "InboundLog", "StoredEvent"]
 
 log = structlog.get_logger(__name__)
+
+
+def _at_rest(event: InboundEvent) -> dict[str, Any]:
+    """The event as it is stored: every text in it (the message, quoted context, a thread
+    title in ``extra``...) with credentials masked (issue #30: a key a user pasted must
+    not sit in clear in ``channel_events``). The turn reads the event back from here, so
+    the model sees the mask too: a chat message is no way to hand GEODE a secret (that is
+    ``.env`` / the environment)."""
+    return cast("dict[str, Any]", redact_values(event.to_json()))
+
+
 #: PostgreSQL: notified with ``platform:workspace origin`` when events of that bot are
 #: recorded, so every other replica's pump wakes at once (threads it holds may have new events)
 EVENTS_CHANNEL = "geode_channel_events"
@@ -211,7 +223,7 @@ class InboundLog:
                     "dedupe_key": event.dedupe_key[:300], "platform": event.platform,
                     "workspace": event.workspace, "channel": event.channel,
                     "thread_root": event.thread_root, "message_id": event.message_id,
-                    "sender": event.sender, "payload": event.to_json(), "status": status,
+                    "sender": event.sender, "payload": _at_rest(event), "status": status,
                     "decision": "", "session_id": None, "owner": "", "created_at": now,
                     "updated_at": now,
                 }).first()

@@ -21,7 +21,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 from sqlalchemy import bindparam, delete, insert, select, update
@@ -30,6 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from geode.errors import CheckpointSaveError, StoreError
 from geode.loop.protocols import BatchSaveFailed, TurnInfo
 from geode.messages import Message
+from geode.redact import redact
 from geode.store.models import checkpoints_table, messages_table, sessions_table, utcnow
 from geode.store.sessions import (
     IllegalTransitionError,
@@ -48,6 +49,13 @@ __all__ = ["CheckpointRow", "CheckpointStore", "Restored", "SessionCheckpointer"
 log = structlog.get_logger(__name__)
 
 _S, _M, _C = sessions_table, messages_table, checkpoints_table
+
+
+def _at_rest(message: Message) -> dict[str, Any]:
+    """A message as it is stored: credentials masked (registered secrets, key shapes,
+    credential-named tool arguments), issue #30. The running turn keeps what the model and
+    the tools said; a session restored from the store sees the masks."""
+    return cast("dict[str, Any]", redact(message.model_dump(mode="json")))
 
 # The save's statements, built once: building and cache-keying a Core statement costs
 # about as much as SQLite executing it. Bind names start with ``b_`` so they cannot clash
@@ -402,7 +410,7 @@ class SessionCheckpointer:
             {
                 "session_id": self.session_id,
                 "idx": i,
-                "payload": messages[i].model_dump(mode="json"),
+                "payload": _at_rest(messages[i]),
                 "created_at": now,
             }
             for i in range(keep, len(messages))
