@@ -246,6 +246,50 @@ NOTES = {
     "[mcp.servers.NAME].timeout": "deadline of one tool call, seconds",
     "[mcp.servers.NAME].startup_timeout_s": "`initialize` must finish within this",
     "[mcp.servers.NAME].disabled": "keep the entry without starting the server",
+    # every platform's [channels.*] (the shared layer's keys)
+    "[channels.*].progress_edit_interval_s": "the progress message is edited at most this often",
+    "[channels.*].typing_interval_s": "typing is re-sent this often while a turn runs",
+    "[channels.*].ack_emoji": "reaction on a message GEODE starts working on (unset: none)",
+    "[channels.*].pairing_max_new_per_hour": "new pairing codes handed out per hour, all senders",
+    # Telegram
+    "[channels.telegram].token_env": "the variable holding the bot token from @BotFather",
+    "[channels.telegram].base_url": "Bot API base (a local Bot API server, a proxy)",
+    "[channels.telegram].base_file_url": "file download base, set with `base_url`",
+    "[channels.telegram].mode": "long polling (nothing exposed) or a webhook",
+    "[channels.telegram].poll_timeout_s": "long-poll timeout of `getUpdates`",
+    "[channels.telegram].poll_limit": "updates per `getUpdates`",
+    "[channels.telegram].webhook_url": "the public HTTPS URL Telegram posts to (webhook mode)",
+    "[channels.telegram].webhook_listen": "where GEODE listens for it (put TLS in front)",
+    "[channels.telegram].webhook_port": "its port",
+    "[channels.telegram].webhook_path": "its path",
+    "[channels.telegram].webhook_secret_env": "the variable holding the webhook's secret token",
+    "[channels.telegram].rate_overall_per_s": "Bot API requests per second, whole bot (0 = off)",
+    "[channels.telegram].rate_group_per_min": "messages per minute into one group (0 = off)",
+    "[channels.telegram].max_retry_after_s": "a 429 asking to wait longer fails the call "
+                                             "(the reply stays in the outbox)",
+    "[channels.telegram].connection_pool_size": "HTTP connections to the Bot API",
+    # Slack
+    "[channels.slack].bot_token_env": "the variable holding the Bot User OAuth Token (xoxb-…)",
+    "[channels.slack].app_token_env": "the variable holding the app-level token (xapp-…); set: "
+                                      "Socket Mode",
+    "[channels.slack].signing_secret_env": "the variable holding the Signing Secret (HTTP mode)",
+    "[channels.slack].base_url": "Web API base (a proxy)",
+    "[channels.slack].http_host": "HTTP mode: where GEODE listens (put TLS in front)",
+    "[channels.slack].http_port": "HTTP mode: its port",
+    "[channels.slack].http_path": "HTTP mode: the events (and interactivity) path",
+    "[channels.slack].command": "the slash command",
+    "[channels.slack].status_text": "the thread status line while a turn runs",
+    "[channels.slack].chunk_limit": "characters per message of a long answer",
+    "[channels.slack].rate_limit_retries": "retries of a 429, after Slack's Retry-After",
+    "[channels.slack].history_page_size": "messages per history page when catching up",
+    "[channels.slack].catch_up_max_threads": "threads whose replies are read when catching up",
+    "[channels.slack].ping_interval_s": "Socket Mode keep-alive",
+    # Discord
+    "[channels.discord].token_env": "the variable holding the bot token",
+    "[channels.discord].api_base": "REST API base (a proxy)",
+    "[channels.discord].gateway_url": "gateway URL (a proxy)",
+    "[channels.discord].thread_auto_archive_minutes": "auto-archive of the threads it opens",
+    "[channels.discord].catch_up_max_pages": "history pages read per channel when catching up",
 }
 
 
@@ -280,7 +324,9 @@ def key_rows(model: type[BaseModel], table: str) -> Iterator[str]:
         sub = _submodel(annotation)
         if sub is not None and info.default_factory is not None and not _is_container(annotation):
             continue  # a nested table: it has its own section
-        meaning = _clean(comments.get(name) or NOTES.get(f"{table}.{key}", ""))
+        shared = "[channels.*]" if table.startswith("[channels.") else table
+        meaning = _clean(comments.get(name) or NOTES.get(f"{table}.{key}")
+                         or NOTES.get(f"{shared}.{key}", ""))
         bounds = _constraints(info)
         if bounds:
             meaning = f"{meaning} ({bounds})" if meaning else bounds
