@@ -165,6 +165,7 @@ class ChannelLayer:
         #: a store operation failed on a lost connection: once the store answers, what this
         #: replica holds and nothing runs is recovered (:meth:`_after_outage`)
         self._outage = False
+        self._sweeper: asyncio.Task[None] | None = None
         self.processing = False
 
     def _fault_at(self, point: str) -> None:
@@ -378,7 +379,7 @@ class ChannelLayer:
                 failures = 0
                 health.beat("pumping")
                 if self._outage:  # the store answers again: recover what the outage left
-                    await self._after_outage()
+                    self._after_outage_soon()
 
     async def pump_once(self) -> None:
         """Claim recorded events in batches and dispatch them until none are left.
@@ -513,7 +514,7 @@ class ChannelLayer:
                 last_renewed = time.monotonic()
                 health.beat("renewing")
                 if self._outage:  # the store answers again: recover what the outage left
-                    await self._after_outage()
+                    self._after_outage_soon()
             except Exception as exc:
                 self._outage = self._outage or is_transient(exc)
                 health.down(f"thread leases not renewed for "
@@ -675,6 +676,15 @@ class ChannelLayer:
                     f"({resumes} tries). Please ask again.")
             return functools.partial(self.turns.finish, row, text)
         return functools.partial(self.turns.recover, stored, row, binding)
+
+    def _after_outage_soon(self) -> None:
+        """:meth:`_after_outage` in a task of its own, one at a time: the pump and the lease
+        keeper must not wait for a recovery (a lease keeper stuck behind one let this
+        replica's leases expire, and another replica took over threads still running here)."""
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.create_task(self._after_outage(), name="channel-recover")
+            self._tasks.add(self._sweeper)
+            self._sweeper.add_done_callback(self._tasks.discard)
 
     async def _after_outage(self) -> None:
         """A store operation of this layer failed on a lost connection: once the store
