@@ -44,7 +44,7 @@ from geode.daemon.lanes import LaneKind, LaneQueue, QueueObserver
 from geode.daemon.metrics import DaemonMetrics
 from geode.daemon.port import OnSession, SessionStatus, TurnOutcome
 from geode.daemon.scheduler import Job, JobStore, Scheduler
-from geode.daemon.supervisor import Component, TaskSupervisor
+from geode.daemon.supervisor import Component, TaskSupervisor, describe_error
 from geode.errors import ConfigError, ShuttingDown
 from geode.loop import TurnResult
 from geode.messages import ImageBlock
@@ -148,6 +148,8 @@ class Daemon:
         self._stop: asyncio.Event | None = None
         self._active: dict[asyncio.Task[Any], Session | None] = {}
         self._started = False
+        #: the daemon's own long-running tasks (the scheduler); connectors have theirs
+        self.supervisor = TaskSupervisor()
         #: the store's answer to the last readiness ping (its transitions are logged)
         self._store_up = True
 
@@ -209,7 +211,10 @@ class Daemon:
                 jobs=JobStore(store=self.runtime.store), run_job=self._run_job,
                 owner=self.owner, tick_s=self.scheduler_tick_s,
             )
-            await self.scheduler.start()
+            # under the supervisor (not Scheduler.start's bare task): a death is logged and
+            # restarted, and /readyz says when the scheduler stops ticking
+            self.supervisor.spawn("scheduler", self._schedule,
+                                  stale_after_s=max(60.0, 30 * self.scheduler_tick_s))
         except BaseException:
             await self._close_all()
             raise
@@ -244,6 +249,7 @@ class Daemon:
         log.info("daemon.draining", running=len(self._active))
         if self.ipc is not None:
             await self.ipc.stop_accepting()
+        await self.supervisor.cancel("scheduler")
         if self.scheduler is not None:
             await self.scheduler.stop()
         # Connectors first stop taking work but keep delivering: a channel turn running now
@@ -303,6 +309,7 @@ class Daemon:
             for task in list(self.ipc.runs):
                 task.cancel()  # only lane waiters are left here; cancelling frees them
             await self.ipc.close()
+        await self.supervisor.stop()
         if self.scheduler is not None:
             await self.scheduler.stop()
         if self.health is not None:
@@ -321,8 +328,25 @@ class Daemon:
 
     def components(self) -> list[Component]:
         """Every supervised component of this process (the connectors' tasks), for /readyz."""
-        return [comp for c in self.connectors if isinstance(c, Supervised)
-                for comp in c.supervisor.components()]
+        return [*self.supervisor.components(),
+                *(comp for c in self.connectors if isinstance(c, Supervised)
+                  for comp in c.supervisor.components())]
+
+    async def _schedule(self, health: Component) -> None:
+        """The scheduler's loop: claim and start due jobs every tick. A store error is one
+        line (the traceback once a minute) and /readyz says so; the next tick retries."""
+        scheduler = self.scheduler
+        assert scheduler is not None
+        while True:
+            try:
+                await scheduler.tick()
+            except Exception as exc:
+                health.down(f"tick failed: {describe_error(exc)}")
+                log.warning("scheduler.tick_failed", error_class=type(exc).__name__,
+                            exc_info=exc)
+            else:
+                health.beat("ticking")
+            await asyncio.sleep(self.scheduler_tick_s)
 
     async def _store_ready(self) -> tuple[bool, str]:
         store = self.runtime.store if self.runtime is not None else None

@@ -45,7 +45,7 @@ async def test_metrics_count_turns_tool_calls_denials_latency_and_lane_waits(
     assert live.status_code == 200 and live.json() == {"status": "alive"}
     ready = await _get(d, "/readyz")
     assert ready.status_code == 200, ready.text
-    assert set(ready.json()["checks"]) == {"store", "connectors", "intake", "model"}
+    assert set(ready.json()["checks"]) == {"store", "connectors", "intake", "model", "scheduler"}
 
     resp = await _get(d, "/metrics")
     assert resp.headers["content-type"].startswith("text/plain")

@@ -184,3 +184,29 @@ async def test_telegram_rejected_token_at_start_is_a_configuration_error(
                                                options=opts))
         with pytest.raises(ConfigError, match="Telegram rejected the bot token"):
             await daemon.start()
+
+
+async def test_the_scheduler_runs_supervised_and_readyz_says_when_its_ticks_fail(
+    home: Path, daemons: list[Daemon]
+) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    daemon = _daemon(home)
+    daemon.scheduler_tick_s = 0.05
+    daemons.append(daemon)
+    await daemon.start()
+    assert daemon.health is not None and daemon.scheduler is not None
+    await _until(lambda: daemon.supervisor.component("scheduler").last_beat is not None, 5)
+    ready, checks = await daemon.health.readiness()
+    assert checks["scheduler"] == {"ok": True, "detail": "ticking"}, checks
+
+    async def down(_now: float) -> list[Any]:
+        raise OperationalError("SELECT", {}, ConnectionRefusedError("db down"))
+
+    due = daemon.scheduler.jobs.due
+    daemon.scheduler.jobs.due = down  # type: ignore[method-assign]
+    await _until(lambda: daemon.supervisor.component("scheduler").state == "down", 5)
+    ready, checks = await daemon.health.readiness()
+    assert not ready and "OperationalError" in checks["scheduler"]["detail"], checks
+    daemon.scheduler.jobs.due = due  # type: ignore[method-assign]
+    await _until(lambda: daemon.supervisor.component("scheduler").state == "up", 5)
