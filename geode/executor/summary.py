@@ -14,7 +14,9 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
+import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,8 @@ __all__ = ["describe_call", "full_call", "full_diff", "show_invisible"]
 _MAX_DIFF_CHARS = 2500
 _MAX_ARGS_CHARS = 1500
 _MAX_READ_BYTES = 1_000_000
+#: what a file that is not read is diffed from: the request says so instead of showing it
+_UNSHOWN = "(its current content is not shown: the file has other names, hard links)\n"
 
 
 #: a run of white space (any kind) or of invisible format characters (zero-width, bidi)
@@ -67,13 +71,26 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _read_current(workspace: Path, rel: str) -> str | None:
-    """The file's text now, if it is inside the workspace and readable (else None)."""
+    """The file's text now, if it is inside the workspace and readable (else None).
+
+    Only a regular file with a single name is read: a hard link (GEODE's ``.env`` under
+    another name, issue #30) is looked up but never opened, so its content cannot reach an
+    approval request; it shows as "(its content is not shown)"."""
     try:
         root = workspace.resolve()
         path = (root / rel).resolve()
-        if not path.is_relative_to(root) or not path.is_file():
+        if not path.is_relative_to(root):
             return None
-        with path.open("rb") as f:
+        st = os.stat(path, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        if st.st_nlink != 1:
+            return _UNSHOWN
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            now = os.fstat(f.fileno())
+            if (now.st_dev, now.st_ino, now.st_nlink) != (st.st_dev, st.st_ino, 1):
+                return _UNSHOWN  # swapped since the look
             data = f.read(_MAX_READ_BYTES + 1)
         if len(data) > _MAX_READ_BYTES:
             return None

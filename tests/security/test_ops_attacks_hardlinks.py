@@ -205,3 +205,18 @@ async def test_an_attachment_name_holding_a_hard_link_is_not_read(home: Path, ws
     assert not any(SECRET in part for part in got.parts), got.parts
     assert any("not read" in part for part in got.parts), got.parts
     assert SECRET in (home / ".env").read_text()
+
+
+def test_an_approval_request_never_shows_a_hard_linked_file(home: Path, ws: Path) -> None:
+    """write_file / edit_file of a hard link to .env: the request's diff (posted in the
+    thread) would have shown .env's lines as the file's current content."""
+    from geode.executor.summary import describe_call, full_call
+
+    (home / ".env").write_text("DB_PASSWORD=hunter2-not-a-known-shape\n")
+    os.link(home / ".env", ws / "x")
+    for args in ({"path": "x", "content": "new\n"},
+                 {"path": "x", "old_string": "DB_PASSWORD", "new_string": "X"}):
+        tool = "write_file" if "content" in args else "edit_file"
+        assert "hunter2" not in describe_call(tool, args, ws)
+        assert "hunter2" not in full_call(tool, args, ws)
+    assert "not shown" in describe_call("write_file", {"path": "x", "content": "n\n"}, ws)
