@@ -51,8 +51,9 @@ __all__ = ["RESUMED", "ProgressFinder", "ProgressReporter"]
 log = structlog.get_logger(__name__)
 
 WORKING = "⏳ Working…"
-#: the line of a turn recovered after a restart (the chat says why it took a while)
-RESUMED = "↻ Resumed after a restart"
+#: the line of a turn recovered after a restart, a takeover or a store outage (the chat
+#: says why it took a while)
+RESUMED = "↻ Resumed after an interruption"
 _MAX_LINES = 12
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from _harness import crash_at, echo
 
@@ -70,7 +71,7 @@ async def test_slack_a_placeholder_sent_but_not_recorded_is_found_and_reused(
 
 
 async def test_telegram_the_recorded_placeholder_says_resumed_then_holds_the_answer(
-    make_stack, fake
+    make_stack: Any, fake: Any
 ) -> None:
     hit, fault = crash_at("turn_started")
     stack = make_stack(provider=ScriptedProvider([echo], repeat_last=True), fault=fault)
@@ -93,7 +94,9 @@ async def test_telegram_the_recorded_placeholder_says_resumed_then_holds_the_ans
         "answer to: crash me")
 
 
-async def test_the_intent_is_recorded_with_the_turn_before_the_send(make_stack, fake) -> None:
+async def test_the_intent_is_recorded_with_the_turn_before_the_send(
+    make_stack: Any, fake: Any
+) -> None:
     hit, fault = crash_at("turn_accepted")
     stack = make_stack(fault=fault)
     await stack.start()
@@ -117,7 +120,7 @@ async def test_the_intent_is_recorded_with_the_turn_before_the_send(make_stack, 
     assert under == ["answer to: crash me"]
 
 
-async def test_a_queued_placeholder_is_reused_after_a_crash(make_stack, fake) -> None:
+async def test_a_queued_placeholder_is_reused_after_a_crash(make_stack: Any, fake: Any) -> None:
     # one channel lane: the second thread's turn waits "⏳ Queued — 1 ahead"
     stack = make_stack(provider=ScriptedProvider([echo], repeat_last=True, latency=1.5),
                        lanes={"global_cap": 8, "channel_cap": 1, "wait_timeout_s": 30})

@@ -150,6 +150,6 @@ async def test_kill_9_mid_turn_then_restart_takes_over_at_once_and_resumes_in_pl
                            if msg.reply_to_message_id == m)
         texts = _texts_of(fake, placeholder)
         # the chat said the turn resumed after the restart, in the same message
-        assert any("resumed after a restart" in t.lower() for t in texts), texts
+        assert any("↻ resumed" in t.lower() for t in texts), texts
         assert texts[-1] == FINAL and texts.count(FINAL) == 1, texts
     assert not [c for c in fake.calls_to("getUpdates") if c.status == 409]

@@ -110,8 +110,10 @@ async def test_kill_9_then_restart_gives_exactly_one_final_reply(
             if c.reply_to_message_id == m
         ]
         assert visible.count(FINAL) == 1, visible
-        # A kill between a progress message's send and its record can leave that one
-        # "Working…" message behind (the Bot API cannot look it up); never an answer twice.
+        # A kill between Telegram accepting a progress message and GEODE recording its id
+        # (here: right as the fake saw it) can leave that one "Working…" message behind:
+        # the Bot API cannot read it back. A kill after the record leaves none (the
+        # recovered turn reuses it: test_ops_restart.py); never an answer twice.
         strays = [t for t in visible if t != FINAL]
         assert len(strays) <= (1 if point == "turn_running" else 0), visible
         assert all(t.startswith("⏳ Working") for t in strays), visible
