@@ -220,3 +220,31 @@ def test_an_approval_request_never_shows_a_hard_linked_file(home: Path, ws: Path
         assert "hunter2" not in describe_call(tool, args, ws)
         assert "hunter2" not in full_call(tool, args, ws)
     assert "not shown" in describe_call("write_file", {"path": "x", "content": "n\n"}, ws)
+
+
+async def test_run_bash_masks_a_hard_link_to_geode_files(
+        call: Any, home: Path, ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sandbox masks GEODE's files by path; a hard link in the workspace has a path of
+    its own: it is found by its inode and masked (bound over with /dev/null) too. Checked
+    on the sandbox's command line (the real bubblewrap runs in tests/security under CI)."""
+    from geode.tools.builtin import bash
+
+    os.link(home / ".env", ws / "x")
+    (ws / "sub").mkdir()
+    os.link(home / "geode.db", ws / "sub" / "y")
+    (ws / "mine.txt").write_text("mine\n")
+    seen: list[list[str]] = []
+
+    async def fake_run(argv: list[str], timeout_s: float, limits: Any) -> str:
+        seen.append(argv)
+        return "ran"
+
+    monkeypatch.setattr(bash, "_probe", lambda: None)
+    monkeypatch.setattr(bash.shutil, "which", lambda name: f"/nonexistent/{name}")
+    monkeypatch.setattr(bash, "_run_sandboxed", fake_run)
+    assert await call(bash.run_bash, _ctx(ws, home), command="cat x sub/y") == "ran"
+    [argv] = seen
+    masked = {argv[i + 2] for i, a in enumerate(argv[:-2])
+              if a == "--ro-bind" and argv[i + 1] == "/dev/null"}
+    assert {str(ws / "x"), str(ws / "sub" / "y")} <= masked
+    assert str(ws / "mine.txt") not in masked

@@ -41,6 +41,7 @@ __all__ = [
     "display_path",
     "is_own_name",
     "own_inodes",
+    "own_links",
     "path_key",
     "protected_paths",
     "refuse_own",
@@ -279,6 +280,51 @@ def own_inodes(paths: object, root: Path | None = None) -> frozenset[Inode]:
             _add_inode(out, p, follow=False)
             _add_inode(out, real, follow=True)
     return frozenset(out)
+
+
+#: entries of a workspace looked at at most for links to GEODE's files (run_bash's scan)
+OWN_LINKS_SCAN_MAX = 200_000
+
+
+def own_links(root: Path, own: frozenset[Inode], *, limit: int = OWN_LINKS_SCAN_MAX
+              ) -> list[Path]:
+    """Files under the workspace ``root`` that are GEODE's own under another name (hard
+    links: more than one link, an inode of ``own``), for ``run_bash`` to mask.
+
+    Only a file on a device of GEODE's files can be one (a hard link never crosses file
+    systems), so most workspaces elsewhere cost one ``stat``. Symlinks are not followed;
+    the walk stops after ``limit`` entries. Blocking: run it in a thread."""
+    if not own:
+        return []
+    devices = {dev for dev, _ in own}
+    try:
+        if os.stat(root).st_dev not in devices:
+            return []
+    except OSError:
+        return []
+    found: list[Path] = []
+    seen = 0
+    stack = [str(root)]
+    while stack:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                seen += 1
+                if seen > limit:
+                    return found
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if st.st_nlink > 1 and (st.st_dev, st.st_ino) in own:
+                    found.append(Path(entry.path))
+    return found
 
 
 def refuse_own(fd: int, shown: str, own: frozenset[Inode]) -> os.stat_result:

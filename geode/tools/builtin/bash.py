@@ -28,7 +28,13 @@ from pydantic import Field
 from geode.tools.base import ToolContext, ToolDef, tool
 from geode.tools.builtin import _sandbox
 from geode.tools.builtin._sandbox import SYSTEM_PATHS, SandboxLimits
-from geode.tools.builtin._workspace import protected_paths, truncate, workspace_root
+from geode.tools.builtin._workspace import (
+    own_inodes,
+    own_links,
+    protected_paths,
+    truncate,
+    workspace_root,
+)
 from geode.tools.errors import ToolFailure
 
 __all__ = [
@@ -280,6 +286,10 @@ def make_run_bash(*, deadline_s: float = BASH_MAX_TIMEOUT_S + 60.0) -> ToolDef:
         if root == Path("/") or any(Path(p).is_relative_to(root) for p in SYSTEM_PATHS):
             raise ToolFailure(f"refused: the workspace {root} would expose system directories")
         protected = protected_paths(ctx, root)
+        # GEODE's own files under another name in the workspace (hard links: the sandbox
+        # masks GEODE's files by path, a link has a path of its own) are masked too (#30)
+        own = await asyncio.to_thread(own_inodes, ctx.extra.get("protected_paths", ()), root)
+        protected += await asyncio.to_thread(own_links, root, own)
         network = ctx.extra.get("bash_network") is True
         limits = ctx.extra.get("sandbox_limits")
         if not isinstance(limits, SandboxLimits):
