@@ -104,15 +104,24 @@ class HolderRegistry:
 
     def _open(self) -> None:
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = self.folder / f"{os.getpid()}-{secrets.token_hex(4)}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        name = f"{os.getpid()}-{secrets.token_hex(4)}"
+        path = self.folder / f"{name}.lock"
+        # Locked and written under a name nobody scans, then renamed: a ``*.lock`` file is
+        # never seen unlocked while its process lives.
+        tmp = self.folder / f".{name}.tmp"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._fd = fd
+            self._write()
+            tmp.rename(path)
         except OSError:
+            self._fd = None
             os.close(fd)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
             raise
         # Ours before the others are read: a restart racing another sees this one live.
-        self._fd = fd
         dead: set[str] = set()
         for other in sorted(self.folder.glob("*.lock")):
             if other != path:
@@ -137,7 +146,11 @@ class HolderRegistry:
                 record = json.loads(os.pread(fd, 1 << 20, 0) or b"{}")
             except ValueError:
                 record = {}
-            if not isinstance(record, dict) or record.get("host") != self.host:
+            if not isinstance(record, dict) or not record.get("host"):
+                with contextlib.suppress(OSError):
+                    path.unlink()  # unreadable, and dead: nothing in it to take over
+                return set()
+            if record.get("host") != self.host:
                 return set()  # another host's (a shared file system): not evidence here
             names = {str(n) for key in ("names", "inherited") for n in record.get(key) or []}
             with contextlib.suppress(OSError):

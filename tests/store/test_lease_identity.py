@@ -210,3 +210,13 @@ async def test_a_dead_predecessors_leases_are_taken_over_at_once_a_live_replicas
     # the live replica keeps its intake lease too, predecessor list or not
     assert not await Lease(store=store, name=name, owner="elsewhere:7:live", ttl_s=60,
                            predecessors={"vm:1:dead"}).try_acquire()
+
+
+def test_an_unreadable_dead_file_is_removed_and_names_nobody(tmp_path: Path) -> None:
+    folder = tmp_path / "holders"
+    folder.mkdir()
+    (folder / "7-garbage.lock").write_text("")  # a process that died mid-write
+    registry = HolderRegistry(home=tmp_path)
+    assert registry.register("vm:1:new") == frozenset()
+    assert not (folder / "7-garbage.lock").exists()
+    registry.close()
