@@ -135,3 +135,32 @@ async def test_mcp_list_json_reports_each_server_its_state_and_tools(tmp_path: P
     assert servers["echo"]["status"] == "ok" and servers["echo"]["error"] is None
     assert servers["echo"]["tools"] and all({"name", "safety"} <= set(t)
                                             for t in servers["echo"]["tools"])
+
+
+def test_every_command_that_prints_data_takes_json() -> None:
+    import importlib
+
+    import typer.main
+    from typer import _click
+    from typer.core import TyperGroup
+
+    app_module = importlib.import_module("geode.cli.app")
+    app_module._register()
+    root = typer.main.get_command(app_module.app)
+    # commands that report what is there (not actions such as add / remove / serve)
+    data = {"list", "show", "timeline", "transcript", "export", "models", "usage", "doctor",
+            "init", "run", "ask", "replay"}
+    missing = []
+
+    def walk(cmd: object, path: list[str]) -> None:
+        if isinstance(cmd, TyperGroup):
+            ctx = _click.Context(cmd)
+            for name in cmd.list_commands(ctx):
+                walk(cmd.get_command(ctx, name), [*path, name])
+        elif path and path[-1] in data:
+            opts = {o for p in cmd.params for o in getattr(p, "opts", [])}  # type: ignore[attr-defined]
+            if "--json" not in opts and "--jsonl" not in opts:
+                missing.append(" ".join(path))
+
+    walk(root, [])
+    assert not missing, missing
