@@ -268,6 +268,8 @@ class UsageLedger:
         def work(conn: Connection) -> ReserveOutcome:
             if postgres:
                 conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_SPEND_LOCK})")
+            if conn.execute(select(_R.c.id).where(_R.c.id == rid)).first() is not None:
+                return Reserved(rid)  # a retry of a transaction that did commit
             _settle_unseen(conn, now_ms, alive)
             settled = [_totals(conn.execute(q).one()) for q in settled_q]
             reserved = [_totals(conn.execute(q).one()) for q in reserved_q]

@@ -185,13 +185,15 @@ async def test_a_dead_process_reservation_is_counted_in_full_on_takeover(
     assert await _tokens_today(store) == (2, 900 + 8192 + PER_CALL)
 
 
-def _fail_usage_writes(store: Store, monkeypatch: pytest.MonkeyPatch, times: int) -> list[str]:
-    """The store refuses the usage row's writes ``times`` times (a connection error, as in
-    a PostgreSQL restart); every other write goes through."""
+def _fail_usage_writes(store: Store, monkeypatch: pytest.MonkeyPatch, times: int,
+                       until: asyncio.Event | None = None) -> list[str]:
+    """The store refuses the usage row's writes ``times`` times, or until ``until`` is set
+    (a connection error, as in a PostgreSQL restart); every other write goes through."""
     failures: list[str] = []
 
     def refuse(fn: Callable[..., Any]) -> bool:
-        if "UsageLedger.record" in fn.__qualname__ and len(failures) < times:
+        more = not until.is_set() if until is not None else len(failures) < times
+        if "UsageLedger.record" in fn.__qualname__ and more:
             failures.append(fn.__qualname__)
             return True
         return False
@@ -246,12 +248,17 @@ async def test_while_a_usage_row_is_being_retried_its_reservation_still_counts(
     made.append(r)
     rt = await r.replica()
     store = _store(rt)
-    monkeypatch.setattr("geode.store.usage.RETRY_FIRST_S", 1.0)
-    _fail_usage_writes(store, monkeypatch, times=1)
+    back = asyncio.Event()  # the store is "down" for the usage row until this is set
+    failures = _fail_usage_writes(store, monkeypatch, times=0, until=back)
     assert (await r.turn(rt, "s-1", latency=0)).ok
+    await asyncio.sleep(1.0)  # a few retries refused
+    assert failures
     held = await store.run_read(lambda c: c.exec_driver_sql(
         "SELECT input_tokens + output_tokens FROM spend_reservations").scalars().all())
     assert len(held) == 1 and held[0] >= PER_CALL
+    (counted,) = await store.usage.totals([UsageFilter()])
+    assert counted.calls == 0  # the row is not written yet; the reservation holds its place
+    back.set()
     await asyncio.wait_for(store.usage.settled(), 30)
     assert await _tokens_today(store) == (1, PER_CALL)
 
