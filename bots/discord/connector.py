@@ -864,12 +864,13 @@ class DiscordConnector(BaseConnector):
         return None
 
     async def find_progress(self, target: ReplyTarget, *, since: datetime) -> list[str]:
-        """The bot's progress placeholders (``⏳ …``) posted since ``since``
+        """The bot's progress placeholders (``⏳ …``) of this turn posted since ``since``
         (:meth:`_posted_since`), oldest first: a kill hid one before its id was recorded
-        (``bots.progress.ProgressFinder``)."""
+        (``bots.progress.ProgressFinder``). In the channel itself only those replying to
+        the turn's message count (another thread's turn posts there too)."""
         found = {int(m["id"]) for m in await self._posted_since(target, since)
                  if str(m.get("id", "")).isdigit()
-                 and str(m.get("content") or "").startswith("⏳")}
+                 and str(m.get("content") or "").startswith("⏳") and _of_turn(m, target)}
         return [str(i) for i in sorted(found)]
 
     async def find_approval(
@@ -975,3 +976,13 @@ def _author(data: dict[str, Any]) -> str | None:
     """The id of a MESSAGE_CREATE payload's author."""
     author = data.get("author")
     return snowflake(author.get("id")) if isinstance(author, dict) else None
+
+
+def _of_turn(message: dict[str, Any], target: ReplyTarget) -> bool:
+    """A bot message posted for ``target``'s turn: in a thread (its own), or in the channel
+    as a reply to the turn's message."""
+    if str(message.get("channel_id")) != target.channel:
+        return True
+    ref = message.get("message_reference")
+    return (target.reply_to is not None and isinstance(ref, dict)
+            and str(ref.get("message_id")) == target.reply_to)

@@ -615,7 +615,10 @@ class SlackConnector(BaseConnector):
     async def find_progress(self, target: ReplyTarget, *, since: datetime) -> list[str]:
         """The bot's progress placeholders (``⏳ …``) in the thread since ``since``
         (:meth:`_posted_since`), oldest first: a kill hid one before its ts was recorded
-        (``bots.progress.ProgressFinder``)."""
+        (``bots.progress.ProgressFinder``). Outside a thread none: the channel's top-level
+        messages do not say which turn posted them."""
+        if not valid_ts(target.thread_root):
+            return []
         found = [m for m in await self._posted_since(target, since)
                  if isinstance(m.get("ts"), str) and str(m.get("text") or "").startswith("⏳")]
         return [str(m["ts"]) for m in sorted(found, key=lambda m: float(m["ts"]))]
