@@ -152,7 +152,7 @@ class ChatApprover:
         summary = request.summary or await asyncio.to_thread(
             describe_call, request.tool, dict(request.args), self.workspace)
         diff, is_diff = await self._long_call(request)
-        if diff is not None or len(summary) > POSTED_DIFF_CHARS + 400:
+        if diff is not None or len(summary) > POSTED_DIFF_CHARS + 200:
             # the message shows its start (never more than every platform's message holds);
             # the file has it all
             summary = await asyncio.to_thread(describe_call, request.tool, dict(request.args),

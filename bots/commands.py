@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from bots.bindings import spend_scope
 from bots.events import InboundEvent
+from geode.redact import redact_text
 from geode.settings import BindingSettings
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ async def _decide(ctx: CommandContext, event: InboundEvent, *, approve: bool) ->
     arg = parts[1] if len(parts) > 1 else ""
     if arg and not _REQUEST_ID.fullmatch(arg):
         # never read as "the pending one": an argument that is no id decides nothing
-        shown = re.sub(r"[^\w.-]", "?", arg[:24])
+        shown = re.sub(r"[^\w.-]", "?", redact_text(arg)[:24])  # echoed, and kept
         return (f"{shown!r} is not an approval request id; give the id the request shows "
                 "(e.g. K7Q2XM), or reply to the request.")
     found = await _find_request(ctx.approvals, event, arg)
