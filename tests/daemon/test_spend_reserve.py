@@ -137,20 +137,38 @@ async def test_two_replicas_share_the_reservations(
 async def test_calls_run_in_parallel_while_their_maxima_fit_under_the_cap(
     store_url: str, tmp_path: Path, made: list[Replicas]
 ) -> None:
-    """Reserving does not serialise calls that all fit: 6 calls of at most ~100 tokens
-    under a cap of 10,000 all start at once."""
-    r = Replicas(tmp_path, store_url, budgets={"max_tokens_per_day": 10_000},
-                 model={"default": "gpt-6-sol", "max_tokens": 50})
+    """Reserving does not serialise calls that all fit: six calls, each at most its input
+    + 8,192 output tokens, under a cap of 200,000 are all in flight at once."""
+    r = Replicas(tmp_path, store_url, budgets={"max_tokens_per_day": 200_000})
     made.append(r)
     rt = await r.replica()
-    await r.turn(rt, "warm", latency=0)  # first-turn setup out of the way
-    started = asyncio.get_running_loop().time()
-    results = await asyncio.gather(*(r.turn(rt, f"s-{i}", latency=1.0) for i in range(6)))
-    elapsed = asyncio.get_running_loop().time() - started
-    assert all(x.ok for x in results)
-    # serialised they would take >= 6 s; in parallel about 1 s (a generous margin: not a
-    # performance assertion, a yes/no on whether they overlapped)
-    assert elapsed < 5.0, elapsed
+    in_flight = [0, 0]  # now, peak
+    all_in = asyncio.Event()
+
+    async def turn(i: int) -> TurnResult:
+        provider = ScriptedProvider(["ok"])
+        answer = provider.complete
+
+        async def complete(request: Any) -> Any:  # each call waits until all six are in
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight)
+            if in_flight[1] == 6:
+                all_in.set()
+            try:
+                await asyncio.wait_for(all_in.wait(), 15)
+                return await answer(request)
+            finally:
+                in_flight[0] -= 1
+
+        provider.complete = complete  # type: ignore[method-assign]
+        s = await rt.open_session(SessionContext(
+            mode="SCHEDULER", workspace=r.home, session_id=f"s-{i}",
+            overrides=SessionOverrides(), provider=provider))
+        return await s.run("hello")
+
+    results = await asyncio.gather(*(turn(i) for i in range(6)), return_exceptions=True)
+    assert in_flight[1] == 6, results
+    assert all(isinstance(x, TurnResult) and x.ok for x in results), results
 
 
 def _dead_pid() -> int:
