@@ -14,6 +14,11 @@ answers JSON-line requests on stdin, one reply line each:
   sendMessage / editMessageText that took effect;
 * ``{"op": "answered", "chat": C, "tags": [...]}`` -> ``{"answered": [...]}``: the tags whose
   answer ("answer to: TAG") the chat shows now;
+* ``{"op": "load_start", "chat": C, "user": U, "clients": K, "first_tag": N}``: a closed
+  loop in the background (K users, each sends a mention and waits for its answer, then the
+  next; tags ``qN``, ``qN+1``, ...); ``{"op": "load_pending"}`` -> ``{"pending": [tags]}`` (sent,
+  not answered yet); ``{"op": "load_stop"}`` -> ``{"replies", "elapsed_s", "latencies",
+  "unanswered"}``;
 * ``{"op": "quit"}``.
 
 The model (OpenAI-compatible): a request whose last message is the user's (tag ``qN``)
@@ -28,6 +33,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +92,63 @@ class EditingModel(FakeOpenAIServer):
         return web.json_response(self.render_json(reply, body))
 
 
-def _handle(tg: FakeTelegramServer, req: dict[str, Any]) -> dict[str, Any]:
+class ClosedLoad:
+    """``clients`` users in one chat, each sending a mention (a new thread), waiting until its
+    answer shows, and sending the next, until stopped (``bench_replicas.py``)."""
+
+    def __init__(self, tg: FakeTelegramServer, *, chat: int, user: int, clients: int,
+                 first_tag: int) -> None:
+        self.tg = tg
+        self.chat = chat
+        self.user = user
+        self.next_tag = first_tag
+        self.sent: dict[str, float] = {}
+        self.latencies: list[float] = []
+        self.started = time.monotonic()
+        self.tasks = [asyncio.create_task(self._client()) for _ in range(clients)]
+
+    def _shown(self) -> set[str]:
+        return {m.plain_text for m in self.tg.messages_in(self.chat, from_bot=True)}
+
+    async def _client(self) -> None:
+        while True:
+            tag = f"q{self.next_tag}"
+            self.next_tag += 1
+            self.sent[tag] = time.monotonic()
+            self.tg.user_says(self.chat, f"@geode_bot {tag}", from_user=self.user)
+            while f"answer to: {tag}" not in self._shown():
+                await asyncio.sleep(0.02)
+            self.latencies.append(time.monotonic() - self.sent.pop(tag))
+
+    def pending(self) -> list[str]:
+        return list(self.sent)
+
+    async def stop(self) -> dict[str, Any]:
+        elapsed = time.monotonic() - self.started
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        return {"replies": len(self.latencies), "elapsed_s": elapsed,
+                "latencies": self.latencies, "unanswered": len(self.sent)}
+
+
+_load: ClosedLoad | None = None
+
+
+async def _handle(tg: FakeTelegramServer, req: dict[str, Any]) -> dict[str, Any]:
+    global _load
     op = req.get("op")
+    if op == "load_start":
+        _load = ClosedLoad(tg, chat=int(req["chat"]), user=int(req["user"]),
+                           clients=int(req["clients"]), first_tag=int(req["first_tag"]))
+        return {"ok": True}
+    if op == "load_pending":
+        assert _load is not None
+        return {"pending": _load.pending()}
+    if op == "load_stop":
+        assert _load is not None
+        load, _load = _load, None
+        return await load.stop()
     if op == "say":
         update = tg.user_says(int(req["chat"]), str(req["text"]), from_user=int(req["user"]))
         return {"message_id": tg.message_id_for(update)}
@@ -122,7 +183,7 @@ async def _main(config: dict[str, Any]) -> None:
                 print(json.dumps({"ok": True}), flush=True)
                 return
             try:
-                reply = _handle(tg, req)
+                reply = await _handle(tg, req)
             except Exception as exc:
                 reply = {"error": f"{type(exc).__name__}: {exc}"}
             print(json.dumps(reply), flush=True)

@@ -30,7 +30,8 @@ import pytest
 from tests.scenarios._private_pg import PrivatePostgres, pg_bin
 from tests.scenarios._serve_proc import REPO, free_port, kill_9, start_serve, stop
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+# the suite's 120 s per test is tight for ~75 s of scenario on a loaded CI machine
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(300)]
 
 TOKEN = "123456:TEST-TOKEN"
 CHAT = -100777
