@@ -163,7 +163,10 @@ class ThreadOrderedProcessor(BaseEventProcessor):
                 async with self._slots:
                     try:
                         await job()
-                    except Exception:  # one failed job must not stall the thread
+                    except Exception:
+                        # One failed job must not stall the thread. A job that failed on a
+                        # lost database connection never gets here: the layer's job waits for
+                        # the store and resumes its event (ChannelLayer._bind).
                         log.exception("processor.job_failed", thread=key)
                 queue.popleft()
         finally:
