@@ -143,3 +143,18 @@ async def test_a_queued_placeholder_is_reused_after_a_crash(make_stack: Any, fak
         under = [m.plain_text for m in fake.messages_in(CHAT, from_bot=True)
                  if m.reply_to_message_id == mid]
         assert under == [answer], under  # nothing frozen beside the answer
+
+
+def test_discord_counts_only_the_turns_own_placeholders() -> None:
+    from bots.discord.connector import _of_turn
+    from bots.events import ReplyTarget
+
+    target = ReplyTarget(channel="10", thread_root="55", reply_to="55")
+    in_thread = {"id": "1", "channel_id": "55", "content": "⏳ Working…"}
+    replying = {"id": "2", "channel_id": "10", "content": "⏳ Working…",
+                "message_reference": {"message_id": "55"}}
+    another_turns = {"id": "3", "channel_id": "10", "content": "⏳ Working…",
+                     "message_reference": {"message_id": "77"}}
+    unattributed = {"id": "4", "channel_id": "10", "content": "⏳ Working…"}
+    assert [m["id"] for m in (in_thread, replying, another_turns, unattributed)
+            if _of_turn(m, target)] == ["1", "2"]
