@@ -153,3 +153,16 @@ async def test_kill_9_mid_turn_then_restart_takes_over_at_once_and_resumes_in_pl
         assert any("↻ resumed" in t.lower() for t in texts), texts
         assert texts[-1] == FINAL and texts.count(FINAL) == 1, texts
     assert not [c for c in fake.calls_to("getUpdates") if c.status == 409]
+
+    # nothing run twice: each message is in its session's chain once, its turn resumed in
+    # place (one answer in the chain)
+    from geode.store import open_store
+
+    async with await open_store(store_url) as store:
+        for m, text in ((m1, "first"), (m2, "second"), (m3, "third")):
+            restored = await store.checkpointer(f"telegram:123456:{CHAT}:{m}").load()
+            assert restored is not None
+            said = [x.text for x in restored.messages if x.role == "user" and x.text]
+            assert sum(t.endswith(f": {text}") for t in said) == 1, said
+            answers = [x.text for x in restored.messages if x.role == "assistant"]
+            assert answers == [FINAL], answers
