@@ -75,6 +75,10 @@ allow_users = ["42"]
         # the turn runs: its progress message is in the chat, the model call under way
         await fake.wait_until(lambda: any("Working" in t for t in _bot_in_thread(fake, mid)),
                               within=30)
+        # The progress message goes out as the turn is accepted, before it has its lanes;
+        # a turn not yet running when SIGTERM comes is left for the next start (the
+        # ``resume`` case covers that). 1 s in, it is inside its 3 s model call.
+        await asyncio.sleep(1.0)
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 60)
         assert proc.returncode == 0
