@@ -18,6 +18,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from geode.errors import StoreError
+from geode.redact import redact_text
 from geode.store.models import receipts_table, utcnow
 
 if TYPE_CHECKING:
@@ -215,7 +216,8 @@ class ReceiptStore:
                     f"effect receipt of call {call_id!r} is {current}; cannot become {status}"
                 )
             conn.execute(
-                _SET, {**key, "status": status, "detail": detail[:4000], "updated_at": utcnow()}
+                _SET, {**key, "status": status, "detail": redact_text(detail)[:4000],
+                       "updated_at": utcnow()}
             )
 
         try:

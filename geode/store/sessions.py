@@ -23,6 +23,7 @@ from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from geode.errors import StoreError
+from geode.redact import redact_text
 from geode.store.models import SESSION_STATUSES, sessions_table, utcnow
 
 if TYPE_CHECKING:
@@ -86,8 +87,9 @@ def check_transition(session_id: str, current: str, target: str) -> None:
 
 
 def short_title(prompt: str, width: int = 60) -> str:
-    """A prompt as a one-line session title: whitespace collapsed, cut at ``width``."""
-    line = " ".join(prompt.split())
+    """A prompt as a one-line session title: credentials masked (before the cut, so no
+    part of a key is left), whitespace collapsed, cut at ``width``."""
+    line = " ".join(redact_text(prompt).split())
     return line if len(line) <= width else line[: width - 1].rstrip() + "…"
 
 
@@ -178,7 +180,7 @@ class SessionStore:
             "status": "active",
             "model": model,
             "mode": mode,
-            "title": title,
+            "title": redact_text(title),  # at rest: no credential (issue #30)
             "parent_session_id": parent_session_id,
             "metadata": metadata or {},
             "last_seq": 0,
@@ -292,7 +294,7 @@ class SessionStore:
         stmt = (
             update(_T)
             .where(_T.c.id == session_id, _T.c.title == "")
-            .values(title=title)
+            .values(title=redact_text(title))  # at rest: no credential (issue #30)
         )
         await self._store.run_write(lambda conn: conn.execute(stmt))
 
