@@ -42,7 +42,8 @@ class LayerOptions(BaseModel):
     #: replica's intake recorded in a thread this replica holds)
     pump_interval_s: float = 1.0
     #: the bot's intake lease and each thread lease last this long unless renewed (every
-    #: third of it); a replica that died is taken over after it
+    #: third of it); a replica on another host that died is taken over after it (a restart
+    #: on the same home takes its own dead predecessor's over at once)
     lease_ttl_s: float = 30.0
 
 
