@@ -254,7 +254,8 @@ class SpendControl:
             return None
         limits = [CapLimit(counts=c.counts, limit=c.limit, usd=c.usd)
                   for c in summed if c.counts is not None]
-        estimate = self._own(turn, estimate_call(request, price_per_mtok), model="")
+        estimate = self._own(turn, estimate_call(request, price_per_mtok),
+                             model=request.model if request is not None else "")
         pause = _WAIT_FIRST_S
         waited = False
         while True:

@@ -145,7 +145,7 @@ allow_users = ["42"]
         everyone = firsts + seconds
         try:
             await fake.wait_until(lambda: all(_finals_for(fake, m) for m in everyone),
-                                  within=45)
+                                  within=60)
         except TimeoutError:
             pass  # asserted below, after the more telling deleted-WAL check
         await asyncio.sleep(0.5)  # let any (wrong) duplicate show up before counting

@@ -129,7 +129,7 @@ allow_users = ["42"]
             store = body["checks"].get("store", {})
             return body if status == 503 and "volume is full" in store.get("detail", "") else None
 
-        body = await _until(says_full, 30)
+        body = await _until(says_full, 60)
         assert body, await _readyz(env)
         assert str(volume) in body["checks"]["store"]["detail"]
         assert proc.returncode is None  # serve keeps running
@@ -147,8 +147,8 @@ allow_users = ["42"]
         async def ready() -> bool:
             return (await _readyz(env))[0] == 200
 
-        assert await _until(ready, 30), await _readyz(env)
-        await fake.wait_until(lambda: all(_finals_for(fake, m) for m in during), within=45)
+        assert await _until(ready, 60), await _readyz(env)
+        await fake.wait_until(lambda: all(_finals_for(fake, m) for m in during), within=60)
         await asyncio.sleep(0.5)  # let any (wrong) duplicate show up before counting
     finally:
         await stop(proc)
