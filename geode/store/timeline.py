@@ -7,7 +7,9 @@ counted but never raised: observation must not break a run.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -17,6 +19,7 @@ import structlog
 from sqlalchemy import delete, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from geode.store._retry import Backoff, is_transient, retry_transient
 from geode.store.models import timeline_table, utcnow
 from geode.store.redact import bound, canonical_json, redact
 
@@ -89,6 +92,8 @@ class SessionTimeline:
     def __init__(self, *, store: Store) -> None:
         self._store = store
         self.failures = 0  # writes that failed and were dropped (exposed for health checks)
+        #: rows written again after a lost connection (strong references to the tasks)
+        self._retrying: set[asyncio.Task[None]] = set()
 
     async def append(
         self,
@@ -126,14 +131,18 @@ class SessionTimeline:
         crash before that loses them, as a crash before this call would. :meth:`list`
         reads them all the same. A failed write is counted and logged when it happens."""
         n = len(rows)
+        prepared: list[dict[str, Any]] = []
 
         def failed(exc: Exception) -> None:
+            if prepared and is_transient(exc) and self._retry_later(prepared, session_id):
+                return  # the database went away: written once it answers
             self.failures += 1
             log.warning("timeline.append_failed", session_id=session_id, rows=n,
                         error=type(exc).__name__)
 
         try:
-            prepared = [timeline_row(session_id=session_id, turn_id=str(r.get("turn_id", "")),
+            prepared[:] = [timeline_row(session_id=session_id,
+                                        turn_id=str(r.get("turn_id", "")),
                                      kind=str(r["kind"]),
                                      correlation_id=str(r.get("correlation_id", "")),
                                      payload=dict(r.get("payload") or {}),
@@ -142,6 +151,37 @@ class SessionTimeline:
                                               on_error=failed)
         except (SQLAlchemyError, OSError, TypeError, ValueError) as exc:
             failed(exc)
+
+    #: how long rows whose write met a lost connection are retried before they are dropped
+    RETRY_FOR_S = 600.0
+
+    def _retry_later(self, rows: list[dict[str, Any]], session_id: str) -> bool:
+        """Write ``rows`` again in the background, with backoff, until the store answers
+        (at most :attr:`RETRY_FOR_S`). False when no event loop runs here (then dropped).
+
+        A write whose connection broke at COMMIT may have committed: the rows can then
+        appear twice, which an observation record tolerates better than a gap."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        deadline = time.monotonic() + self.RETRY_FOR_S
+
+        async def write() -> None:
+            try:
+                await retry_transient(
+                    lambda: self._store.run_write(functools.partial(insert_rows, rows=rows)),
+                    what="timeline.append_retrying", deadline=deadline,
+                    backoff=Backoff(first=0.5, cap=10.0))
+            except Exception as exc:
+                self.failures += 1
+                log.warning("timeline.append_failed", session_id=session_id, rows=len(rows),
+                            error=type(exc).__name__)
+
+        task = loop.create_task(write())
+        self._retrying.add(task)
+        task.add_done_callback(self._retrying.discard)
+        return True
 
     async def list(self, session_id: str, *, limit: int = 1000) -> list[TimelineRow]:
         """The session's first ``limit`` rows in append order."""

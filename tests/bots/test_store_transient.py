@@ -159,3 +159,25 @@ async def test_a_store_outage_during_a_turn_is_ridden_out(
     assert lines == done
     # no "Something went wrong" or "could not finish" in the thread
     assert not [s for s in fake.sent if "⚠️" in s.plain_text], [s.plain_text for s in fake.sent]
+
+
+async def test_timeline_rows_written_during_an_outage_are_written_when_it_ends(
+    tmp_path: Path,
+) -> None:
+    from geode.store import open_store
+
+    async with await open_store(f"sqlite:///{tmp_path / 'geode.db'}") as store:
+        outage = Outage()
+        outage.install(store)
+        outage.start(0.5)
+        await store.timeline.append_many(session_id="s1", rows=[
+            {"turn_id": "t1", "kind": "turn.started", "payload": {"n": 1}}])
+        assert outage.failed
+        async with asyncio.timeout(10):
+            while time.monotonic() < outage.until:
+                await asyncio.sleep(0.05)
+            while not await store.timeline.list("s1"):
+                await asyncio.sleep(0.1)
+        rows = await store.timeline.list("s1")
+        assert [r.kind for r in rows] == ["turn.started"]
+        assert store.timeline.failures == 0
