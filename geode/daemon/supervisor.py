@@ -216,9 +216,7 @@ class TaskSupervisor:
                 error = exc
             else:
                 if once:
-                    if comp.state != "up":
-                        comp.detail = "done"
-                    comp.state = "done"
+                    comp.state, comp.detail = "done", "done"
                     return
             lived = self.clock() - started
             attempt = 1 if lived >= self.reset_after_s or comp.last_beat != beat_before \
