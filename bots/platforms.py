@@ -17,52 +17,52 @@ from typing import Any
 from pydantic import ValidationError
 
 from bots.options import LayerOptions, PlatformSpec
-from geode._imports import missing_extra
+from geode._imports import MissingExtraError, missing_extra
 from geode.errors import ConfigError
 from geode.settings import Secrets, unknown_key_message
 
-__all__ = ["channel_options", "missing_tokens", "platform_specs"]
+__all__ = ["channel_options", "missing_tokens", "platform_spec", "platform_specs"]
 
-#: the packages whose ``options`` module holds a ``SPEC``: one line per platform
-_PACKAGES = ("bots.telegram", "bots.slack", "bots.discord")
+#: each platform's package, whose ``options`` module holds its ``SPEC``: one line per
+#: platform. A spec is imported only when it is asked for: importing a platform package
+#: loads its SDK, and a Telegram-only serve loads no Slack or Discord SDK.
+_PACKAGES = {"telegram": "bots.telegram", "slack": "bots.slack", "discord": "bots.discord"}
 
 
 @cache
-def platform_specs() -> Mapping[str, PlatformSpec]:
-    """Every registered platform's spec, by name (those whose extra is installed)."""
-    specs: dict[str, PlatformSpec] = {}
-    for package in _PACKAGES:
-        try:
-            spec = importlib.import_module(f"{package}.options").SPEC
-        except ImportError as exc:
-            # its SDK's extra is not installed: fine unless [channels.<it>] is configured
-            # (channel_options then says which extra to install)
-            if missing_extra(exc) is None:
-                raise
-            _UNAVAILABLE[package.rpartition(".")[2]] = package
-            continue
-        if not isinstance(spec, PlatformSpec):
-            raise TypeError(f"{package}.options.SPEC is not a PlatformSpec")
-        specs[spec.name] = spec
-    return specs
+def platform_spec(name: str) -> PlatformSpec | None:
+    """The spec of platform ``name``; None when no such platform is registered.
 
-
-#: platforms registered in _PACKAGES whose package cannot load without its extra
-_UNAVAILABLE: dict[str, str] = {}
-
-
-def _require_platform(name: str) -> None:
-    """Raise the MissingExtraError of a configured platform whose extra is not installed."""
-    package = _UNAVAILABLE.get(name)
+    Raises:
+        MissingExtraError: its SDK's extra is not installed (a ConfigError naming it).
+    """
+    package = _PACKAGES.get(name)
     if package is None:
-        return
+        return None
     try:
-        importlib.import_module(f"{package}.options")
+        spec = importlib.import_module(f"{package}.options").SPEC
     except ImportError as exc:
         found = missing_extra(exc)
         if found is None:
             raise
         raise found from exc
+    if not isinstance(spec, PlatformSpec) or spec.name != name:
+        raise TypeError(f"{package}.options.SPEC is not the PlatformSpec of {name!r}")
+    return spec
+
+
+def platform_specs() -> Mapping[str, PlatformSpec]:
+    """Every registered platform's spec whose extra is installed, by name (imports every
+    platform package: for listings, not for a start)."""
+    specs: dict[str, PlatformSpec] = {}
+    for name in _PACKAGES:
+        try:
+            spec = platform_spec(name)
+        except MissingExtraError:
+            continue  # fine unless [channels.<it>] is configured (channel_options says so)
+        if spec is not None:
+            specs[name] = spec
+    return specs
 
 
 def channel_options(name: str, raw: Mapping[str, Any]) -> LayerOptions:
@@ -73,10 +73,9 @@ def channel_options(name: str, raw: Mapping[str, Any]) -> LayerOptions:
             other unknown name of config.toml), or an invalid value.
     """
     where = f"[channels.{name}]"
-    spec = platform_specs().get(name)
+    spec = platform_spec(name)  # a platform whose extra is missing: MissingExtraError
     if spec is None:
-        _require_platform(name)
-        raise ConfigError(unknown_key_message(where, name, platform_specs(), what="platform"))
+        raise ConfigError(unknown_key_message(where, name, _PACKAGES, what="platform"))
     try:
         return spec.options.model_validate(dict(raw))
     except ValidationError as exc:
@@ -90,7 +89,8 @@ def channel_options(name: str, raw: Mapping[str, Any]) -> LayerOptions:
 def missing_tokens(name: str, options: LayerOptions, secrets: Secrets) -> list[str]:
     """What an enabled ``[channels.<name>]`` lacks of the secrets its start needs, each as
     an operator's instruction (empty: all set)."""
-    spec = platform_specs()[name]
+    spec = platform_spec(name)
+    assert spec is not None, name  # channel_options accepted it
     out = []
     for token in spec.tokens:
         env = str(getattr(options, token.option))
