@@ -31,14 +31,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-import openai
 import structlog
 
 from geode.errors import ConfigError, ModelError, ModelErrorKind
 from geode.redact import register_secret
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "CODEX_CLIENT_ID",
@@ -234,6 +235,8 @@ class CodexLogin:
             return await self._refresh(raw, fresh)
 
     async def _refresh(self, raw: dict[str, Any], tokens: _Tokens) -> _Tokens:
+        import httpx  # here, not at import: every session names the login file (factory)
+
         path = self.auth_file
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=self._timeout)
@@ -325,6 +328,8 @@ class UsageLimitError(ModelError):
 
 def map_codex_error(exc: BaseException) -> ModelError:
     """Classify a failure on the subscription endpoint; auth errors name the login command."""
+    import openai
+
     from geode.providers._errors import map_openai_error
 
     if isinstance(exc, ModelError):
