@@ -56,6 +56,7 @@ from bots.store import (
     Thread,
     Tx,
 )
+from bots.store import ThreadLeaseLost as StoreLeaseLost
 from bots.turns import EntryOrder, TurnDeps, TurnRunner
 from bots.uploads import FileSender
 from geode.daemon.supervisor import Component, TaskSupervisor, describe_error
@@ -619,7 +620,10 @@ class ChannelLayer:
                         await attempt()
                         attempt = None
                     except Exception as exc:
-                        if event is None or not is_transient(exc):
+                        if event is None:
+                            raise
+                        if not is_transient(exc):
+                            await self._fail_visibly(event, exc)
                             raise
                         resumes += 1
                         log_store_failure("turn.store_unavailable", exc, event_id=event,
@@ -685,6 +689,20 @@ class ChannelLayer:
             self._sweeper = asyncio.create_task(self._after_outage(), name="channel-recover")
             self._tasks.add(self._sweeper)
             self._sweeper.add_done_callback(self._tasks.discard)
+
+    async def _fail_visibly(self, event_id: int, exc: Exception) -> None:
+        """A turn's job failed for a reason that is not the database going away (a bug): end
+        the turn with a line in its thread, so its event is not left ``running`` with nobody
+        to run it. Not when another replica took the thread over (that run counts)."""
+        if isinstance(exc, StoreLeaseLost):
+            return
+        try:
+            row = await self.outbox.for_event(event_id)
+            if row is not None and row.kind == "turn" and row.status == "pending":
+                await self.turns.finish(row, f"⚠️ Something went wrong ({type(exc).__name__}). "
+                                             "The operator can find details in the logs.")
+        except Exception as again:
+            log_store_failure("turn.fail_visibly_failed", again, event_id=event_id)
 
     async def _after_outage(self) -> None:
         """A store operation of this layer failed on a lost connection: once the store

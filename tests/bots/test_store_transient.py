@@ -181,3 +181,25 @@ async def test_timeline_rows_written_during_an_outage_are_written_when_it_ends(
         rows = await store.timeline.list("s1")
         assert [r.kind for r in rows] == ["turn.started"]
         assert store.timeline.failures == 0
+
+
+async def test_a_turn_that_fails_on_a_bug_says_so_in_its_thread(make_stack: Any, fake: Any
+                                                                ) -> None:
+    """Not the database: a job that raises is not retried, but its turn is ended with a
+    line in the thread; its event is not left ``running`` with nobody to run it."""
+    raised = []
+
+    def fault(p: str) -> None:
+        if p == "turn_finished" and not raised:
+            raised.append(p)
+            raise RuntimeError("a bug")
+
+    stack = make_stack(fault=fault)
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot boom", from_user=42)
+    await fake.wait_until(
+        lambda: [s for s in fake.sent if "Something went wrong (RuntimeError)" in s.plain_text],
+        within=20)
+    await settled(stack, within=10)
+    fake.user_says(CHAT, "@geode_bot after", from_user=42)
+    await fake.wait_until(lambda: finals(fake, "answer to: after"), within=20)
