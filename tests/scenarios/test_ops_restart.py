@@ -33,9 +33,12 @@ FINAL = "Done: the answer."
 #: the leases' TTL. They are renewed every third of it, so the dead process's leases run at
 #: least two thirds of it past the kill: an answer before then was not waiting for them.
 TTL_S = 60
-#: from the restart (the new process spawned) to the answers: the issue's 5 s, with room for
-#: a busy machine's interpreter start
+#: from the restart (the new process spawned) to the answers, interpreter start included:
+#: room for a busy machine
 BOUND_S = 30
+#: from the restarted process's first Bot API call (it is up: config read, store open) to
+#: the resumed turns' answers
+UP_TO_ANSWER_S = 5
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -127,11 +130,17 @@ async def test_kill_9_mid_turn_then_restart_takes_over_at_once_and_resumes_in_pl
         killed_at = time.monotonic()
 
         _model(script, latency=0.1)
+        calls_before = len(fake.calls)
         proc = await start_serve(home, env)
         restarted_at = time.monotonic()
+        await _until(fake, lambda: len(fake.calls) > calls_before, within=BOUND_S,
+                     what="the restarted process's first Bot API call")
+        up_at = time.monotonic()
         await _until(fake, lambda: _answered(fake, m1) and _answered(fake, m2),
                      within=BOUND_S, what="the resumed turns' answers")
         answered_at = time.monotonic()
+        # the answers land within 5 s of the restart being up, not after the dead leases
+        assert answered_at - up_at < UP_TO_ANSWER_S, answered_at - up_at
         # before the dead process's leases could have expired: nothing waited for them
         assert answered_at < killed_at + TTL_S * 2 / 3
         assert answered_at - restarted_at < BOUND_S
