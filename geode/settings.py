@@ -94,6 +94,9 @@ class ModelSettings(_Section):
     paths: dict[str, str] = Field(default_factory=dict)
     #: role → model id, overriding the catalog's roles (primary, auxiliary, low_cost)
     roles: dict[str, str] = Field(default_factory=dict)
+    #: context window in tokens, by model id, for ids the catalog does not know (or to
+    #: correct it); unknown everywhere: 200,000 is assumed
+    windows: dict[str, int] = Field(default_factory=dict)
 
 
 class VerifySettings(_Section):
@@ -135,8 +138,16 @@ class LoopSettings(_Section):
     repair_budget: int = 2
     #: spend cap per turn in USD (needs [model.prices] for the model); None = no cap
     cost_budget_usd: float | None = None
-    repeated_error_limit: int = 3
-    max_result_chars: int = 50_000
+    #: the same call (tool + arguments) failing the same way this many rounds in a row ends
+    #: the turn (repeated_errors); the model is told once, one failure earlier
+    repeated_error_limit: int = Field(default=5, ge=1)
+    #: this many rounds in a row in which every tool call failed, whatever the calls, end it
+    max_error_rounds: int = Field(default=20, ge=1)
+    #: a tool result passes whole up to this share of the model's context window; a longer
+    #: one is cut to head + tail, its whole kept for the read_result tool
+    max_result_share: float = Field(default=0.25, gt=0, le=1)
+    #: an absolute ceiling in characters on a result passed whole (None: the share decides)
+    max_result_chars: int | None = Field(default=None, gt=0)
     #: times a turn interrupted by a crash or restart is resumed before it is ended
     recovery_limit: int = Field(default=3, ge=0)
 
@@ -380,7 +391,7 @@ PROJECT_ALLOWED: Mapping[str, frozenset[str]] = {
     "model": frozenset({"default", "fallbacks", "max_tokens", "path", "paths", "roles"}),
     "loop": frozenset(
         {"max_rounds", "time_budget_s", "repair_budget", "repeated_error_limit",
-         "max_result_chars"}
+         "max_error_rounds", "max_result_share", "max_result_chars"}
     ),
 }
 #: read by geode.mcp.trust, gated by `geode trust`; not a Settings source

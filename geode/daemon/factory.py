@@ -50,6 +50,7 @@ from geode.loop import (
     TurnInfo,
     TurnResult,
 )
+from geode.loop.compaction import CHARS_PER_TOKEN as RESULT_CHARS_PER_TOKEN
 from geode.loop.events import EventSink
 from geode.loop.resume import awaits_approval, dangling_calls, repair_dangling
 from geode.loop.system_prompt import SystemPromptSources, build_system_prompt
@@ -456,6 +457,20 @@ class Runtime:
             deny_tools=ctx.deny_tools,
         )
 
+    def _window(self, ref: ModelRef) -> int:
+        """The model's context window: ``[model.windows]`` by id, else the catalog's figure
+        (200,000 assumed for models it does not know)."""
+        windows = self.settings.model.windows
+        return windows.get(ref.id) or windows.get(ref.model) or ref.context_window
+
+    def _max_result_chars(self, ref: ModelRef) -> int:
+        """Characters a tool result may have and pass whole: ``max_result_share`` of the
+        model's window, counted at :data:`RESULT_CHARS_PER_TOKEN`, capped by an explicit
+        ``max_result_chars``."""
+        loop = self.settings.loop
+        by_share = int(self._window(ref) * loop.max_result_share * RESULT_CHARS_PER_TOKEN)
+        return min(by_share, loop.max_result_chars) if loop.max_result_chars else by_share
+
     def _limits(self, ctx: SessionContext, ref: ModelRef) -> LoopLimits:
         loop = self.settings.loop
         budget = ctx.time_budget_s
@@ -483,8 +498,9 @@ class Runtime:
             time_budget_s=budget,
             cost_budget_usd=loop.cost_budget_usd,
             price_per_mtok=price,
-            context_window=ref.context_window,
+            context_window=self._window(ref),
             repeated_error_limit=loop.repeated_error_limit,
+            max_error_rounds=loop.max_error_rounds,
             repair_budget=loop.repair_budget,
             recovery_limit=loop.recovery_limit,
             max_tokens=min(self.settings.model.max_tokens, ref.max_output or 8192),
@@ -555,7 +571,7 @@ class Runtime:
             receipts=receipts,
             timeline=timeline,
             locks=self.locks,
-            max_result_chars=self.settings.loop.max_result_chars,
+            max_result_chars=self._max_result_chars(ref),
             extra=self._tool_extra(ctx),
         )
         extra = list(ctx.extra_tools)

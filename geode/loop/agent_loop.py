@@ -144,7 +144,7 @@ class AgenticLoop:
                 case RunTools():
                     step = await process_tools(self.deps, state, step)
                 case Observe():
-                    step = observe(self.deps, state, step)
+                    step = await observe(self.deps, state, step)
                 case Verify():
                     step = await verify(self.deps, state, step)
                 case Finish():

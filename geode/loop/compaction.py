@@ -16,9 +16,16 @@ from dataclasses import dataclass
 
 from geode.messages import ImageBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
 
-__all__ = ["CompactionResult", "compact", "estimate_tokens"]
+__all__ = ["CHARS_PER_TOKEN", "CompactionResult", "compact", "estimate_tokens"]
 
-_CHARS_PER_TOKEN = 4
+#: The one chars-per-token figure GEODE estimates with (the window check, compaction, the
+#: tool-result limit). The SDK tokenizers (tiktoken's o200k/cl100k, Anthropic's) average about
+#: 4 characters per token on English prose and code; dense JSON, digits and non-Latin text
+#: run lower (2-3), so a result there costs up to about twice the estimate. The result limit is
+#: a share (``[loop] max_result_share``, 0.25) of the window, so even then it fits, and the
+#: window check before every call uses the same figure with ``compact_at`` headroom.
+CHARS_PER_TOKEN = 4
+_CHARS_PER_TOKEN = CHARS_PER_TOKEN
 _IMAGE_TOKENS = 1600
 
 

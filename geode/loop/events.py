@@ -24,6 +24,7 @@ __all__ = [
     "Compacted",
     "EventSink",
     "LoopEvent",
+    "LoopGuard",
     "ModelCallEvent",
     "ModelCallFinished",
     "ModelCallStarted",
@@ -32,6 +33,7 @@ __all__ = [
     "ModelRetrying",
     "ModelWaiting",
     "ObservedLoopEvent",
+    "ResultCut",
     "TextDelta",
     "ToolProposed",
     "ToolResulted",
@@ -146,6 +148,34 @@ class Compacted(TypedEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class LoopGuard(TypedEvent):
+    """A stuck-loop guard told the model (``noted``) or ended the turn (``stopped``):
+    ``repeated_call`` (the same call failing the same way) or ``no_progress`` (rounds in
+    which every call failed); ``count`` of ``limit``."""
+
+    kind: ClassVar[str] = "loop_guard"
+    guard: Literal["repeated_call", "no_progress"]
+    action: Literal["noted", "stopped"]
+    count: int
+    limit: int
+    tool: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultCut(TypedEvent):
+    """A tool result was over the size limit: the model got ``shown_chars`` of its
+    ``total_chars`` (head and tail); the whole is kept as ``result_id`` (read_result)."""
+
+    kind: ClassVar[str] = "result_cut"
+    call_id: str
+    tool: str
+    result_id: str
+    total_chars: int
+    shown_chars: int
+    limit_chars: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class VerifyPassed(TypedEvent):
     """The stop proposal was accepted by the verifier."""
 
@@ -184,7 +214,7 @@ class TurnFinished(TypedEvent):
 LoopEvent = (
     TurnStarted | TextDelta | AssistantText | ModelWaiting | ModelRetrying | ModelResponded
     | ModelFailed | ToolProposed | ToolResulted | Compacted | VerifyPassed | VerifyFailed
-    | CheckpointSaved | TurnFinished
+    | CheckpointSaved | TurnFinished | LoopGuard | ResultCut
 )
 
 

@@ -58,4 +58,4 @@ async def process_tools(deps: RunDeps, state: RunState, step: RunTools) -> Obser
             messages=state.messages, state=state.guard_state(), status="active"
         )
         await emit(deps, CheckpointSaved(point="batch_done"))
-    return Observe(tuple(results))
+    return Observe(tuple(results), tuple(calls))

@@ -36,7 +36,11 @@ class LoopLimits:
     #: compact when the estimate passes this share of the window
     compact_at: float = 0.8
     keep_recent: int = 8
-    repeated_error_limit: int = 3
+    #: the same call (tool + arguments) failing with the same error this many rounds in a
+    #: row ends the turn (``repeated_errors``); the model is told once, the round before
+    repeated_error_limit: int = 5
+    #: this many rounds in a row in which every call failed, whatever the calls, end it too
+    max_error_rounds: int = 20
     repair_budget: int = 2
     max_tokens: int = 8192
     #: one model call, retries and their waits included, ends after this many seconds
@@ -84,6 +88,10 @@ class RunState:
     cost_usd: float = 0.0
     repair_attempts: int = 0
     error_streak: dict[str, int] = field(default_factory=dict)
+    #: consecutive rounds in which every tool call failed (the no-progress bound)
+    error_rounds: int = 0
+    #: guard keys the model was already warned about (told once)
+    guard_noted: list[str] = field(default_factory=list)
     tool_calls: list[dict[str, str]] = field(default_factory=list)
     #: monotonic start; a resumed turn's is moved back by the time it used before
     started_at: float = field(default_factory=time.monotonic)
@@ -104,6 +112,8 @@ class RunState:
             "cost_usd": self.cost_usd,
             "repair_attempts": self.repair_attempts,
             "error_streak": dict(self.error_streak),
+            "error_rounds": self.error_rounds,
+            "guard_noted": list(self.guard_noted),
             "tool_calls": list(self.tool_calls),
             "elapsed_s": round(self.elapsed_s(), 3),
             "recoveries": self.recoveries,
@@ -117,6 +127,8 @@ class RunState:
         self.cost_usd = float(data.get("cost_usd", 0.0))
         self.repair_attempts = int(data.get("repair_attempts", 0))
         self.error_streak = dict(data.get("error_streak") or {})
+        self.error_rounds = int(data.get("error_rounds", 0))
+        self.guard_noted = list(data.get("guard_noted") or [])
         self.tool_calls = list(data.get("tool_calls") or [])
         # The time budget counts what the turn used before: its clock restarts back-dated.
         self.started_at = time.monotonic() - max(0.0, float(data.get("elapsed_s", 0.0)))

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from geode.loop.snapshot import StepSnapshot
 from geode.loop.termination import TerminationReason
-from geode.messages import ModelResponse, ToolResultBlock
+from geode.messages import ModelResponse, ToolResultBlock, ToolUseBlock
 
 __all__ = ["CallModel", "Finish", "Observe", "PrepareCall", "RunTools", "Step", "Verify"]
 
@@ -30,6 +30,8 @@ class RunTools:
 @dataclass(frozen=True)
 class Observe:
     results: tuple[ToolResultBlock, ...]
+    #: the calls the results answer, in the same order (the guard keys on them)
+    calls: tuple[ToolUseBlock, ...] = ()
 
 
 @dataclass(frozen=True)

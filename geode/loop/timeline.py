@@ -1,8 +1,10 @@
 """The turn's own rows of the SessionTimeline, built from its typed events.
 
 Rows: ``turn.started`` (source, sender where there is one), ``model.call`` (model,
-tokens, latency, outcome), ``tool.proposed``, ``verify`` (the decision), ``turn.finished``
-(termination, rounds, usage). The executor writes ``tool.denied`` (with the check),
+tokens, latency, outcome), ``tool.proposed``, ``verify`` (the decision), ``loop.guard`` (a
+stuck-loop guard's note or stop, with its count and limit), ``tool.result_cut`` (a result
+over the size limit: sizes and its result id), ``turn.finished`` (termination, rounds,
+usage). The executor writes ``tool.denied`` (with the check),
 ``tool.started`` and ``tool.finished`` itself, as the calls cross its checks.
 
 Observation, never replayed: rows are buffered and appended at two points, just before a
@@ -21,8 +23,10 @@ import structlog
 
 from geode.loop.events import (
     LoopEvent,
+    LoopGuard,
     ModelFailed,
     ModelResponded,
+    ResultCut,
     ToolProposed,
     TurnFinished,
     TurnStarted,
@@ -69,6 +73,16 @@ def timeline_row_for(
             # argument names only: values may be large or sensitive (the transcript has them)
             return "tool.proposed", {"call_id": event.id, "tool": event.name,
                                      "arguments": sorted(event.input)}
+        case LoopGuard():
+            return "loop.guard", {"guard": event.guard, "action": event.action,
+                                  "count": event.count, "limit": event.limit, "tool": event.tool}
+        case ResultCut():
+            return "tool.result_cut", {
+                "call_id": event.call_id, "tool": event.tool, "result_id": event.result_id,
+                "total_chars": event.total_chars, "shown_chars": event.shown_chars,
+                "cut_chars": event.total_chars - event.shown_chars,
+                "limit_chars": event.limit_chars,
+            }
         case VerifyPassed():
             return "verify", {"decision": "passed"}
         case VerifyFailed():

@@ -376,7 +376,10 @@ async def test_a_resumed_turn_counts_the_time_it_used_before() -> None:
 async def test_a_resumed_turn_keeps_its_repeated_error_count() -> None:
     chain = Chain()
     chain.messages = [Message.user("try")]
-    chain.state = {"turn_id": "t-1", "round": 2, "error_streak": {"boom": 2}}
+    from geode.loop.phase_observe import call_key
+
+    streak = {call_key("echo", {"text": "x"}, "boom"): 2}
+    chain.state = {"turn_id": "t-1", "round": 2, "error_streak": streak}
     runner = Runner(error="boom")
     loop = _resumed_loop(chain, ScriptedProvider([ToolCall("echo", {"text": "x"})] * 5),
                          runner=runner, limits=LoopLimits(repeated_error_limit=3))
@@ -525,3 +528,67 @@ def test_the_waiting_text_is_the_same_everywhere() -> None:
         "model_waiting", {"elapsed_s": 42, "attempt": 2, "max_attempts": 4}
     ) == "waiting for the model (42 s, attempt 2/4)"
     assert model_wait_text("tool_call", {}) is None
+
+
+class PathRunner:
+    """Fails every call with one message until ``ok_after`` batches have run."""
+
+    def __init__(self, *, error: str, ok_after: int) -> None:
+        self.error, self.ok_after, self.batches = error, ok_after, 0
+
+    async def run_batch(
+        self, calls: Sequence[ToolUseBlock], *, turn: TurnInfo, plan: BoundToolPlan
+    ) -> list[ToolResultBlock]:
+        self.batches += 1
+        if self.batches > self.ok_after:
+            return [ToolResultBlock.text(c.id, "created") for c in calls]
+        return [ToolResultBlock.text(c.id, self.error, is_error=True) for c in calls]
+
+
+async def test_different_calls_failing_with_the_same_message_are_progress() -> None:
+    # ten rounds of "Parent directory does not exist" for different paths, then success
+    runner = PathRunner(error="Parent directory does not exist", ok_after=10)
+    script: list[Any] = [ToolCall("echo", {"text": f"dir/{i}/file"}) for i in range(11)]
+    provider = ScriptedProvider([*script, "built the tree"])
+    result = await make_loop([], runner, provider=provider).run("build a tree")
+    assert result.termination == TerminationReason.NATURAL
+    assert result.text == "built the tree"
+    assert runner.batches == 11
+    provider.assert_complete()
+
+
+async def test_the_identical_failing_call_is_told_once_then_stopped() -> None:
+    runner = Runner(error="Cannot specify both head and tail")
+    events: list[Any] = []
+
+    async def sink(e: Any) -> None:
+        events.append(e)
+
+    provider = ScriptedProvider([ToolCall("echo", {"text": "x"})] * 10)
+    loop = make_loop([], runner, provider=provider, on_event=sink,
+                     limits=LoopLimits(repeated_error_limit=5))
+    result = await loop.run("read it")
+    assert result.termination == TerminationReason.REPEATED_ERRORS
+    assert len(runner.batches) == 5
+    assert "5 times" in result.detail
+    # the model saw the note exactly once, in the 4th failure's result, before the stop
+    notes = [
+        r.text_content for call in provider.calls for m in call.messages[-1:]
+        for r in m.tool_results if "[loop guard]" in r.text_content
+    ]
+    assert len(notes) == 1 and "4 times" in notes[0]
+    guards = [(e.guard, e.action, e.count, e.limit) for e in events if e.kind == "loop_guard"]
+    assert guards == [("repeated_call", "noted", 4, 5), ("repeated_call", "stopped", 5, 5)]
+
+
+async def test_no_progress_bound_stops_all_error_rounds_whatever_the_calls() -> None:
+    runner = PathRunner(error="nope", ok_after=100)
+    provider = ScriptedProvider([ToolCall("echo", {"text": str(i)}) for i in range(20)])
+    loop = make_loop([], runner, provider=provider,
+                     limits=LoopLimits(max_error_rounds=6, max_rounds=30))
+    result = await loop.run("flail")
+    assert result.termination == TerminationReason.REPEATED_ERRORS
+    assert runner.batches == 6
+    assert "6 rounds in a row" in result.detail
+    told = provider.calls[-1].messages[-1].tool_results[0].text_content
+    assert "Every tool call has failed for 5 rounds" in told
