@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "ContentBlock",
     "ImageBlock",
+    "KeptResult",
     "Message",
     "ModelResponse",
     "ReasoningBlock",
@@ -56,6 +57,16 @@ class ToolUseBlock(_Frozen):
 ToolStatus = Literal["ok", "error", "denied", "uncertain"]
 
 
+class KeptResult(_Frozen):
+    """A tool result over the size limit: its whole (redacted) text is kept as ``result_id``
+    (the ``read_result`` tool pages it back in); the model got ``shown_chars`` of
+    ``total_chars`` (head and tail)."""
+
+    result_id: str
+    total_chars: int
+    shown_chars: int
+
+
 class ToolResultBlock(_Frozen):
     """A tool call's result as the model sees it, with its status as data.
 
@@ -71,6 +82,8 @@ class ToolResultBlock(_Frozen):
     is_error: bool = False
     status: ToolStatus | None = None
     check: str | None = None
+    #: set when the result was cut to the size limit (its whole is kept for read_result)
+    kept: KeptResult | None = None
 
     @classmethod
     def text(

@@ -162,6 +162,8 @@ def session_scope(
     denied |= frozenset(deny_tools)
 
     allow_list = None if channel_tools is None else frozenset(channel_tools)
+    if allow_list:  # a result too long to pass whole is paged in with it, wherever tools run
+        allow_list |= {"read_result"}
     preapproved = allowed | (allow_list or frozenset())
     if allow_list is not None:
         allow_list |= approve

@@ -31,6 +31,7 @@ from geode.executor import (
     Approver,
     HookVerifier,
     MemoryReceiptStore,
+    MemoryResults,
     MemoryTimeline,
     ResourceLocks,
     ToolExecutor,
@@ -279,6 +280,7 @@ class Runtime:
         self._codex_login: CodexLogin | None = None
         self._memory_receipts = MemoryReceiptStore()
         self._memory_timeline = MemoryTimeline()
+        self._memory_results = MemoryResults()
 
     @classmethod
     async def create(
@@ -572,6 +574,7 @@ class Runtime:
             timeline=timeline,
             locks=self.locks,
             max_result_chars=self._max_result_chars(ref),
+            results=self.store.results if self.store is not None else self._memory_results,
             extra=self._tool_extra(ctx),
         )
         extra = list(ctx.extra_tools)

@@ -37,7 +37,13 @@ from geode.executor._receipts import args_hash, finish_receipt
 from geode.executor._schema import check_schema
 from geode.executor._scope import check_scope
 from geode.executor.decisions import Allow, Ask, Deny, ToolCall
-from geode.executor.protocols import Approver, ReceiptStore, TimelineSink
+from geode.executor.protocols import (
+    Approver,
+    MemoryResults,
+    ReceiptStore,
+    ResultKeeper,
+    TimelineSink,
+)
 from geode.hooks.events import ToolDenied, ToolEvent, ToolFinished, ToolStarted
 from geode.hooks.registry import HookRegistry
 from geode.hooks.system import HookSystem
@@ -87,6 +93,7 @@ class ToolExecutor:
         locks: ResourceLocks | None = None,
         middleware: Sequence[RequestMiddleware] = (),
         max_result_chars: int = 50_000,
+        results: ResultKeeper | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
         self.scope = scope
@@ -98,7 +105,10 @@ class ToolExecutor:
         self._locks = locks if locks is not None else ResourceLocks()
         self._middleware = tuple(middleware)
         self._max_chars = max_result_chars
-        self._extra = dict(extra or {})
+        self._results: ResultKeeper = results if results is not None else MemoryResults()
+        # what the read_result tool reads with (this session's kept results, page size)
+        self._extra = {**(extra or {}), "kept_results": self._results,
+                       "result_max_chars": max_result_chars}
         self._approval = ApprovalGate(scope=scope, approver=approver, workspace=workspace,
                                       record=self._record)
 
@@ -304,7 +314,21 @@ class ToolExecutor:
         withheld = post is not None and post.withheld is not None
         await self._record(turn, "tool.finished", call, status=outcome.status, withheld=withheld)
         self._observe(ToolFinished(**_ids(turn, call), status=outcome.status))
-        return build_result(call, outcome, post, max_chars=self._max_chars)  # 11
+
+        async def keep(result_id: str, text: str) -> None:
+            await self._results.keep(result_id=result_id, session_id=turn.session_id,
+                                     turn_id=turn.turn_id, call_id=call.id, tool=call.name,
+                                     text=text)
+
+        result = await build_result(call, outcome, post, max_chars=self._max_chars,
+                                    keep=keep)  # 11
+        kept = result.kept
+        if kept is not None and kept.shown_chars < kept.total_chars:
+            await self._record(turn, "tool.result_cut", call, result_id=kept.result_id,
+                               total_chars=kept.total_chars, shown_chars=kept.shown_chars,
+                               cut_chars=kept.total_chars - kept.shown_chars,
+                               limit_chars=self._max_chars)
+        return result
 
     # -- records ------------------------------------------------------------------------
 

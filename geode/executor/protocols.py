@@ -16,9 +16,11 @@ from geode.executor.decisions import ApprovalAnswer, ApprovalRequest
 __all__ = [
     "Approver",
     "MemoryReceiptStore",
+    "MemoryResults",
     "MemoryTimeline",
     "ReceiptRecord",
     "ReceiptStore",
+    "ResultKeeper",
     "TimelineEntry",
     "TimelineSink",
 ]
@@ -86,6 +88,35 @@ class ReceiptRecord:
     detail: str = ""
     approved_by: str = ""
     approved_by_name: str = ""
+
+
+class ResultKeeper(Protocol):
+    """Keeps the whole (redacted) text of a tool result over the size limit, and reads it
+    back for its own session only (``geode.store.results.KeptResultStore``)."""
+
+    async def keep(
+        self, *, result_id: str, session_id: str, turn_id: str, call_id: str, tool: str,
+        text: str,
+    ) -> None: ...
+
+    async def read(self, *, session_id: str, result_id: str) -> str | None: ...
+
+
+class MemoryResults:
+    """A ``ResultKeeper`` in memory (sessions without a store, tests)."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, tuple[str, str]] = {}
+
+    async def keep(
+        self, *, result_id: str, session_id: str, turn_id: str, call_id: str, tool: str,
+        text: str,
+    ) -> None:
+        self.kept[result_id] = (session_id, text)
+
+    async def read(self, *, session_id: str, result_id: str) -> str | None:
+        owner, text = self.kept.get(result_id, ("", ""))
+        return text if owner == session_id and result_id in self.kept else None
 
 
 class MemoryReceiptStore:

@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from geode.messages import ImageBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
 
-__all__ = ["CHARS_PER_TOKEN", "CompactionResult", "compact", "estimate_tokens"]
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "SHORTENED_HEAD_CHARS",
+    "CompactionResult",
+    "compact",
+    "estimate_tokens",
+    "shorten_results",
+]
 
 #: The one chars-per-token figure GEODE estimates with (the window check, compaction, the
 #: tool-result limit). The SDK tokenizers (tiktoken's o200k/cl100k, Anthropic's) average about
@@ -83,6 +91,57 @@ def compact(messages: Sequence[Message], *, keep_recent: int) -> CompactionResul
     note = TextBlock(text=_summary(dropped))
     new_head = Message(role="user", content=[*head.content, note])
     return CompactionResult(messages=[new_head, *messages[start:]], dropped=len(dropped))
+
+
+#: what a result shortened to fit the window keeps of its start
+SHORTENED_HEAD_CHARS = 2_000
+
+
+def shorten_results(
+    messages: Sequence[Message], *, fits: Callable[[Sequence[Message]], bool]
+) -> tuple[list[Message], int]:
+    """Replace large *kept* tool results, oldest first, by their head and a note naming the
+    result id (``read_result`` pages the rest back in) until ``fits(messages)``.
+
+    Only results the executor kept (``ToolResultBlock.kept``) are shortened: nothing is lost
+    that the model cannot read again. Pairs are never split (only content changes).
+    Returns the messages and how many results were shortened.
+    """
+    out = list(messages)
+    shortened = 0
+    for i, m in enumerate(out):
+        if fits(out):
+            break
+        if not any(_shortenable(r) for r in m.tool_results):
+            continue
+        content: list[Any] = []
+        for b in m.content:
+            if isinstance(b, ToolResultBlock) and _shortenable(b) and not fits(out):
+                b = _shortened(b)
+                shortened += 1
+            content.append(b)
+            out[i] = Message(role=m.role, content=[*content, *m.content[len(content):]])
+    return out, shortened
+
+
+def _shortenable(r: ToolResultBlock) -> bool:
+    return r.kept is not None and len(r.text_content) > 2 * SHORTENED_HEAD_CHARS
+
+
+def _shortened(r: ToolResultBlock) -> ToolResultBlock:
+    assert r.kept is not None
+    kept, head = r.kept, SHORTENED_HEAD_CHARS
+    left = kept.total_chars - head
+    note = (
+        f"\n[... shortened to fit the context window: {left} of {kept.total_chars} characters "
+        f"left out; read_result(result_id=\"{kept.result_id}\", offset={head}, length={left}) "
+        "pages them back in ...]"
+    )
+    images = [c for c in r.content if not isinstance(c, TextBlock)]
+    return r.model_copy(update={
+        "content": [TextBlock(text=r.text_content[:head] + note), *images],
+        "kept": kept.model_copy(update={"shown_chars": head}),
+    })
 
 
 def pairs_intact(messages: Sequence[Message]) -> bool:

@@ -143,8 +143,12 @@ class ToolResulted(TypedEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class Compacted(TypedEvent):
+    """The conversation was made to fit the window: ``shortened`` large tool results were
+    replaced by their head and result id, ``dropped`` middle messages were left out."""
+
     kind: ClassVar[str] = "compacted"
     dropped: int
+    shortened: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,7 @@ import time
 import structlog
 
 from geode.loop._util import emit, new_id
-from geode.loop.compaction import compact, estimate_tokens
+from geode.loop.compaction import compact, estimate_tokens, shorten_results
 from geode.loop.events import Compacted
 from geode.loop.snapshot import StepSnapshot
 from geode.loop.state import RunDeps, RunState
@@ -44,7 +44,15 @@ async def prepare_call(deps: RunDeps, state: RunState) -> CallModel | Finish:
     plan = deps.plan_source()  # bound for this step; a refresh affects the next step only
     budget = int(limits.context_window * limits.compact_at)
     if estimate_tokens(state.messages, system) > budget:
-        compacted = compact(state.messages, keep_recent=limits.keep_recent)
+        # large results first, oldest first: each keeps its head and its result id
+        state.messages, shortened = shorten_results(
+            state.messages, fits=lambda ms: estimate_tokens(ms, system) <= budget)
+        if shortened:
+            log.info("context compacted", shortened_results=shortened)
+            await emit(deps, Compacted(dropped=0, shortened=shortened))
+        compacted = None
+        if estimate_tokens(state.messages, system) > budget:
+            compacted = compact(state.messages, keep_recent=limits.keep_recent)
         if compacted is not None:
             state.messages = compacted.messages
             log.info("context compacted", dropped=compacted.dropped)

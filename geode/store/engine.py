@@ -66,6 +66,7 @@ from geode.errors import ConfigError, StoreError, StoreUnavailableError
 from geode.store._fast import FastConnection
 from geode.store.checkpoint import CheckpointStore, SessionCheckpointer
 from geode.store.receipts import ReceiptStore
+from geode.store.results import KeptResultStore
 from geode.store.sessions import SessionStore
 from geode.store.timeline import SessionTimeline
 from geode.store.usage import UsageLedger
@@ -259,6 +260,7 @@ class Store:
         self.receipts = ReceiptStore(store=self)
         self.timeline = SessionTimeline(store=self)
         self.usage = UsageLedger(store=self)
+        self.results = KeptResultStore(store=self)
 
     def checkpointer(
         self,

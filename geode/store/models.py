@@ -37,6 +37,7 @@ __all__ = [
     "Base",
     "CheckpointModel",
     "EffectReceiptModel",
+    "KeptResultModel",
     "MessageModel",
     "ReceiptStatus",
     "SessionModel",
@@ -46,6 +47,7 @@ __all__ = [
     "UsageModel",
     "all_metadata",
     "checkpoints_table",
+    "kept_results_table",
     "messages_table",
     "receipts_table",
     "reservations_table",
@@ -241,6 +243,23 @@ class SpendReservationModel(Base):
     cost_usd: Mapped[float | None] = mapped_column(Float)
 
 
+class KeptResultModel(Base):
+    """The whole (redacted) text of a tool result that was over the size limit: the model got
+    its head and tail and reads the rest with ``read_result`` (``geode.store.results``), only
+    from its own session. ``at`` is Unix milliseconds."""
+
+    __tablename__ = "kept_results"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(200), index=True)
+    turn_id: Mapped[str] = mapped_column(String(100), default="")
+    call_id: Mapped[str] = mapped_column(String(200), default="")
+    tool: Mapped[str] = mapped_column(String(200), default="")
+    at: Mapped[int] = mapped_column(BigInteger)
+    chars: Mapped[int] = mapped_column(BigInteger)
+    text: Mapped[str] = mapped_column(Text)
+
+
 # Core handles for the hot paths (plain INSERT/UPDATE statements, no ORM unit of work).
 sessions_table = cast(Table, SessionModel.__table__)
 messages_table = cast(Table, MessageModel.__table__)
@@ -249,6 +268,7 @@ receipts_table = cast(Table, EffectReceiptModel.__table__)
 timeline_table = cast(Table, TimelineEventModel.__table__)
 usage_table = cast(Table, UsageModel.__table__)
 reservations_table = cast(Table, SpendReservationModel.__table__)
+kept_results_table = cast(Table, KeptResultModel.__table__)
 
 
 # The daemon's tables live in ``geode.daemon._tables`` on this same ``Base`` (and ship the

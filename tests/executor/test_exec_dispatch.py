@@ -64,7 +64,9 @@ async def test_context_carries_session_identity_and_extra(harness: HarnessFactor
     (ctx,) = ctxs
     assert (ctx.session_id, ctx.turn_id, ctx.call_id, ctx.mode) == ("s1", "t1", res.tool_use_id,
                                                                       "DAEMON")
-    assert ctx.extra == {"tenant": "t"}
+    # the executor adds what read_result reads with (this session's kept results)
+    assert ctx.extra["tenant"] == "t"
+    assert set(ctx.extra) == {"tenant", "kept_results", "result_max_chars"}
 
 
 # -- resource locks ------------------------------------------------------------------------
@@ -273,9 +275,10 @@ async def test_huge_output_is_truncated_with_a_marker(harness: HarnessFactory) -
                 max_result_chars=1_000)
     res = await h.run_one("read_file", {"path": "a"})
     text = res.text_content
-    assert f"[... truncated {len(big) - 1_000} chars ...]" in text
+    assert f"[... {len(big) - 1_000} of {len(big)} characters cut here" in text
+    assert res.kept is not None and f"read_result(result_id=\"{res.kept.result_id}\"" in text
     assert text.startswith("A" * 700) and text.endswith("END")
-    assert len(text) < 1_100
+    assert len(text) < 1_300
 
 
 async def test_images_pass_through_and_json_is_serialised(harness: HarnessFactory) -> None:

@@ -143,7 +143,7 @@ def test_builtin_tool_set() -> None:
     assert names == [t.name for t in BUILTIN_TOOLS]
     assert set(names) == {
         "read_file", "write_file", "edit_file", "list_dir", "glob", "grep",
-        "run_bash", "web_fetch", "computer",
+        "run_bash", "web_fetch", "computer", "read_result",
     }  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from geode.tools.builtin.files import (
     read_workspace_bytes,
     write_file,
 )
+from geode.tools.builtin.results import read_result
 from geode.tools.builtin.web_fetch import web_fetch
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "own_inodes",
     "path_key",
     "read_file",
+    "read_result",
     "read_workspace_bytes",
     "resolve_in_workspace",
     "run_bash",
@@ -54,6 +56,7 @@ BUILTIN_TOOLS: tuple[ToolDef, ...] = (
     run_bash,
     web_fetch,
     computer,
+    read_result,
 )
 
 
