@@ -38,7 +38,7 @@ class TurnResult:
     termination: TerminationReason
     text: str
     rounds: int
-    tool_calls: list[dict[str, str]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
     detail: str = ""

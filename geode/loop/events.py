@@ -176,7 +176,6 @@ class ResultCut(TypedEvent):
     result_id: str
     total_chars: int
     shown_chars: int
-    limit_chars: int
 
 
 @dataclass(frozen=True, kw_only=True)

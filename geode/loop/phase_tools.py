@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 
 from geode.loop._util import emit, turn_info
-from geode.loop.events import CheckpointSaved, ToolProposed, ToolResulted
+from geode.loop.events import CheckpointSaved, ResultCut, ToolProposed, ToolResulted
 from geode.loop.protocols import BatchSaveFailed
 from geode.loop.state import RunDeps, RunState
 from geode.loop.steps import Finish, Observe, RunTools
@@ -49,7 +51,16 @@ async def process_tools(deps: RunDeps, state: RunState, step: RunTools) -> Obser
         raise RuntimeError("executor returned a different number of results than calls")
     for call, res in zip(calls, results, strict=True):
         status = res.outcome
-        state.tool_calls.append({"name": call.name, "status": status})
+        entry: dict[str, Any] = {"name": call.name, "status": status}
+        kept = res.kept
+        if kept is not None and kept.shown_chars < kept.total_chars:
+            # the model got head and tail; `run --json` and the stream say so
+            entry["cut"] = {"result_id": kept.result_id, "total_chars": kept.total_chars,
+                            "shown_chars": kept.shown_chars}
+            await emit(deps, ResultCut(call_id=call.id, tool=call.name,
+                                       result_id=kept.result_id, total_chars=kept.total_chars,
+                                       shown_chars=kept.shown_chars))
+        state.tool_calls.append(entry)
         await emit(deps, ToolResulted(id=call.id, name=call.name, status=status,
                                       text=res.text_content[:500], check=res.check))
     state.messages.append(Message(role="user", content=list(results)))

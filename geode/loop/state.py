@@ -92,7 +92,7 @@ class RunState:
     error_rounds: int = 0
     #: guard keys the model was already warned about (told once)
     guard_noted: list[str] = field(default_factory=list)
-    tool_calls: list[dict[str, str]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
     #: monotonic start; a resumed turn's is moved back by the time it used before
     started_at: float = field(default_factory=time.monotonic)
     last_text: str = ""

@@ -2,9 +2,9 @@
 
 Rows: ``turn.started`` (source, sender where there is one), ``model.call`` (model,
 tokens, latency, outcome), ``tool.proposed``, ``verify`` (the decision), ``loop.guard`` (a
-stuck-loop guard's note or stop, with its count and limit), ``tool.result_cut`` (a result
-over the size limit: sizes and its result id), ``turn.finished`` (termination, rounds,
-usage). The executor writes ``tool.denied`` (with the check),
+stuck-loop guard's note or stop, with its count and limit), ``turn.finished`` (termination,
+rounds, usage). The executor writes ``tool.denied`` (with the check), ``tool.result_cut``
+(a result over the size limit: its sizes, the cut and its result id),
 ``tool.started`` and ``tool.finished`` itself, as the calls cross its checks.
 
 Observation, never replayed: rows are buffered and appended at two points, just before a
@@ -26,7 +26,6 @@ from geode.loop.events import (
     LoopGuard,
     ModelFailed,
     ModelResponded,
-    ResultCut,
     ToolProposed,
     TurnFinished,
     TurnStarted,
@@ -76,13 +75,6 @@ def timeline_row_for(
         case LoopGuard():
             return "loop.guard", {"guard": event.guard, "action": event.action,
                                   "count": event.count, "limit": event.limit, "tool": event.tool}
-        case ResultCut():
-            return "tool.result_cut", {
-                "call_id": event.call_id, "tool": event.tool, "result_id": event.result_id,
-                "total_chars": event.total_chars, "shown_chars": event.shown_chars,
-                "cut_chars": event.total_chars - event.shown_chars,
-                "limit_chars": event.limit_chars,
-            }
         case VerifyPassed():
             return "verify", {"decision": "passed"}
         case VerifyFailed():

@@ -27,6 +27,9 @@ class ToolCallEntry:
     status: ToolStatus | None = None
     check: str | None = None
     result: str = ""
+    #: the result was over the size limit: ``result_id``, ``total_chars``, ``shown_chars``
+    #: (what the model got of it: head and tail; the whole is kept for read_result)
+    cut: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,9 +67,18 @@ def build_transcript(
                 check=res.check if res is not None else None,
                 result=redact_text(res.text_content, extra)[:max_result_chars]
                 if res is not None else "",
+                cut=_cut(res),
             ))
         out.append(TranscriptEntry(role="assistant", text=text, tool_calls=calls))
     return out
+
+
+def _cut(res: ToolResultBlock | None) -> dict[str, Any] | None:
+    kept = res.kept if res is not None else None
+    if kept is None or kept.shown_chars >= kept.total_chars:
+        return None
+    return {"result_id": kept.result_id, "total_chars": kept.total_chars,
+            "shown_chars": kept.shown_chars}
 
 
 def render_transcript(entries: Sequence[TranscriptEntry]) -> list[str]:
@@ -86,6 +98,9 @@ def render_transcript(entries: Sequence[TranscriptEntry]) -> list[str]:
             outcome: str = c.status or "no result"
             if c.check:
                 outcome += f" by {c.check}"
+            if c.cut is not None:
+                outcome += (f"; cut: {c.cut['shown_chars']} of {c.cut['total_chars']} "
+                            f"characters shown, the rest kept as {c.cut['result_id']}")
             lines.append(f"  → {c.name} {args}  [{outcome}]")
             for line in c.result.splitlines()[:5]:
                 lines.append(f"      {line}")
