@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from geode.errors import ModelError
 from geode.loop._util import emit, observe, turn_info
-from geode.loop.compaction import compact
+from geode.loop.compaction import compact, estimate_tokens, shorten_results
 from geode.loop.events import (
     AssistantText,
     Compacted,
@@ -201,6 +201,14 @@ async def call_provider(
                                      detail=str(err)[:500],
                                      latency_s=time.monotonic() - started))
         if err.kind == "context_overflow":
+            # The provider counted more than our estimate: shorten the oldest large results
+            # (each keeps its head and result id) to half the estimate before dropping turns.
+            target = estimate_tokens(state.messages) // 2
+            state.messages, shortened = shorten_results(
+                state.messages, fits=lambda ms: estimate_tokens(ms) <= target)
+            if shortened:
+                await emit(deps, Compacted(dropped=0, shortened=shortened))
+                return PrepareCall()
             compacted = compact(state.messages, keep_recent=max(2, deps.limits.keep_recent // 2))
             if compacted is not None:
                 state.messages = compacted.messages

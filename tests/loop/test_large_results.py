@@ -70,3 +70,18 @@ async def test_when_they_do_not_fit_together_the_oldest_are_shortened_first(
         assert r.text_content.startswith(f"report {results.index(r)}: ")
         assert (f'read_result(result_id="{r.kept.result_id}", offset=2000, length=98000)'
                 in r.text_content)
+
+
+async def test_a_provider_context_overflow_shortens_the_oldest_results_and_retries(
+    tmp_path: Path,
+) -> None:
+    from geode.errors import ModelError
+
+    overflow = ModelError("prompt is too long", kind="context_overflow", status_code=400)
+    script: list[Any] = [[ToolCall("dump", {"n": i}) for i in range(5)], overflow, "done"]
+    result, model = await _run(tmp_path, script)
+    assert result.termination == TerminationReason.NATURAL
+    results = model.calls[2].messages[-1].tool_results
+    lengths = [len(r.text_content) for r in results]
+    assert lengths[0] < 3_000 and lengths[-1] == 100_000  # oldest first
+    assert all(r.kept is not None for r in results)
