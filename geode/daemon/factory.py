@@ -302,6 +302,8 @@ class Runtime:
             return
         try:
             await self.store.timeline.prune(self.settings.store.timeline_retention_days)
+            # kept tool results (read_result) live as long as the timeline that names them
+            await self.store.results.prune(self.settings.store.timeline_retention_days)
             if self.ledger is not None:
                 await self.ledger.prune(self.settings.store.ledger_retention_days)
         except Exception:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from geode.store.models import kept_results_table
 
@@ -52,3 +52,10 @@ class KeptResultStore:
             return conn.execute(query).scalar_one_or_none()
 
         return await self._store.run_read(read)
+
+    async def prune(self, older_than_days: float) -> int:
+        """Delete results kept longer than the retention (``[store] timeline_retention_days``);
+        a later ``read_result`` of one says it is unknown. Returns how many were deleted."""
+        cutoff = int((time.time() - older_than_days * 86_400) * 1000)
+        query = delete(_K).where(_K.c.at < cutoff)
+        return await self._store.run_write(lambda conn: int(conn.execute(query).rowcount or 0))

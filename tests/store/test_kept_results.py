@@ -30,3 +30,11 @@ def test_the_transcript_says_a_result_was_cut_and_by_how_much() -> None:
                                        "shown_chars": 16_000}
     lines = render_transcript([entry])
     assert "cut: 16000 of 72000 characters shown, the rest kept as res-9" in lines[0]
+
+
+async def test_kept_results_are_pruned_with_the_timeline_retention(store: Store) -> None:
+    await store.results.keep(result_id="res-old", session_id="s", turn_id="t", call_id="c",
+                             tool="read", text="x")
+    assert await store.results.prune(older_than_days=1) == 0
+    assert await store.results.prune(older_than_days=-1) == 1  # everything is "older"
+    assert await store.results.read(session_id="s", result_id="res-old") is None
