@@ -60,6 +60,7 @@ from bots.store import ThreadLeaseLost as StoreLeaseLost
 from bots.turns import EntryOrder, TurnDeps, TurnRunner
 from bots.uploads import FileSender
 from geode.daemon.supervisor import Component, TaskSupervisor, describe_error
+from geode.errors import ShuttingDown
 from geode.hooks.events import (
     ChannelEvent,
     MessagesReceived,
@@ -622,6 +623,12 @@ class ChannelLayer:
                     except Exception as exc:
                         if event is None:
                             raise
+                        if isinstance(exc, ShuttingDown):
+                            # The daemon is stopping (a queued turn woken by the drain):
+                            # neither answered nor failed; its pending row waits for the
+                            # next start, or for the replica that takes the thread over.
+                            log.info("turn.deferred_to_next_start", event_id=event)
+                            return
                         if not is_transient(exc):
                             await self._fail_visibly(event, exc)
                             raise
@@ -693,8 +700,10 @@ class ChannelLayer:
     async def _fail_visibly(self, event_id: int, exc: Exception) -> None:
         """A turn's job failed for a reason that is not the database going away (a bug): end
         the turn with a line in its thread, so its event is not left ``running`` with nobody
-        to run it. Not when another replica took the thread over (that run counts)."""
-        if isinstance(exc, StoreLeaseLost):
+        to run it. Not when another replica took the thread over (that run counts), nor when
+        the daemon is stopping (``ShuttingDown``): ended here, the next start found the row
+        ``ready`` and delivered "Something went wrong" instead of the answer."""
+        if isinstance(exc, StoreLeaseLost | ShuttingDown):
             return
         try:
             row = await self.outbox.for_event(event_id)

@@ -110,6 +110,31 @@ async def test_queued_messages_survive_a_restart_and_are_answered_once(
     assert asked(provider)[-5:] == [f"job {n}" for n in range(1, 6)]
 
 
+async def test_queued_messages_at_a_drain_wait_for_the_next_start_and_are_not_failed(
+    store_url, make_stack, fake
+):
+    """SIGTERM's drain with turns queued: the running turn finishes and is answered; each
+    queued one, woken as a lane frees, is refused by the draining daemon (ShuttingDown) and
+    must stay queued in the store, not be ended with "Something went wrong": the next start
+    answers it (the restart test above lost its answers that way whenever the refusal's
+    write beat the store's close)."""
+    stack, provider = await _five_queued(make_stack, fake, store_url)
+    daemon = stack.daemon
+    assert daemon is not None
+    daemon.drain_timeout_s = 20.0  # the drain ends when the queued turns are refused
+    stopping = asyncio.create_task(stack.stop())
+    await fake.wait_until(lambda: daemon.draining, within=5)
+    provider.go.set()  # job 1 ends inside the drain; its lane wakes the queued turns
+    await stopping
+    assert finals(fake, "answer to: job 1")
+    assert not [s for s in fake.sent if "Something went wrong" in s.plain_text]
+    assert asked(provider) == ["job 1"]
+    await stack.start()
+    await _all_answered_once_in_order(fake, provider)
+    assert not [s for s in fake.sent if "Something went wrong" in s.plain_text]
+    assert asked(provider) == [f"job {n}" for n in range(1, 6)]
+
+
 async def test_stop_removes_a_queued_message_and_says_so(store_url, make_stack, fake):
     provider = Gated()
     kw: dict[str, Any] = {"store_url": store_url} if store_url else {}
