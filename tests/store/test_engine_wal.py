@@ -149,7 +149,8 @@ async def test_a_deleted_rows_secret_is_not_left_in_the_file(
 
     monkeypatch.setattr(engine_mod, "_install_sqlite_hooks", install)
 
-    secret = "sk-ant-api03-DELETED-SECRET-0123456789abcdef"
+    # not credential-shaped: the store masks those before they are written at all
+    secret = "a private note the user deleted: launch-code-4711-purple-walrus"
     db = tmp_path / "home" / "geode.db"
     store = await _open(db)
     try:

@@ -73,9 +73,16 @@ async def test_unbound_unknown_and_unaddressed_never_reach_the_model(stacks, hom
     await fake.user_posts(CH, "a bot speaks", user="U0OTHERBOT", extra={"bot_id": "B0OTHER"})
     await fake.user_posts(CH, mention("marker"), user=ALICE)
     await fake.wait_until(lambda: visible(fake, "answer to: marker"), within=10)
+
+    def pairing_posts() -> list[str]:
+        return [m["text"] for m in bot_messages(fake, CH) if "Pairing code" in m["text"]]
+
+    # each mention is a thread of its own: the stranger's are not ordered before the marker's
+    await fake.wait_until(pairing_posts, within=10)
+    await asyncio.sleep(0.3)  # the stranger's second mention had its chance to mint again
     assert len(stack.provider.calls) == 1
     assert bot_messages(fake, CH2) == []
-    pairing = [m["text"] for m in bot_messages(fake, CH) if "Pairing code" in m["text"]]
+    pairing = pairing_posts()
     assert len(pairing) == 1
     code = pairing[0].split("Pairing code: ")[1].split()[0]
     await stack.layer.pairing.approve(code)
