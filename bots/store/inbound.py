@@ -106,7 +106,7 @@ _CLAIM_IDS = (update(_E).where(_E.c.id.in_(bindparam("b_ids", expanding=True)),
                                _E.c.status == "received")
               .returning(*_E.c))
 #: the same for one event (the usual claim): a statement without an expanding list, which
-#: the store compiles once (``geode.store._fast``)
+#: the store compiles once (``geode.store._sqlite_cursor``)
 _CLAIM_ID = (update(_E).where(_E.c.id == bindparam("b_id"), _E.c.status == "received")
              .returning(*_E.c))
 

@@ -23,9 +23,10 @@ Two ways in, same database, same statements:
 * :meth:`Store.write` / :meth:`Store.read` yield an ``AsyncConnection`` (aiosqlite /
   psycopg async) for code that awaits other things inside its transaction.
 
-On SQLite the functions get the connection wrapped in :class:`~geode.store._fast.FastConnection`,
-which runs the hot path's prebuilt statements on the DBAPI cursor, compiled once
-(SQLAlchemy's own execution of a cached statement cost several times SQLite's work).
+On SQLite the functions get the connection wrapped in
+:class:`~geode.store._sqlite_cursor.FastConnection`, which runs the hot path's prebuilt
+statements on the DBAPI cursor, compiled once (SQLAlchemy's own execution of a cached
+statement cost several times SQLite's work).
 
 Both take the same per-store SQLite writer lock, so they queue behind each other. On
 SQLite, ``run_write`` jobs that queue up together are group-committed: one transaction, a
@@ -63,7 +64,7 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from geode.errors import ConfigError, StoreError, StoreUnavailableError
-from geode.store._fast import FastConnection
+from geode.store._sqlite_cursor import FastConnection
 from geode.store.checkpoint import CheckpointStore, SessionCheckpointer
 from geode.store.receipts import ReceiptStore
 from geode.store.results import KeptResultStore

@@ -1,4 +1,4 @@
-"""SQLite's repeated statements on the DBAPI cursor (``geode.store._fast``): the same rows,
+"""SQLite's repeated statements on the DBAPI cursor (``geode.store._sqlite_cursor``): the same rows,
 counts, keys and errors as SQLAlchemy's own execution, and SQLAlchemy's way for everything
 the short way does not cover."""
 
@@ -34,8 +34,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, StatementError
 
-from geode.store import _fast
-from geode.store._fast import FastConnection, FastResult
+from geode.store import _sqlite_cursor as _fast
+from geode.store._sqlite_cursor import FastConnection, FastResult
 
 md = MetaData()
 T = Table(
