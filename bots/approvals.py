@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING
 import structlog
 
 from bots.port import DeliveryError
-from geode.daemon.lanes import slots_released
 from geode.executor.decisions import ApprovalAnswer, ApprovalCancelled, ApprovalRequest
 from geode.executor.summary import describe_call, full_call, full_diff
 from geode.redact import redact_text
@@ -201,9 +200,8 @@ class ChatApprover:
             self.on_wait(f"waiting for approval of {rec.tool} ({rec.short_id}) since "
                          f"{_when(rec.requested_at)}")
         try:
-            # a person may take minutes: other threads get this turn's global slot meanwhile
-            async with slots_released():
-                decided = await self._wait(rec)
+            # (the executor's approval step lends the turn's lane slots out meanwhile)
+            decided = await self._wait(rec)
             return _answer(decided)
         finally:
             if self.on_wait is not None:

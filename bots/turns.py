@@ -124,11 +124,10 @@ def friendly_failure(result: TurnResult) -> str:
     """A short, useful text for a turn that did not end naturally (never a traceback)."""
     reason = result.termination.value.replace("_", " ")
     if result.termination.value == "cancelled":
-        return "⏹ Stopped." + (f"\n\n{result.text}" if result.text and "[turn ended" not in
-                              result.text else "")
+        return "⏹ Stopped." + (f"\n\n{result.answer}" if result.answer else "")
     detail = (result.detail or "").strip().splitlines()
     hint = f": {detail[0][:300]}" if detail else ""
-    body = result.text if result.text and not result.text.startswith("[turn ended") else ""
+    body = result.answer
     return f"⚠️ I could not finish ({reason}{hint})." + (f"\n\n{body}" if body else "")
 
 
@@ -460,7 +459,7 @@ class TurnRunner:
         if row.loop_turn_id:
             outcome = await deps.host.turn_outcome(row.session_key, row.loop_turn_id)
             if outcome.state == "finished":
-                text = outcome.text or f"[turn ended: {outcome.termination}]"
+                text = outcome.reply
                 log.info("recover.answer_from_checkpoint", row=row.id)
                 await self.finish(row, text)
                 return
@@ -507,7 +506,7 @@ def _answer_text(result: TurnResult) -> str:
     if result.termination == TerminationReason.CHECKPOINT_FAILED:
         raise StoreUnavailableError(f"the turn's checkpoint was not saved: {result.detail}")
     if result.ok:
-        return result.text or "(no answer)"
+        return result.answer or "(no answer)"
     return friendly_failure(result)
 
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from geode.errors import ConfigError, LaneBusy
+from geode.executor._human_wait import lend_while_waiting, reset_lender
 
 if TYPE_CHECKING:
     from geode.settings import LaneSettings
@@ -335,9 +336,12 @@ class LaneQueue:
             timer = (asyncio.get_running_loop().call_later(self.long_after_s, start_mover)
                      if self.long_after_s is not None else None)
             token = _HOLD.set(hold)
+            # the executor's approval step lends these slots out while a person answers
+            lending = lend_while_waiting(slots_released)
             try:
                 yield
             finally:
+                reset_lender(lending)
                 _HOLD.reset(token)
                 if timer is not None:
                     timer.cancel()

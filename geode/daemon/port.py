@@ -105,6 +105,12 @@ class TurnOutcome:
     termination: str = ""
     text: str = ""
 
+    @property
+    def reply(self) -> str:
+        """What a finished turn says: its last answer, or (none) the harness's note on how
+        it ended (a host shows it as is, never builds or parses it)."""
+        return self.text or f"[turn ended: {self.termination}]"
+
 
 @dataclass(frozen=True, kw_only=True)
 class SessionStatus:

@@ -18,6 +18,7 @@ from types import MappingProxyType
 
 import structlog
 
+from geode.executor._human_wait import waiting_for_a_person
 from geode.executor.decisions import (
     Allow,
     ApprovalAnswer,
@@ -101,7 +102,10 @@ class ApprovalGate:
             await self._audit(turn, "approval.requested", call, reason=reason, **resumed)
             asked_at = time.monotonic()
             try:
-                answer = await self._approver(request)
+                # a person may take minutes, whoever asks them (a thread's approvers, a
+                # terminal, a thin CLI): other requests get this one's shared slots meanwhile
+                async with waiting_for_a_person():
+                    answer = await self._approver(request)
             except ApprovalCancelled:  # the turn was stopped while the request waited
                 await asyncio.shield(self._audit(turn, "approval.cancelled", call,
                                                  decision="deny", outcome="cancelled"))

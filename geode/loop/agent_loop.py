@@ -36,6 +36,7 @@ class TurnResult:
     session_id: str
     turn_id: str
     termination: TerminationReason
+    #: what the turn says: its ``answer``, or (none) the loop's note on why it ended
     text: str
     rounds: int
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
@@ -45,6 +46,9 @@ class TurnResult:
     #: ``text`` is no answer of the model but the loop's note on why the turn ended (which
     #: a terminal already shows from ``termination`` and ``detail``)
     text_is_note: bool = False
+    #: the model's own answer (may be partial on a failed turn; empty: it gave none) —
+    #: a host shows it beside ``termination`` and never parses ``text`` for the note
+    answer: str = ""
 
     @property
     def ok(self) -> bool:
@@ -179,6 +183,7 @@ class AgenticLoop:
             cost_usd=state.cost_usd,
             detail=finish.detail,
             text_is_note=text_is_note,
+            answer=finish.text,
         )
         self.last_result = result
         await emit(self.deps, TurnFinished(

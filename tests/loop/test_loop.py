@@ -102,6 +102,7 @@ async def test_natural_end_after_a_tool_round() -> None:
     result = await loop.run("say hi")
     assert result.termination == TerminationReason.NATURAL
     assert result.text == "done: hi"
+    assert result.answer == "done: hi"  # the answer, a field of its own
     assert result.rounds == 2
     assert result.tool_calls == [{"name": "echo", "status": "ok"}]
     assert runner.batches == [["echo"]]
@@ -121,6 +122,8 @@ async def test_max_rounds() -> None:
     assert result.termination == TerminationReason.MAX_ROUNDS
     assert result.rounds == 3
     assert not result.ok
+    # no answer: the note is the CLI's text, never mistaken for an answer by a host
+    assert result.answer == "" and result.text.startswith("[turn ended: max rounds]")
 
 
 async def test_time_budget_during_a_slow_model_call() -> None:

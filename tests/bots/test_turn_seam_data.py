@@ -1,0 +1,56 @@
+"""What crosses the seam between the harness and the chat turn is data: the termination
+and the model's answer are separate fields (never parsed out of, or built as, a "[turn
+ended" note), and the lanes are the executor's business (never the chat layer's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bots.turns import friendly_failure
+from geode.daemon.port import TurnOutcome
+from geode.loop import TurnResult
+from geode.loop.termination import TerminationReason
+
+BOTS = Path(__file__).resolve().parents[2] / "bots"
+
+
+def _result(reason: TerminationReason, *, answer: str = "", detail: str = "") -> TurnResult:
+    text = answer or f"[turn ended: {reason.value.replace('_', ' ')}] {detail}".strip()
+    return TurnResult(session_id="s", turn_id="t", termination=reason, text=text, rounds=1,
+                      detail=detail, text_is_note=not answer, answer=answer)
+
+
+def test_a_stopped_turn_shows_its_partial_answer_and_never_the_note() -> None:
+    assert friendly_failure(_result(TerminationReason.CANCELLED)) == "⏹ Stopped."
+    partial = _result(TerminationReason.CANCELLED, answer="half of it")
+    assert friendly_failure(partial) == "⏹ Stopped.\n\nhalf of it"
+
+
+def test_an_answer_that_quotes_the_note_is_shown_whole() -> None:
+    # the old text parsing dropped a model answer that happened to hold "[turn ended"
+    quoting = "[turn ended: see the log] is what the tool printed"
+    assert friendly_failure(_result(TerminationReason.CANCELLED, answer=quoting)) == (
+        f"⏹ Stopped.\n\n{quoting}")
+    failed = _result(TerminationReason.MAX_ROUNDS, answer=quoting, detail="12 rounds")
+    assert friendly_failure(failed) == (
+        f"⚠️ I could not finish (max rounds: 12 rounds).\n\n{quoting}")
+
+
+def test_a_failed_turn_without_an_answer_says_why_once() -> None:
+    failed = _result(TerminationReason.MAX_ROUNDS, detail="12 rounds")
+    assert failed.text.startswith("[turn ended")  # the CLI's note, unchanged
+    assert friendly_failure(failed) == "⚠️ I could not finish (max rounds: 12 rounds)."
+
+
+def test_a_recovered_outcome_carries_its_reply() -> None:
+    assert TurnOutcome(state="finished", termination="natural", text="hi").reply == "hi"
+    assert TurnOutcome(state="finished", termination="max_rounds").reply == (
+        "[turn ended: max_rounds]")
+
+
+def test_the_chat_layer_neither_parses_the_note_nor_touches_the_lanes() -> None:
+    for path in BOTS.rglob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        assert "[turn ended" not in source, path
+        assert "geode.daemon.lanes" not in source, path
+        assert "slots_released" not in source, path
