@@ -70,7 +70,7 @@ class ActiveTurn:
     waiting: str = ""
     #: requests ahead of it while it waits for a lane (None: not queued)
     queued_ahead: int | None = None
-    #: it waits for the computer display another thread's turn holds (bots.computer)
+    #: it waits for the computer display another thread's turn holds (bots.computer_use)
     display_wait: bool = False
     #: the turn's task while it is queued (``/stop`` ends the wait)
     queue_task: asyncio.Future[Any] | None = None

@@ -39,7 +39,7 @@ from bots.approvals import ChatApprover
 from bots.attachments import Received, receive_attachments, recorded_notices
 from bots.bindings import spend_scope
 from bots.commands import ActiveTurn
-from bots.computer import approval_screen, on_display
+from bots.computer_use import approval_screen, on_display
 from bots.events import InboundEvent
 from bots.progress import ProgressReporter
 from bots.send_file import make_send_file

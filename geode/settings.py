@@ -279,7 +279,7 @@ class SandboxSettings(_Section):
     gid: int = Field(default=1000, ge=1)
 
 
-#: the ``computer`` tool's actions (geode.tools.builtin.computer)
+#: the ``computer`` tool's actions (geode.tools.builtin.desktop)
 COMPUTER_ACTIONS = ("screenshot", "click", "type", "key", "scroll", "mouse_move")
 
 

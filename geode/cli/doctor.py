@@ -268,7 +268,7 @@ async def _check_computer_use(settings: Settings) -> int:
     if not enabled:
         return 0
     from geode.daemon.display import XvfbError, XvfbSupervisor
-    from geode.tools.builtin.computer import display_check
+    from geode.tools.builtin.desktop import display_check
 
     names = ", ".join(f"{b.platform} {b.channel}" for b in enabled)
     display = settings.computer.display

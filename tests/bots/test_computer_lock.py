@@ -135,7 +135,7 @@ class _Uploads:
 
 
 async def test_the_watch_is_throttled_one_upload_at_a_time_and_shows_the_end():
-    from bots.computer import ScreenWatch
+    from bots.computer_use import ScreenWatch
     from bots.events import ReplyTarget
     from geode.loop.events import ToolResulted
 

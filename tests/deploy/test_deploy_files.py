@@ -181,7 +181,7 @@ def test_the_computer_use_variant_installs_what_the_computer_tool_drives() -> No
     text = (DEPLOY / "Dockerfile").read_text()
     assert "ARG COMPUTER_USE=0" in text
     guarded = text.split('if [ "$COMPUTER_USE" = "1" ]; then', 1)[1].split("fi", 1)[0]
-    # geode.tools.builtin.computer runs xdotool and ImageMagick's import on an X display
+    # geode.tools.builtin.desktop runs xdotool and ImageMagick's import on an X display
     assert {"xvfb", "xdotool", "imagemagick"} <= {w.strip(";\\") for w in guarded.split()}
 
 

@@ -11,7 +11,7 @@ from geode.tools.base import ToolDef
 from geode.tools.builtin._sandbox import SandboxLimits
 from geode.tools.builtin._workspace import own_inodes, path_key, resolve_in_workspace
 from geode.tools.builtin.bash import make_run_bash, run_bash, sandbox_available
-from geode.tools.builtin.computer import computer
+from geode.tools.builtin.desktop import computer
 from geode.tools.builtin.files import (
     edit_file,
     glob,

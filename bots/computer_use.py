@@ -49,7 +49,7 @@ Shoot = Callable[[str], Awaitable[bytes]]
 
 
 async def _shoot(display: str) -> bytes:
-    from geode.tools.builtin.computer import screenshot_png
+    from geode.tools.builtin.desktop import screenshot_png
 
     return await screenshot_png(display)
 
