@@ -24,7 +24,7 @@ from geode.store._retry import wait_until_answers
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from geode.store import Store
+    from geode.store.database import Database
 
 __all__ = ["ChannelStore", "Tx"]
 
@@ -47,7 +47,7 @@ class ChannelStore:
     """
 
     def __init__(
-        self, *, store: Store, owner: str, lease_ttl_s: float,
+        self, *, store: Database, owner: str, lease_ttl_s: float,
         pairing_max_new_per_hour: int = 20, predecessors: Collection[str] = (),
     ) -> None:
         self._store = store

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from geode.store import Store
+    from geode.store.database import Database
 
 __all__ = ["dialect_insert", "insert_for", "insert_ignore"]
 
 
 def insert_ignore(
-    store: Store, table: Any, keys: list[str], *, returning: Sequence[str] = ()
+    store: Database, table: Any, keys: list[str], *, returning: Sequence[str] = ()
 ) -> Any:
     """``INSERT ... ON CONFLICT DO NOTHING`` for the store's dialect (built once per table;
     execute it with a parameter dict rather than ``.values()``, which builds a new one).
@@ -31,7 +31,7 @@ def _insert_ignore_for(
     return stmt.returning(*(table.c[name] for name in returning)) if returning else stmt
 
 
-def dialect_insert(store: Store) -> Any:
+def dialect_insert(store: Database) -> Any:
     """The store dialect's ``insert`` (the one with ``ON CONFLICT``)."""
     return insert_for(store.is_postgres)
 

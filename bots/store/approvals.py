@@ -24,7 +24,7 @@ from bots.store._tables import approvals_table
 from geode.redact import redact
 
 if TYPE_CHECKING:
-    from geode.store import Store
+    from geode.store.database import Database
 
 __all__ = ["ApprovalRecord", "ApprovalRequests", "ApprovalStatus", "Decision"]
 
@@ -101,7 +101,7 @@ def _record(r: Any) -> ApprovalRecord:
 class ApprovalRequests:
     """The approval requests of the channel layer."""
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Database) -> None:
         self._store = store
         #: (session, turn) of the turns that opened (or found) a request in this process:
         #: the only non-resumed turns :meth:`end_turn` has anything to cancel for

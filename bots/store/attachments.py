@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy.engine import Connection
 
-    from geode.store import Store
+    from geode.store.database import Database
 
 __all__ = ["AttachmentRecord", "AttachmentRecords", "AttachmentStatus"]
 
@@ -71,7 +71,7 @@ def _record(row: Any) -> AttachmentRecord:
 class AttachmentRecords:
     """The ``channel_attachments`` table."""
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Database) -> None:
         self._store = store
 
     async def add(self, rec: AttachmentRecord) -> AttachmentRecord:

@@ -14,7 +14,7 @@ from geode.errors import ConfigError
 from geode.settings import BindingSettings
 
 if TYPE_CHECKING:
-    from geode.store import Store
+    from geode.store.database import Database
 
 __all__ = ["StoredBindings"]
 
@@ -25,7 +25,7 @@ _B = bindings_table
 class StoredBindings:
     """The ``geode bindings add/remove`` rows."""
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Database) -> None:
         self._store = store
 
     async def list(self) -> list[BindingSettings]:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
     from bots.store.leases import ThreadLeases
-    from geode.store import Store
+    from geode.store.database import Database
 
 __all__ = ["EVENTS_CHANNEL", "Cursors", "InboundLog", "StoredEvent"]
 
@@ -72,7 +72,7 @@ def _stored(row: Any) -> StoredEvent:
                        session_id=row.session_id)
 
 
-def _cursor_upsert(store: Store, name: str, value: str) -> tuple[Any, dict[str, Any]]:
+def _cursor_upsert(store: Database, name: str, value: str) -> tuple[Any, dict[str, Any]]:
     """The statement that upserts a cursor (``ON CONFLICT (name) DO UPDATE``, both dialects)
     and its parameters: ``conn.execute(*upsert)``. A poller stores its cursor after every
     batch of updates; the statement is built once per dialect, not per batch."""
@@ -123,7 +123,7 @@ def _candidates(postgres: bool) -> Any:
 class Cursors:
     """Named durable read positions (``channel_cursors``)."""
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Database) -> None:
         self._store = store
 
     async def get(self, name: str) -> str | None:
@@ -151,12 +151,12 @@ class InboundLog:
     """The ``channel_events`` table.
 
     Every method is one transaction in one hop to the store's worker threads
-    (:meth:`Store.run_write` / :meth:`Store.run_read`, SQLAlchemy Core on a sync
+    (:meth:`Database.run_write` / :meth:`Database.run_read`, SQLAlchemy Core on a sync
     connection): aiosqlite would hop once per statement, and the writer lock is held for
     the whole transaction, so hops inside it delay every other writer.
     """
 
-    def __init__(self, *, store: Store, origin: str = "") -> None:
+    def __init__(self, *, store: Database, origin: str = "") -> None:
         self._store = store
         #: who records (a replica's owner name), named in the PostgreSQL notification
         self.origin = origin

@@ -48,7 +48,7 @@ from geode.store.models import utcnow
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from geode.store import Store
+    from geode.store.database import Database
 
 __all__ = ["Lease", "Thread", "ThreadLeaseLost", "ThreadLeases", "held_by_another",
            "store_clock"]
@@ -70,7 +70,7 @@ class ThreadLeaseLost(StoreError):
     or froze past its lease), and that one's run of the thread is the one that counts."""
 
 
-def _now_ms(store: Store) -> Any:
+def _now_ms(store: Database) -> Any:
     """The database's clock in unix milliseconds, as SQL.
 
     Every replica reads lease times off the one store's clock, so a replica whose own clock
@@ -93,7 +93,7 @@ def store_clock(postgres: bool) -> Any:
 class Lease:
     """A named lease held by ``owner`` for ``ttl_s`` at a time; renew well before expiry."""
 
-    def __init__(self, *, store: Store, name: str, owner: str, ttl_s: float = 30.0,
+    def __init__(self, *, store: Database, name: str, owner: str, ttl_s: float = 30.0,
                  predecessors: Collection[str] = ()) -> None:
         """``predecessors``: holders known dead (:mod:`bots.holders`), whose hold on the
         lease is taken over at once instead of after its TTL."""
@@ -167,7 +167,7 @@ class ThreadLeases:
     last renewal. A lease row exists while a replica holds the thread; no row = free.
     """
 
-    def __init__(self, *, store: Store, owner: str, ttl_s: float,
+    def __init__(self, *, store: Database, owner: str, ttl_s: float,
                  predecessors: Collection[str] = ()) -> None:
         """``predecessors``: holders known dead (:mod:`bots.holders`), whose thread leases
         :meth:`take_over` takes at once instead of after their TTL."""

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-    from geode.store import Store
+    from geode.store.database import Database
 
 __all__ = ["PLACEHOLDER", "Outbox", "OutboxRow", "OutgoingFile"]
 
@@ -151,11 +151,11 @@ class Outbox:
     """The ``channel_outbox`` table.
 
     Each method is one transaction in one hop to the store's worker threads
-    (:meth:`Store.run_write` / :meth:`Store.run_read`, SQLAlchemy Core on a sync
+    (:meth:`Database.run_write` / :meth:`Database.run_read`, SQLAlchemy Core on a sync
     connection); the ``*_in`` forms run inside a caller's sync transaction.
     """
 
-    def __init__(self, *, store: Store, index: MessageIndex | None = None) -> None:
+    def __init__(self, *, store: Database, index: MessageIndex | None = None) -> None:
         self._store = store
         #: the thread of every message the bot sends (a reply to it stays in the thread)
         self._index = index
@@ -399,7 +399,7 @@ class Outbox:
         """The turn's progress message exists: its id on the row, and in the message index
         (a reply to it stays in the thread), in one transaction.
 
-        Without waiting for it (``Store.run_write_later``): on SQLite it commits with the
+        Without waiting for it (``Database.run_write_later``): on SQLite it commits with the
         turn's next write (the session, the lane claim, a checkpoint), before anything that
         write leads to, with the final answer's record at the latest, and after at most
         ``LATER_S`` when no other write comes (a turn queued for its lanes). A crash before

@@ -24,7 +24,7 @@ from geode.errors import ConfigError
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-    from geode.store import Store
+    from geode.store.database import Database
 
 __all__ = ["CODE_TTL_S", "PairingRecord", "PairingStore"]
 
@@ -59,7 +59,7 @@ def _record(r: Any) -> PairingRecord:
 class PairingStore:
     """Pairing codes in ``channel_pairing``."""
 
-    def __init__(self, *, store: Store, max_new_per_hour: int = 20,
+    def __init__(self, *, store: Database, max_new_per_hour: int = 20,
                  max_per_sender_per_day: int = 3) -> None:
         self._store = store
         self.max_new_per_hour = max_new_per_hour

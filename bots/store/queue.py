@@ -26,7 +26,7 @@ from geode.store.models import utcnow
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from geode.store import Store
+    from geode.store.database import Database
 
 __all__ = ["DROPPED_NOTICE", "QUEUED_DECISION", "ChannelQueue", "QueuedMessage"]
 
@@ -62,7 +62,7 @@ def _aware(at: datetime) -> datetime:
 class ChannelQueue:
     """Queued channel turns: listed and dropped by the operator, claimed by the daemon."""
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Database) -> None:
         self._store = store
 
     async def list(self) -> list[QueuedMessage]:

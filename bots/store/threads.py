@@ -21,11 +21,12 @@ from bots.events import InboundEvent
 from bots.store._sql import insert_ignore
 from bots.store._tables import messages_table, outbox_table, threads_table
 from geode.store.models import utcnow
+from geode.store.sessions import SessionStore
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from geode.store import Store
+    from geode.store.database import Database
 
 __all__ = ["MessageIndex", "ThreadSessions", "ThreadState"]
 
@@ -50,8 +51,9 @@ def _state(row: Any) -> ThreadState:
 class ThreadSessions:
     """The ``channel_threads`` table: engaged threads and their current session."""
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Database) -> None:
         self._store = store
+        self._sessions = SessionStore(store=store)
 
     async def get(self, thread_key: str) -> ThreadState | None:
         row = await self._store.run_read(
@@ -89,7 +91,7 @@ class ThreadSessions:
         state = await self.engage(event)
         gen = state.generation + 1
         new_id = f"{event.thread_key}#{gen}"
-        sessions = self._store.sessions
+        sessions = self._sessions
         parent = state.session_id if await sessions.exists(state.session_id) else None
         await sessions.ensure(new_id, mode="DAEMON", model=model, parent_session_id=parent,
                               title=f"thread {event.thread_key}")
@@ -133,7 +135,7 @@ class ThreadSessions:
 class MessageIndex:
     """Which thread a message id belongs to (``channel_messages``)."""
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Database) -> None:
         self._store = store
 
     async def thread_of(

@@ -1,8 +1,12 @@
-"""GEODE's durable records: one SQL store (SQLite or PostgreSQL) plus the JSONL ledger.
+"""GEODE's durable records: one SQL database (SQLite or PostgreSQL) plus the JSONL ledger.
 
-* :func:`open_store` -> :class:`Store` with ``sessions``, ``checkpoints``, ``receipts``,
-  ``timeline`` and ``checkpointer(session_id)`` (the loop's ``Checkpointer``);
-* :func:`upgrade` applies the Alembic migrations (``geode db upgrade``);
+* :func:`open_database` -> :class:`Database` (engines, transactions, dialect facts), from
+  which each record store is built;
+* :func:`open_store` -> :class:`Store`: the database with the harness's record stores
+  ``sessions``, ``checkpoints``, ``receipts``, ``timeline``, ``usage``, ``results`` and
+  ``checkpointer(session_id)`` (the loop's ``Checkpointer``);
+* :func:`upgrade` / :func:`status` apply / report the Alembic migration branches, one per
+  package that owns tables (``geode db upgrade`` / ``geode db status``, :mod:`.schema`);
 * ``usage`` (:class:`UsageLedger`): one row per model call, what the spend caps count;
 * :class:`EvidenceLedger` writes redacted JSONL under ``$GEODE_HOME/ledger/``.
 
@@ -12,8 +16,9 @@ transaction (ARCHITECTURE.md, "Records").
 
 from __future__ import annotations
 
+from geode.store._engines import normalize_url
 from geode.store.checkpoint import CheckpointRow, CheckpointStore, Restored, SessionCheckpointer
-from geode.store.engine import Store, head_revision, normalize_url, open_store, upgrade
+from geode.store.database import Database, open_database
 from geode.store.ledger import EvidenceLedger, payload_hash
 from geode.store.receipts import (
     DuplicateReceiptError,
@@ -22,6 +27,7 @@ from geode.store.receipts import (
     UnknownReceiptError,
 )
 from geode.store.redact import redact
+from geode.store.schema import BranchStatus, branch_heads, heads, status, upgrade
 from geode.store.sessions import (
     IllegalTransitionError,
     SessionExistsError,
@@ -29,12 +35,15 @@ from geode.store.sessions import (
     SessionRecord,
     SessionStore,
 )
+from geode.store.stores import Store, open_store
 from geode.store.timeline import SessionTimeline, TimelineRow
 from geode.store.usage import UsageFilter, UsageLedger, UsageRecord, UsageTotals
 
 __all__ = [
+    "BranchStatus",
     "CheckpointRow",
     "CheckpointStore",
+    "Database",
     "DuplicateReceiptError",
     "EvidenceLedger",
     "IllegalTransitionError",
@@ -54,10 +63,13 @@ __all__ = [
     "UsageLedger",
     "UsageRecord",
     "UsageTotals",
-    "head_revision",
+    "branch_heads",
+    "heads",
     "normalize_url",
+    "open_database",
     "open_store",
     "payload_hash",
     "redact",
+    "status",
     "upgrade",
 ]

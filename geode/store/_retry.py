@@ -46,7 +46,7 @@ from sqlalchemy import text
 from geode.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
-    from geode.store.engine import Store
+    from geode.store.database import Database
 
 __all__ = [
     "Backoff",
@@ -168,7 +168,7 @@ async def retry_transient(
 
 
 async def wait_until_answers(
-    store: Store, *, what: str = "store.unavailable", deadline: float | None = None,
+    store: Database, *, what: str = "store.unavailable", deadline: float | None = None,
     backoff: Backoff | None = None,
 ) -> bool:
     """Wait until ``store`` runs a trivial query again; False if ``deadline`` passed first.

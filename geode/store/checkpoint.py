@@ -6,7 +6,7 @@ that changed since this process's previous save, and moves the session's head
 checkpointer last wrote, so a round of a 500-message session writes one or two rows; a
 rewrite (compaction) or a chain moved by another writer falls back to rewriting the rows.
 
-The transaction runs in one worker-thread hop (:meth:`Store.run_write`), with no
+The transaction runs in one worker-thread hop (:meth:`Database.run_write`), with no
 event-loop round trip between its statements. The usual save is three: move the head
 *if* it is where this checkpointer left it (a first save assumes a new session's head),
 insert the new message rows, insert the link. Otherwise (a session with a chain not
@@ -42,7 +42,7 @@ from geode.store.timeline import insert_rows, timeline_row
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from geode.store.engine import Store
+    from geode.store.database import Database
 
 __all__ = ["CheckpointRow", "CheckpointStore", "Restored", "SessionCheckpointer"]
 
@@ -148,7 +148,7 @@ class SessionCheckpointer:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Database,
         session_id: str,
         fence: Callable[[Connection], None] | None = None,
         opening: Sequence[tuple[str, Mapping[str, Any], str]] = (),
@@ -449,7 +449,7 @@ class SessionCheckpointer:
 class CheckpointStore:
     """Read access to checkpoint chains (``geode sessions show``)."""
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Database) -> None:
         self._store = store
 
     async def list(self, session_id: str, *, limit: int = 100) -> list[CheckpointRow]:

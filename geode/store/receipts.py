@@ -24,7 +24,7 @@ from geode.store.models import receipts_table, utcnow
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from geode.store.engine import Store
+    from geode.store.database import Database
 
 __all__ = ["DuplicateReceiptError", "Receipt", "ReceiptStore", "UnknownReceiptError"]
 
@@ -116,7 +116,7 @@ _SET = update(_R).where(*_WHERE_CALL)  # SET columns come from the parameters
 class ReceiptStore:
     """Effect receipts, written by the executor (step 7 of the tool boundary)."""
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Database) -> None:
         self._store = store
 
     async def intend(

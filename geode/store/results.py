@@ -17,7 +17,7 @@ from geode.store.models import kept_results_table
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from geode.store.engine import Store
+    from geode.store.database import Database
 
 __all__ = ["KeptResultStore"]
 
@@ -27,7 +27,7 @@ _K = kept_results_table
 class KeptResultStore:
     """The ``kept_results`` table (implements the executor's ``ResultKeeper``)."""
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Database) -> None:
         self._store = store
 
     async def keep(

@@ -29,7 +29,7 @@ from geode.store.models import SESSION_STATUSES, sessions_table, utcnow
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from geode.store.engine import Store
+    from geode.store.database import Database
 
 __all__ = [
     "IllegalTransitionError",
@@ -148,7 +148,7 @@ _COLUMNS = (
 class SessionStore:
     """Create, look up and move sessions through the status automaton."""
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Database) -> None:
         self._store = store
 
     async def create(
@@ -352,7 +352,7 @@ def _exists(conn: Connection, session_id: str) -> bool:
 
 
 def lock_status_sync(conn: Connection, session_id: str, *, postgres: bool) -> str:
-    """:func:`lock_status` inside :meth:`Store.run_write` (a sync connection)."""
+    """:func:`lock_status` inside :meth:`Database.run_write` (a sync connection)."""
     query = select(_T.c.status).where(_T.c.id == session_id)
     if postgres:
         query = query.with_for_update()

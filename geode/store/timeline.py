@@ -26,7 +26,7 @@ from geode.store.redact import bound, canonical_json, redact
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from geode.store.engine import Store
+    from geode.store.database import Database
 
 __all__ = ["MAX_PAYLOAD_CHARS", "SessionTimeline", "TimelineRow"]
 
@@ -89,7 +89,7 @@ def insert_rows(conn: Connection, rows: list[dict[str, Any]]) -> None:
 class SessionTimeline:
     """Append-only timeline rows in the store (``store.timeline``)."""
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Database) -> None:
         self._store = store
         self.failures = 0  # writes that failed and were dropped (exposed for health checks)
         #: rows written again after a lost connection (strong references to the tasks)
@@ -125,7 +125,7 @@ class SessionTimeline:
         """Append several rows (``turn_id``, ``kind``, ``payload``, optional
         ``correlation_id``) of one session together. Never raises on a store failure.
 
-        Without waiting for them (``Store.run_write_later``): they are committed with the
+        Without waiting for them (``Database.run_write_later``): they are committed with the
         store's next write (a turn's rows with its final answer, or before its tool batch
         with the batch's first tool row), so they cost no transaction of their own; a
         crash before that loses them, as a crash before this call would. :meth:`list`

@@ -39,7 +39,7 @@ from geode.store.models import reservations_table, usage_table
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from geode.store.engine import Store
+    from geode.store.database import Database
 
 __all__ = [
     "GROUPINGS",
@@ -241,9 +241,9 @@ def _totals(row: Any) -> UsageTotals:
 
 
 class UsageLedger:
-    """The ``usage_ledger`` table of one :class:`~geode.store.Store`."""
+    """The ``usage_ledger`` table of one :class:`~geode.store.Database`."""
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Database) -> None:
         self._store = store
         #: writes the store refused, being retried (kept: a task nobody holds can vanish)
         self._retries: set[asyncio.Task[None]] = set()
@@ -302,7 +302,7 @@ class UsageLedger:
     async def record(self, rec: UsageRecord, *, at_ms: int, reservation: str | None = None,
                      ) -> None:
         """Append one model call's row (and delete its ``reservation``, in the same
-        transaction), without waiting for its commit (``Store.run_write_later``): on SQLite
+        transaction), without waiting for its commit (``Database.run_write_later``): on SQLite
         it rides in the store's next write, which for a turn's model call is the checkpoint
         that saves the call's answer (the row is committed with the answer it paid for, in
         one transaction), or in a transaction of its own within ``_GroupCommit.LATER_S``.

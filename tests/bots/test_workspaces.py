@@ -103,7 +103,7 @@ def test_overlapping_workspaces_are_refused_unless_both_name_the_folder(tmp_path
 
 async def test_a_binding_stored_before_team_existed_keeps_its_team(tmp_path: Path) -> None:
     from bots.store._tables import bindings_table
-    from geode.store.engine import open_store
+    from geode.store import open_store
 
     async with await open_store(f"sqlite:///{tmp_path / 'geode.db'}") as store:
         async with store.write() as conn:

@@ -10,8 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from geode.errors import ConfigError, StoreError
-from geode.store import Store, normalize_url, open_store, upgrade
-from geode.store.engine import head_revision
+from geode.store import Store, heads, normalize_url, open_store, upgrade
 
 
 async def test_sqlite_connections_use_wal_busy_timeout_and_normal_sync(tmp_path: Path) -> None:
@@ -74,7 +73,7 @@ async def test_unreachable_postgres_names_the_host_never_the_password() -> None:
 async def test_migrate_false_requires_a_current_schema(store_url: str) -> None:
     with pytest.raises(StoreError, match="geode db upgrade"):
         await open_store(store_url, migrate=False)
-    head = head_revision()
+    head = heads()
     assert await upgrade(store_url) == head
     assert await upgrade(store_url) == head  # idempotent
     async with await open_store(store_url, migrate=False) as store:

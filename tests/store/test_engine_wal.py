@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from geode.store import Store, open_store
-from geode.store import engine as engine_mod
+from geode.store import _engines as engine_mod
 from geode.tools.builtin import read_workspace_bytes
 from geode.tools.errors import ToolFailure
 from tests.security.conftest import make_ctx

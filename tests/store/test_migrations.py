@@ -10,9 +10,9 @@ from sqlalchemy import Column, Integer, MetaData, Table
 from sqlalchemy.engine import Connection
 
 from bots.store import CHANNEL_METADATA
-from geode.store import Store, upgrade
-from geode.store.engine import head_revision
+from geode.store import Store, schema, upgrade
 from geode.store.models import all_metadata
+from geode.store.schema import heads
 
 
 def _diff(metadata: MetaData) -> Any:
@@ -26,7 +26,7 @@ def _diff(metadata: MetaData) -> Any:
 
 
 async def test_migrated_schema_equals_models(store_url: str) -> None:
-    assert await upgrade(store_url) == head_revision()
+    assert await upgrade(store_url) == heads()
     from geode.store import open_store
 
     async with await open_store(store_url, migrate=False) as store:
@@ -46,22 +46,28 @@ async def test_migrated_schema_equals_models(store_url: str) -> None:
 
 async def test_open_store_migrates_a_fresh_database(store: Store) -> None:
     async with store.read() as conn:
-        version = (await conn.exec_driver_sql("SELECT version_num FROM alembic_version")).scalar()
+        versions = {r[0] for r in await conn.exec_driver_sql(
+            "SELECT version_num FROM alembic_version")}
         diffs = await conn.run_sync(_diff(all_metadata(CHANNEL_METADATA)))
-    assert version == head_revision()
+    assert versions == schema.expected_versions()
     assert diffs == []
 
 
 def test_head_and_known_revisions_agree_with_alembic() -> None:
+    import os
+
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-    from geode.store import engine
+    from geode.store import schema
 
-    cfg = Config(str(engine._HERE / "alembic.ini"))
-    cfg.set_main_option("script_location", str(engine._HERE / "migrations"))
+    cfg = Config(str(schema.MIGRATIONS.parent / "alembic.ini"))
+    cfg.set_main_option("script_location", str(schema.MIGRATIONS))
+    cfg.set_main_option("version_locations",
+                        os.pathsep.join(str(p) for p in schema.version_locations()))
     scripts = ScriptDirectory.from_config(cfg)
-    assert head_revision() == scripts.get_current_head()
-    assert set(engine._revisions()) == {s.revision for s in scripts.walk_revisions()}
-    assert all(engine._known_revision(s.revision) for s in scripts.walk_revisions())
-    assert not engine._known_revision("ffff")
+    assert heads() == tuple(sorted(scripts.get_heads()))
+    assert set(schema._scripts()) == {s.revision for s in scripts.walk_revisions()}
+    assert set(schema.branch_heads()) == {"geode", "bots"}
+    assert schema.branch_heads()["geode"] in scripts.get_revisions("geode@head")[0].revision
+    assert "ffff" not in schema._scripts()

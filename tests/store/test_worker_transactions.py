@@ -13,8 +13,8 @@ from sqlalchemy.engine import Connection
 from geode.loop.protocols import TurnInfo
 from geode.messages import Message
 from geode.store import IllegalTransitionError, Store, open_store
-from geode.store import engine as engine_mod
-from geode.store.engine import SYNC_WORKERS
+from geode.store import _engines as engine_mod
+from geode.store._engines import SYNC_WORKERS
 from geode.store.models import sessions_table, utcnow
 
 _S = sessions_table

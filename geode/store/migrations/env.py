@@ -2,7 +2,7 @@
 
 Two ways in:
 
-* programmatic (``geode.store.engine.upgrade`` / ``open_store``): the caller opens an
+* programmatic (``geode.store.schema.upgrade`` / ``open_store``): the caller opens an
   async engine, and inside ``AsyncConnection.run_sync`` hands the sync-facing connection in
   ``config.attributes["connection"]``; we migrate on it, in the caller's transaction;
 * the ``alembic`` command line: we build an async engine from ``GEODE_STORE_URL`` (or
@@ -52,9 +52,9 @@ def _url() -> str:
 
 
 async def _run_standalone() -> None:
-    from geode.store.engine import _build_engine, normalize_url
+    from geode.store._engines import build_engine, normalize_url
 
-    engine = _build_engine(normalize_url(_url()))
+    engine = build_engine(normalize_url(_url()))
     try:
         async with engine.connect() as conn:
             conn = await conn.execution_options(geode_write=True)
@@ -65,7 +65,7 @@ async def _run_standalone() -> None:
 
 
 def run_migrations_offline() -> None:
-    from geode.store.engine import normalize_url
+    from geode.store._engines import normalize_url
 
     context.configure(
         url=normalize_url(_url()),

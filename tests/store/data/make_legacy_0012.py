@@ -1,7 +1,13 @@
-"""Make the legacy fixture with the release before the branched migrations (run on a HEAD worktree)."""
-import asyncio, sys, pathlib
-from geode.store import open_store
+"""Make ``legacy_0012.sqlite`` with the linear-chain release (run it on that release's tree)."""
+
+import asyncio
+import pathlib
+import sqlite3
+import sys
+
 from bots.store import PairingStore
+from geode.store import open_store
+
 
 async def main(path: str) -> None:
     p = pathlib.Path(path)
@@ -11,13 +17,16 @@ async def main(path: str) -> None:
         await store.sessions.create("legacy-session-1", mode="headless", model="scripted",
                                     title="made by the 0012 release")
         pairing = PairingStore(store=store)
-        code = await pairing.issue(platform="telegram", sender="u-legacy", sender_name="Legacy",
-                                   channel="c-1", now=1_800_000_000)
+        code = await pairing.issue(platform="telegram", sender="u-legacy",
+                                   sender_name="Legacy", channel="c-1", now=1_800_000_000)
         print("code", code)
-        async with store.read() as conn:
-            print((await conn.exec_driver_sql("select version_num from alembic_version")).all())
     # fold the WAL into the file: the fixture is one file
-    import sqlite3
-    c = sqlite3.connect(p); c.execute("PRAGMA wal_checkpoint(TRUNCATE)"); c.execute("PRAGMA journal_mode=DELETE"); c.execute("VACUUM"); c.close()
+    conn = sqlite3.connect(p)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.execute("VACUUM")
+    conn.close()
 
-asyncio.run(main(sys.argv[1]))
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1]))

@@ -1,0 +1,1 @@
+"""The channel layer\x27s migration branch ``bots`` (see ``geode.store.schema``)."""
