@@ -3,21 +3,28 @@
 The platform-neutral layer (events, bindings, senders, durable inbound/outbound, progress,
 formatting, commands, dispatcher) is shared; its records live in ``bots.store`` (the only
 SQL of ``bots``); each platform plugs in as a :class:`BaseConnector` subclass (``bots.telegram``,
-``bots.slack``, ``bots.discord``) through the channel port (``bots.port``).
-:func:`build_connectors` turns ``[channels.*]`` into connectors for ``geode serve``.
+``bots.slack``, ``bots.discord``, or an outside package) through the channel port
+(``bots.port``), and registers its :class:`~bots.options.PlatformSpec` in the ``geode.platforms``
+entry point group (:mod:`bots.platforms`). :func:`build_connectors` turns ``[channels.*]``
+into connectors for ``geode serve``.
+
+The names below are imported when first used: the harness reads platform specs
+(``bots.<platform>.options``) in every process, for the shapes of their secrets, and that
+must not import the layer.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
-
-from bots.connector import BaseConnector
-from bots.events import Attachment, InboundEvent, ReplyTarget, thread_key
-from bots.format import Chunk
-from bots.layer import ChannelLayer, LayerOptions
-from bots.port import DeliveryError, Intake, PlatformClient, TurnHost
+import importlib
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from bots.connector import BaseConnector
+    from bots.events import Attachment, InboundEvent, ReplyTarget, thread_key
+    from bots.format import Chunk
+    from bots.layer import ChannelLayer
+    from bots.options import LayerOptions
+    from bots.port import DeliveryError, Intake, PlatformClient, TurnHost
     from geode.settings import Secrets, Settings
 
 __all__ = [
@@ -36,87 +43,38 @@ __all__ = [
     "thread_key",
 ]
 
+_LAZY = {
+    "BaseConnector": "bots.connector", "Attachment": "bots.events",
+    "InboundEvent": "bots.events", "ReplyTarget": "bots.events", "thread_key": "bots.events",
+    "Chunk": "bots.format", "ChannelLayer": "bots.layer", "LayerOptions": "bots.options",
+    "DeliveryError": "bots.port", "Intake": "bots.port", "PlatformClient": "bots.port",
+    "TurnHost": "bots.port",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 def build_connectors(
     host: TurnHost, settings: Settings, secrets: Secrets
 ) -> list[BaseConnector]:
-    """The connectors ``[channels.*]`` enables (``geode serve`` adds each to the daemon).
+    """The connectors ``[channels.*]`` enables (``geode serve`` adds each to the daemon), each
+    built by its platform's spec (only the configured platforms' SDKs are imported).
 
     Raises:
-        ConfigError: a configured channel lacks its token or has an invalid option.
+        ConfigError: a configured channel lacks its token, has an invalid option, or names
+            no registered platform; :class:`~geode._imports.MissingExtraError` its SDK's extra
+            is not installed.
     """
-    builders = {"telegram": _telegram_connector, "slack": _slack_connector,
-                "discord": _discord_connector}
+    from bots.platforms import build_connector
+
     out: list[BaseConnector] = []
-    for name, build in builders.items():
-        raw = settings.channels.get(name)
-        if raw is not None and raw.get("enabled", True):
-            out.append(build(host, settings, secrets, raw))
+    for name, raw in settings.channels.items():
+        if raw.get("enabled", True):
+            out.append(build_connector(name, host=host, settings=settings, secrets=secrets,
+                                       raw=raw))
     return out
-
-
-_Options = TypeVar("_Options", bound="LayerOptions")
-
-
-def _options(channel: str, cls: type[_Options], raw: dict[str, object]) -> _Options:
-    """``[channels.<channel>]`` as ``cls``; an invalid one is a ConfigError naming the table."""
-    from pydantic import ValidationError
-
-    from geode.errors import ConfigError
-
-    try:
-        return cls.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(f"invalid [channels.{channel}]: {exc}") from exc
-
-
-def _token(channel: str, secrets: Secrets, env: str, what: str) -> str:
-    """The secret in ``$env``; unset is a ConfigError saying to put ``what`` there."""
-    from geode.errors import ConfigError
-
-    token = secrets.get(env)
-    if not token:
-        raise ConfigError(
-            f"[channels.{channel}] is configured but ${env} is not set: put {what} in the "
-            "environment or $GEODE_HOME/.env."
-        )
-    return token
-
-
-def _telegram_connector(
-    host: TurnHost, settings: Settings, secrets: Secrets, raw: dict[str, object]
-) -> BaseConnector:
-    from bots.telegram import TelegramConnector, TelegramOptions
-
-    opts = _options("telegram", TelegramOptions, raw)
-    token = _token("telegram", secrets, opts.token_env, "the token from @BotFather")
-    return TelegramConnector(
-        host=host, token=token, bindings=settings.bindings, options=opts,
-        webhook_secret=secrets.get(opts.webhook_secret_env),
-    )
-
-
-def _slack_connector(
-    host: TurnHost, settings: Settings, secrets: Secrets, raw: dict[str, object]
-) -> BaseConnector:
-    from bots.slack import SlackConnector, SlackOptions
-
-    opts = _options("slack", SlackOptions, raw)
-    token = _token("slack", secrets, opts.bot_token_env,
-                   "the Bot User OAuth Token (xoxb-…)")
-    return SlackConnector(
-        host=host, bot_token=token, app_token=secrets.get(opts.app_token_env),
-        signing_secret=secrets.get(opts.signing_secret_env), bindings=settings.bindings,
-        options=opts,
-    )
-
-
-def _discord_connector(
-    host: TurnHost, settings: Settings, secrets: Secrets, raw: dict[str, object]
-) -> BaseConnector:
-    from bots.discord import DiscordConnector, DiscordOptions
-
-    opts = _options("discord", DiscordOptions, raw)
-    token = _token("discord", secrets, opts.token_env,
-                   "the bot token (Developer Portal -> Bot -> Reset Token)")
-    return DiscordConnector(host=host, token=token, bindings=settings.bindings, options=opts)

@@ -7,11 +7,19 @@ close match, like every other section of config.toml: a misspelt key used to be 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["LayerOptions", "PlatformSpec", "TokenSpec"]
+if TYPE_CHECKING:
+    from bots.connector import BaseConnector
+    from bots.port import TurnHost
+    from geode.settings import Secrets, Settings
+
+__all__ = ["LAYER_TOOLS", "ConnectorBuilder", "DoctorCheck", "LayerOptions", "PlatformSpec",
+           "TokenSpec"]
 
 
 class LayerOptions(BaseModel):
@@ -56,12 +64,65 @@ class TokenSpec:
     what: str
 
 
+#: tools only a channel session has (the layer adds them to its sessions): ``send_file``
+#: uploads a workspace file into the thread. Every platform's spec has them by default.
+LAYER_TOOLS = frozenset({"send_file"})
+
+
+class ConnectorBuilder(Protocol):
+    """Builds a platform's connector from its validated options (its SDK is imported here,
+    not when the spec is: a Telegram-only ``geode serve`` loads no other platform's SDK).
+
+    Raises:
+        ConfigError: a secret it needs is not set (say which and where to put it).
+    """
+
+    def __call__(self, *, host: TurnHost, settings: Settings, secrets: Secrets,
+                 options: Any) -> BaseConnector: ...
+
+
+#: a doctor check of an enabled ``[channels.<name>]``: what is wrong (an operator's
+#: instruction), or None when all is well
+DoctorCheck = Callable[[Any, "Secrets"], "str | None"]
+
+
 @dataclass(frozen=True, kw_only=True)
 class PlatformSpec:
-    """What a platform package declares about itself (``bots/<platform>/options.py``):
-    its ``[channels.<name>]`` options model and the secrets a start needs. The start
-    checks (:mod:`bots.platforms`) read only this; they name no platform."""
+    """What a platform package declares about itself (``bots/<platform>/options.py``),
+    registered in the ``geode.platforms`` entry point group (one line of its distribution's
+    metadata). Everything outside the platform's folder reads only this, so nothing there
+    names a platform: the start checks and ``geode doctor`` (:mod:`bots.platforms`,
+    ``geode.cli.preflight``), ``geode serve`` (:func:`bots.build_connectors`), ``geode init``,
+    the CLI's platform lists, the settings' ``platform`` names and redaction (the harness
+    reads its :class:`geode.platforms.PlatformInfo` part).
 
+    The module holding it imports no SDK (the harness reads every spec, for the shapes of
+    their secrets); :attr:`connector` imports it when it builds.
+    """
+
+    #: ``[channels.<name>]``, a binding's ``platform``, the entry point's name
     name: str
+    #: its ``[channels.<name>]`` options model
     options: type[LayerOptions]
+    #: builds its connector (``geode serve``); None: nothing to serve (a listing only)
+    connector: ConnectorBuilder | None = None
+    #: the secrets a start needs (``geode doctor`` and ``geode serve`` say which is missing)
     tokens: tuple[TokenSpec, ...] = ()
+    #: regular expressions of its secrets' shapes: masked in every output (logs, records,
+    #: replies) even when the secret was never loaded here (a token pasted into a prompt)
+    secret_shapes: tuple[str, ...] = ()
+    #: the extra of geode-agent that installs its SDK, and the SDK's top-level modules: a
+    #: configured platform whose SDK is missing is exit 2 naming the extra
+    extra: str = ""
+    sdk_modules: tuple[str, ...] = ()
+    #: tools only its channel sessions have (valid names in a binding's ``tools``)
+    chat_tools: frozenset[str] = LAYER_TOOLS
+    #: more checks of an enabled ``[channels.<name>]`` for ``geode doctor`` / ``serve``
+    checks: tuple[DoctorCheck, ...] = ()
+    #: the commented lines ``geode init`` writes into ``.env`` for it (``# NAME=...``)
+    env_lines: tuple[str, ...] = ()
+    #: what its ``team`` is (a binding's ``--team``): "workspace", "guild", "bot id"
+    team: str = "team"
+    #: registers its commands with the platform on request (``geode bindings
+    #: sync-commands``): ``(settings, secrets, team_ids, *, extra_channels) -> lines``
+    sync_commands: Callable[..., Awaitable[list[str]]] | None = None

@@ -2,16 +2,15 @@
 
 structlog imports rich (and pygments through it) when installed, for pretty tracebacks that
 GEODE's renderers do not use (:mod:`geode.logging` renders plain ones), and colorama, for
-colours on a Windows console (GEODE's console renderer has colours off); python-telegram-bot
-imports cryptography for Telegram Passport decryption, which no GEODE connector asks for, and
-tornado for its own webhook server (GEODE's webhook is an aiohttp endpoint). The libraries
+colours on a Windows console (GEODE's console renderer has colours off); a platform's SDK may
+import more of the kind (its package says which, with :func:`import_without`). The libraries
 guard those imports with ``try: ... except ImportError`` and work without them. Loaded anyway
-they cost every process ~4 MB and ~50 ms (rich, pygments), and a Telegram daemon ~7 MB
-(cryptography) and ~2 MB (tornado), before it does anything.
+they cost every process ~4 MB and ~50 ms (rich, pygments) before it does anything.
 
 It also knows which extra of ``geode-agent`` installs each optional SDK
-(:data:`EXTRA_OF`): a configured platform whose SDK is missing is exit 2 naming the extra to
-install (:func:`missing_extra`), never an ImportError's traceback.
+(:data:`EXTRA_OF`: the harness's own, and each registered chat platform's, from its spec): a
+configured platform whose SDK is missing is exit 2 naming the extra to install
+(:func:`missing_extra`), never an ImportError's traceback.
 """
 
 from __future__ import annotations
@@ -22,19 +21,32 @@ from types import ModuleType
 
 from geode.errors import ConfigError
 
-__all__ = ["EXTRA_OF", "MissingExtraError", "import_without", "install_hint", "missing_extra",
-           "require"]
+__all__ = ["MissingExtraError", "extra_of", "import_without", "install_hint",
+           "missing_extra", "require"]
 
-#: the top-level module of each optional SDK, and the extra of geode-agent that installs it
-EXTRA_OF = {
-    "telegram": "telegram",
-    "slack_bolt": "slack",
-    "slack_sdk": "slack",
-    "discord": "discord",
+#: the top-level module of each optional SDK of the harness, and the extra of geode-agent
+#: that installs it (a chat platform's come from its spec: :func:`extra_of`)
+_OWN_EXTRAS = {
     "psycopg": "postgres",
     "psycopg_binary": "postgres",
     "opentelemetry": "otel",
 }
+
+
+def extra_of() -> dict[str, str]:
+    """Every optional SDK's top-level module and the extra that installs it: the harness's
+    and each registered platform's (:mod:`geode.platforms`)."""
+    from geode.platforms import platform_infos
+
+    found = {m: info.extra or info.name for info in platform_infos() for m in info.sdk_modules}
+    return {**found, **_OWN_EXTRAS}
+
+
+def __getattr__(name: str) -> object:
+    # ``EXTRA_OF``: the mapping as it is now (platforms are registered, not listed here)
+    if name == "EXTRA_OF":
+        return extra_of()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def import_without(name: str, *extras: str) -> ModuleType:
@@ -88,7 +100,7 @@ def missing_extra(exc: BaseException) -> MissingExtraError | None:
             return current
         if isinstance(current, ModuleNotFoundError) and current.name:
             top = current.name.split(".", 1)[0]
-            extra = EXTRA_OF.get(top)
+            extra = _OWN_EXTRAS.get(top) or extra_of().get(top)
             if extra is not None:
                 return MissingExtraError(module=top, extra=extra)
         current = current.__cause__ or current.__context__

@@ -164,7 +164,7 @@ def configure_logging(
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
-    # stdlib loggers (httpx, anthropic, discord, telegram) → same redaction and renderer.
+    # stdlib loggers (httpx, anthropic, the platforms' SDKs) → same redaction and renderer.
     handler = logging.StreamHandler(out)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from geode.platforms import on_reset
+
 __all__ = [
     "MASK",
     "redact",
@@ -31,23 +33,49 @@ MASK = "[REDACTED]"
 _SECRET_KEY = re.compile(
     r"(api[_-]?key|authorization|token|secret|password|passwd|cookie|signing)", re.IGNORECASE
 )
-_PATTERNS = [
+#: the harness's own shapes; each chat platform adds its secrets' shapes through its spec
+#: (``secret_shapes``, read from the platform registry, :mod:`geode.platforms`)
+_OWN_PATTERNS = (
     re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"),
     re.compile(r"sk-(?:proj-|or-v1-)?[A-Za-z0-9_\-]{16,}"),
-    re.compile(r"xox[abprs]-[A-Za-z0-9\-]{8,}"),
-    re.compile(r"xapp-[A-Za-z0-9\-]{8,}"),
-    re.compile(r"(?<!\d)\d{5,}:[A-Za-z0-9_\-]{30,}"),  # Telegram bot token (also inside URLs)
-    re.compile(r"\b[MN][A-Za-z\d_\-]{23,25}\.[A-Za-z\d_\-]{6}\.[A-Za-z\d_\-]{27,}\b"),  # Discord
     re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._\-]{12,}"),
-]
-#: Finds a match iff some pattern of ``_PATTERNS`` matches somewhere (an alternation matches
-#: at a position iff one of its alternatives does): one scan tells most texts need none of
-#: the masking. Only a test: the masking itself matches each pattern on its own (a single
-#: alternation could stop one shape's match inside another's key).
-_ANY_PATTERN = re.compile("|".join(
-    f"(?i:{p.pattern.removeprefix('(?i)')})" if p.flags & re.IGNORECASE else f"(?:{p.pattern})"
-    for p in _PATTERNS
-))
+)
+
+
+@functools.cache
+def _patterns() -> tuple[re.Pattern[str], ...]:
+    """Every shape masked: the harness's and the registered platforms' (read once: a
+    platform's spec module imports no SDK)."""
+    from geode.platforms import secret_shapes
+
+    return (*_OWN_PATTERNS, *secret_shapes())
+
+
+@functools.cache
+def _any_pattern() -> re.Pattern[str]:
+    """Finds a match iff some pattern of :func:`_patterns` matches somewhere (an alternation
+    matches at a position iff one of its alternatives does): one scan tells most texts need
+    none of the masking. Only a test: the masking itself matches each pattern on its own (a
+    single alternation could stop one shape's match inside another's key)."""
+    return re.compile("|".join(
+        f"(?i:{p.pattern.removeprefix('(?i)')})" if p.flags & re.IGNORECASE
+        else f"(?:{p.pattern})"
+        for p in _patterns()
+    ))
+
+
+@on_reset
+def _forget_patterns() -> None:
+    _patterns.cache_clear()
+    _any_pattern.cache_clear()
+
+
+def __getattr__(name: str) -> object:
+    # ``_PATTERNS``: the shapes as one tuple, for tests that check each of them
+    if name == "_PATTERNS":
+        return _patterns()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _lock = threading.Lock()
 _secrets: set[str] = set()
@@ -81,7 +109,7 @@ _FORMAT = re.compile(
 
 
 def _spans(text: str, literals: Iterable[str]) -> list[tuple[int, int]]:
-    found = [m.span() for pat in _PATTERNS for m in pat.finditer(text)]
+    found = [m.span() for pat in _patterns() for m in pat.finditer(text)]
     for lit in literals:
         start = text.find(lit)
         while start != -1:
@@ -143,12 +171,12 @@ def _redact_text(text: str, literals: tuple[str, ...]) -> str:
         return text  # shorter than any literal secret and any shape
     if _FORMAT.search(text):
         text = _redact_split(text, literals)
-    if _ANY_PATTERN.search(text) is None and not any(lit in text for lit in literals):
+    if _any_pattern().search(text) is None and not any(lit in text for lit in literals):
         return text
     # Every shape and literal is matched on the same text and the union of the matches is
     # masked: masking one after the other let a match end where an earlier mask began
-    # ("xoxb-AAAAAAAA" + a Telegram token: the Slack shape took the token's digits, and
-    # the Telegram shape, which needs them, no longer saw the key after them).
+    # (one platform's key shape followed by another's token: the first shape took the
+    # token's digits, and the second, which needs them, no longer saw the key after them).
     return _mask(text, _spans(text, literals))
 
 

@@ -205,9 +205,10 @@ class BudgetSettings(SpendCaps):
 
 
 class BindingSettings(SpendCaps):
-    platform: Literal["slack", "discord", "telegram"]
+    #: a registered chat platform (:func:`platform_names`)
+    platform: str
     channel: str
-    #: Slack team / Discord guild / Telegram bot id this binding is limited to ("" = any)
+    #: the platform's team (workspace, server, bot id) this binding is limited to ("" = any)
     team: str = ""
     #: the folder its turns work in; "" = its own, $GEODE_HOME/workspaces/<platform>-<channel>/
     #: (see bots.workspaces); two bindings share one only when both name it
@@ -235,6 +236,14 @@ class BindingSettings(SpendCaps):
     #: (a screenshot, moving the mouse, scrolling) run without asking
     approve_computer_actions: list[str] = Field(default_factory=lambda: ["click", "type", "key"])
 
+    @field_validator("platform")
+    @classmethod
+    def _registered_platform(cls, v: str) -> str:
+        if v not in platform_names():
+            raise ValueError(f"unknown platform {v!r}: known are "
+                             f"{', '.join(platform_names()) or 'none (none is installed)'}")
+        return v
+
     @field_validator("channel", mode="before")
     @classmethod
     def _channel_str(cls, v: Any) -> str:
@@ -243,7 +252,7 @@ class BindingSettings(SpendCaps):
     @field_validator("approvers", mode="before")
     @classmethod
     def _approver_ids(cls, v: Any) -> Any:
-        # ids are strings on every platform; a TOML integer (Telegram user 42) means the same
+        # ids are strings on every platform; a TOML integer (user 42) means the same
         return [str(x) for x in v] if isinstance(v, list) else v
 
     @model_validator(mode="after")
@@ -501,9 +510,11 @@ def unknown_key_message(where: str, key: str, known: Iterable[str], *,
 
 
 def platform_names() -> tuple[str, ...]:
-    """The platforms a binding (and a ``[channels.*]`` section) may name: the values of
-    :attr:`BindingSettings.platform`, so this module holds no second list of them."""
-    return tuple(get_args(BindingSettings.model_fields["platform"].annotation))
+    """The platforms a binding (and a ``[channels.*]`` section) may name: the registered
+    ones (:mod:`geode.platforms`), so this module holds no list of them."""
+    from geode.platforms import platform_names as registered
+
+    return registered()
 
 
 def _reject_unknown_sections(path: Path, data: Mapping[str, Any]) -> None:

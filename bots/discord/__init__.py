@@ -1,6 +1,27 @@
-"""The Discord connector (discord.py gateway): threads as sessions, durable intake + catch-up."""
+"""The Discord connector (discord.py gateway): threads as sessions, durable intake + catch-up.
 
-from bots.discord.commands_sync import SLASH_COMMANDS, sync_commands
-from bots.discord.connector import DiscordConnector, DiscordOptions
+Its names are imported when first used (:mod:`bots.discord.options`, the platform's spec,
+imports no SDK: the harness reads it in every process).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bots.discord.commands_sync import SLASH_COMMANDS, sync_commands
+    from bots.discord.connector import DiscordConnector, DiscordOptions
 
 __all__ = ["SLASH_COMMANDS", "DiscordConnector", "DiscordOptions", "sync_commands"]
+
+_LAZY = {"SLASH_COMMANDS": "bots.discord.commands_sync",
+         "sync_commands": "bots.discord.commands_sync",
+         "DiscordConnector": "bots.discord.connector", "DiscordOptions": "bots.discord.connector"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

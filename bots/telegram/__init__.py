@@ -1,13 +1,34 @@
-"""The Telegram connector (python-telegram-bot): long polling with a store lease, or webhook."""
+"""The Telegram connector (python-telegram-bot): long polling with a store lease, or webhook.
+
+Its names are imported when first used (:mod:`bots.telegram.options`, the platform's spec,
+imports no SDK: the harness reads it in every process).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from geode._imports import import_without
 
-# Before any module here imports it: PTB without cryptography (Telegram Passport only) and
-# tornado (PTB's own webhook server; GEODE's webhook is an aiohttp endpoint), its httpx
-# without the command-line extras (rich, pygments); see geode._imports.
-import_without("telegram.ext", "cryptography", "tornado", "rich", "pygments")
-
-from bots.telegram._ratelimit import PerChatRateLimiter  # noqa: E402
-from bots.telegram.connector import TelegramConnector, TelegramOptions  # noqa: E402
+if TYPE_CHECKING:
+    from bots.telegram._ratelimit import PerChatRateLimiter
+    from bots.telegram.connector import TelegramConnector
+    from bots.telegram.options import TelegramOptions
 
 __all__ = ["PerChatRateLimiter", "TelegramConnector", "TelegramOptions"]
+
+_LAZY = {"PerChatRateLimiter": "bots.telegram._ratelimit",
+         "TelegramConnector": "bots.telegram.connector",
+         "TelegramOptions": "bots.telegram.options"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # Before any module here imports it: PTB without cryptography (Telegram Passport only)
+    # and tornado (PTB's own webhook server; GEODE's webhook is an aiohttp endpoint), its
+    # httpx without the command-line extras (rich, pygments); see geode._imports.
+    import_without("telegram.ext", "cryptography", "tornado", "rich", "pygments")
+    return getattr(importlib.import_module(module), name)

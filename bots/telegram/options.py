@@ -6,10 +6,18 @@ Unknown keys are refused (:class:`bots.options.LayerOptions` forbids extras), so
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from bots.options import LayerOptions, PlatformSpec, TokenSpec
-from bots.telegram._request import HttpBackend
+
+if TYPE_CHECKING:
+    from bots.connector import BaseConnector
+    from bots.port import TurnHost
+    from geode.settings import Secrets, Settings
+
+#: PTB's HTTP transport (``bots.telegram._request``; spelt out here: this module imports no
+#: SDK, the harness reads the spec in every process)
+HttpBackend = Literal["aiohttp", "httpx"]
 
 __all__ = ["SPEC", "TelegramOptions"]
 
@@ -36,7 +44,23 @@ class TelegramOptions(LayerOptions):
     http_backend: HttpBackend = "aiohttp"
 
 
+def _build(*, host: TurnHost, settings: Settings, secrets: Secrets,
+           options: TelegramOptions) -> BaseConnector:
+    from bots.platforms import required_secret
+    from bots.telegram import TelegramConnector  # the SDK, loaded without its unused extras
+
+    return TelegramConnector(
+        host=host, token=required_secret(SPEC, options, secrets, SPEC.tokens[0]),
+        bindings=settings.bindings, options=options,
+        webhook_secret=secrets.get(options.webhook_secret_env),
+    )
+
+
 SPEC = PlatformSpec(
-    name="telegram", options=TelegramOptions,
+    name="telegram", options=TelegramOptions, connector=_build,
     tokens=(TokenSpec(option="token_env", what="the token from @BotFather"),),
+    # a bot token (also inside a Bot API URL: .../bot<token>/getMe)
+    secret_shapes=(r"(?<!\d)\d{5,}:[A-Za-z0-9_\-]{30,}",),
+    extra="telegram", sdk_modules=("telegram",),
+    env_lines=("# TELEGRAM_BOT_TOKEN=...",), team="bot id",
 )

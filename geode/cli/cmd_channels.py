@@ -27,7 +27,8 @@ pairing_app = typer.Typer(help="Pairing codes of unknown senders.", no_args_is_h
 app.add_typer(bindings_app, name="bindings")
 app.add_typer(pairing_app, name="pairing")
 
-_PLATFORMS = ("telegram", "slack", "discord")
+#: the platform arguments' help: the registered platforms are listed where a name is wrong
+_PLATFORM_HELP = "A registered platform (the name of its [channels.NAME] table)."
 
 
 def _settings() -> Settings:
@@ -71,7 +72,7 @@ def bindings_list(
         return
     if not rows:
         typer.echo("no bindings: the bot answers nowhere. Add one with "
-                   "`geode bindings add telegram CHAT_ID --allow-user ID`.")
+                   "`geode bindings add PLATFORM CHAT_ID --allow-user ID`.")
     for src, b in rows:
         where = f"{b.team}/{b.channel}" if b.team else b.channel
         tools = "default" if b.tools is None else ",".join(b.tools) or "none"
@@ -94,16 +95,18 @@ def approval_summary(b: BindingSettings) -> str:
             f"requests expire after {b.approval_timeout_s:g}s")
 
 
-# Telegram group ids are negative ("-100123"): without this click reads them as options.
+# Some platforms' group ids are negative ("-100123"): without this click reads them as
+# options.
 _NEG_IDS = {"ignore_unknown_options": True}
 
 
 @bindings_app.command("add", context_settings=_NEG_IDS)
 def bindings_add(
-    platform: Annotated[str, typer.Argument(help="telegram | slack | discord")],
-    channel: Annotated[str, typer.Argument(help="Exact channel / chat id (Telegram: -100...).")],
+    platform: Annotated[str, typer.Argument(help=_PLATFORM_HELP)],
+    channel: Annotated[str, typer.Argument(help="Exact channel / chat id (may be negative).")],
     team: Annotated[
-        str, typer.Option("--team", help="Slack team / Discord guild / Telegram bot id.")
+        str, typer.Option("--team", help="The platform's team this binding is limited to "
+                                         "(its workspace, server or bot id).")
     ] = "",
     workspace: Annotated[
         str, typer.Option("--workspace", help="Folder its turns work in (default: its own, "
@@ -150,9 +153,11 @@ def bindings_add(
     from bots.bindings import parse_binding
     from bots.store import StoredBindings
     from geode.errors import ConfigError
+    from geode.platforms import platform_names
 
-    if platform not in _PLATFORMS:
-        raise ConfigError(f"unknown platform {platform!r}; use one of {', '.join(_PLATFORMS)}")
+    if platform not in platform_names():
+        raise ConfigError(f"unknown platform {platform!r}; use one of "
+                          f"{', '.join(platform_names())}")
     data: dict[str, Any] = {
         "platform": platform, "channel": channel, "team": team,
         "workspace": workspace, "allow_users": list(allow_user or ()),
@@ -193,7 +198,7 @@ def bindings_add(
 
 @bindings_app.command("remove", context_settings=_NEG_IDS)
 def bindings_remove(
-    platform: Annotated[str, typer.Argument(help="telegram | slack | discord")],
+    platform: Annotated[str, typer.Argument(help=_PLATFORM_HELP)],
     channel: Annotated[str, typer.Argument(help="The channel id.")],
     team: Annotated[str, typer.Option("--team", help="As given to `add`.")] = "",
 ) -> None:
@@ -218,28 +223,35 @@ def bindings_remove(
 
 @bindings_app.command("sync-commands")
 def bindings_sync_commands(
-    platform: Annotated[str, typer.Option("--platform", help="discord")] = "discord",
+    platform: Annotated[str, typer.Option(
+        "--platform", help="A platform that registers commands (default: the one that does).")
+    ] = "",
     guild: Annotated[list[str] | None, typer.Option(
-        "--guild", help="Guild id (repeatable); default: the guilds of bound channels.")] = None,
+        "--guild", help="Guild / team id (repeatable); default: those of bound channels.")
+    ] = None,
 ) -> None:
     """Register the slash commands (/new /reset /status /stop /help) per guild, on request."""
+    from bots.platforms import platform_specs
+    from bots.store import StoredBindings
     from geode.cli._runtime import load
     from geode.errors import ConfigError
-
-    if platform != "discord":
-        raise ConfigError(f"sync-commands supports --platform discord, not {platform!r}.")
-    from bots.discord import sync_commands
-    from bots.store import StoredBindings
     from geode.settings import Secrets
 
+    syncing = {n: s.sync_commands for n, s in platform_specs().items() if s.sync_commands}
+    if not platform and len(syncing) == 1:
+        (platform,) = syncing
+    sync = syncing.get(platform)
+    if sync is None:
+        raise ConfigError(f"sync-commands supports --platform {' | '.join(sorted(syncing))}, "
+                          f"not {platform!r}.")
     settings, secrets = load()
     assert isinstance(secrets, Secrets)
 
     async def main() -> list[str]:
         async with await _open(settings) as store:
             stored = await StoredBindings(store=store).list()
-        channels = [b.channel for b in stored if b.platform == "discord"]
-        return await sync_commands(settings, secrets, guild or (), extra_channels=channels)
+        channels = [b.channel for b in stored if b.platform == platform]
+        return await sync(settings, secrets, guild or (), extra_channels=channels)
 
     for line in asyncio.run(main()):
         typer.echo(line)

@@ -19,13 +19,21 @@ import typer
 
 from geode.cli.app import app
 
-_ENV_TEMPLATE = """\
+_ENV_HEAD = """\
 # Secrets for GEODE: one NAME=value per line. Keep this file mode 0600; never commit it.
 # GEODE reads it itself (the process environment wins over it), e.g.:
 # ANTHROPIC_API_KEY=sk-ant-...
 # OPENAI_API_KEY=...
-# TELEGRAM_BOT_TOKEN=...
 """
+
+
+def _env_template() -> str:
+    """The commented ``.env``: the providers' keys, then each registered platform's lines
+    (its spec's ``env_lines``)."""
+    from bots.platforms import platform_specs
+
+    lines = [line for spec in platform_specs().values() for line in spec.env_lines]
+    return _ENV_HEAD + "".join(f"{line}\n" for line in lines)
 
 
 def example_config() -> str:
@@ -63,7 +71,7 @@ def init(
         else:
             env_action, env_note = "kept", ""
     else:
-        _write(env, _ENV_TEMPLATE, mode=0o600)
+        _write(env, _env_template(), mode=0o600)
         env_action, env_note = "wrote", " (mode 0600)"
     if as_json:
         typer.echo(json.dumps({

@@ -44,7 +44,7 @@ def sessions_list(
 
 
 def session_source(r: Any) -> str:
-    """cli / a platform (telegram, slack, discord) / schedule / mcp: recorded at creation;
+    """cli / a platform's name / schedule / mcp: recorded at creation;
     sessions from before that are told by their mode and id."""
     recorded = r.metadata.get("source") if isinstance(r.metadata, dict) else None
     if recorded:

@@ -5,8 +5,9 @@ same function and reports every result, so a config that serve refuses makes doc
 the same words and exit non-zero (a binding's model id used to pass doctor and fail serve).
 What is checked: each configured binding's model id and tool names, the bindings'
 workspaces, and each ``[channels.*]`` section (a known platform, its typed options with no
-unknown key, the secrets an enabled one needs). Platforms come from the registry in
-``bots.platforms``; nothing here names one.
+unknown key, the secrets an enabled one needs, its spec's own checks). Platforms come from
+the registry (``bots.platforms``, the ``geode.platforms`` entry points); nothing here names
+one.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ CheckStatus = Literal["ok", "warn", "fail"]
 
 @dataclass(frozen=True, kw_only=True)
 class Check:
-    """One start check's result: ``name`` says what was checked (``binding telegram
-    -100123``, ``channel slack``), ``message`` what was found (the ConfigError's text when
+    """One start check's result: ``name`` says what was checked (``binding PLATFORM
+    CHANNEL``, ``channel PLATFORM``), ``message`` what was found (the ConfigError's text when
     it failed), ``fix`` how to fix it."""
 
     name: str

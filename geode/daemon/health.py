@@ -6,8 +6,8 @@
   intake, each pump, lease keeper, listener: :mod:`geode.daemon.supervisor`) is up and has
   made progress within its staleness bound, and the daemon is not draining; 503 otherwise.
   The JSON body names each check and component with its detail, so an operator sees
-  *what* is not ready and why (``"telegram.connection": {"ok": false, "detail": "down for
-  12s: cannot reach the Telegram Bot API at … (attempt 4; next in 8.0s)"}``).
+  *what* is not ready and why (``"<platform>.connection": {"ok": false, "detail": "down for
+  12s: cannot reach the platform's API at … (attempt 4; next in 8.0s)"}``).
 * ``GET /metrics`` — Prometheus text format (see :mod:`geode.daemon.metrics`).
 """
 

@@ -58,7 +58,7 @@ class Component:
     """The health of one supervised part, as ``/readyz`` shows it.
 
     Args:
-        name: what ``/readyz`` calls it (``telegram.poller``, ``slack.pump``).
+        name: what ``/readyz`` calls it (``<platform>.poller``, ``<platform>.pump``).
         stale_after_s: a component that has not beaten for this long is not ready
             (None: no staleness bound, e.g. a connection that is either up or down).
         clock: monotonic seconds (tests).

@@ -1,8 +1,8 @@
 """Redaction and size bounds for what the records keep for observation.
 
 Redaction itself is :mod:`geode.redact` (the one used at every output boundary:
-registered literal secrets, credential-named keys, known key shapes, a Telegram bot token
-inside a Bot API URL included). This module adds what only the records need: a size
+registered literal secrets, credential-named keys, known key shapes (each chat platform's
+from its spec, a bot token inside an API URL included). This module adds what only the records need: a size
 bound, and canonical JSON for content hashes.
 """
 

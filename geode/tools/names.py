@@ -9,13 +9,18 @@ from collections.abc import Collection, Iterable
 
 from geode.errors import ConfigError
 
-__all__ = ["CHANNEL_TOOL_NAMES", "MCP_SEPARATOR", "check_tool_names", "known_tool_names"]
+__all__ = ["MCP_SEPARATOR", "channel_tool_names", "check_tool_names", "known_tool_names"]
 
 #: an MCP tool is ``SERVER__TOOL`` to the model (CONTRACT.md)
 MCP_SEPARATOR = "__"
-#: tools only a channel session has (the channel layer adds them to its sessions):
-#: ``send_file`` uploads a workspace file into the thread
-CHANNEL_TOOL_NAMES = frozenset({"send_file"})
+
+
+def channel_tool_names() -> frozenset[str]:
+    """Tools only a channel session has (the channel layer adds them to its sessions), as
+    each registered platform's spec declares them (:mod:`geode.platforms`)."""
+    from geode.platforms import platform_infos
+
+    return frozenset[str]().union(*(info.chat_tools for info in platform_infos()))
 
 
 def check_tool_names(
@@ -50,11 +55,11 @@ def check_tool_names(
 
 
 def known_tool_names() -> set[str]:
-    """The built-in tools, the channel-only tools (:data:`CHANNEL_TOOL_NAMES`) and the names
+    """The built-in tools, the channel-only tools (:func:`channel_tool_names`) and the names
     the mode policies deny (``delegate_task``)."""
     from geode.policy import MODE_POLICIES
     from geode.tools.builtin import builtin_tools
 
-    names = {t.name for t in builtin_tools()} | CHANNEL_TOOL_NAMES
+    names = {t.name for t in builtin_tools()} | channel_tool_names()
     names.update(*(p.denied_tools for p in MODE_POLICIES.values()))
     return names
