@@ -1,0 +1,260 @@
+"""The walk of one Telegram mention through the project's modules, measured.
+
+A real ``Daemon`` (store, lanes, session factory) hosts the real Telegram connector, which
+long-polls the wire-level fake Telegram server; the model is the scripted one. One mention
+is said in a bound chat; from that moment until the fake records the bot's reply, every
+Python function entered is seen by a profile hook (``sys.setprofile`` and
+``threading.setprofile``). Only *project* modules count: files under ``geode/`` and
+``bots/``, except the test doubles (``geode/testing/``, ``bots/testing/``,
+``geode/providers/scripted.py``).
+
+Figures (defined in docs/architecture.md, "A chat turn, end to end"):
+
+* ``module hops`` — distinct directed edges ``A -> B`` between two different project
+  modules, where a function of ``A`` called (or first awaited) a function of ``B``, on
+  the chat turn's walk (:func:`on_the_walk`: one end in ``bots/``; the harness's and the
+  record stores' insides are not the walk). The caller is the nearest project frame up
+  the stack; a frame the event loop resumes has no project caller and adds no edge. Each
+  frame counts once (a coroutine resumed again is not a new call).
+* ``all module edges`` — the same, the harness's insides included.
+* ``cross-module calls`` — the hops counted each time they happen.
+* ``harness entries`` — calls of the harness port's ``run_turn`` (``Daemon.run_turn``).
+* ``turns re-entries`` — calls into the chat turn's modules (``bots/turns*``) from another
+  module, each counted.
+* ``loop events`` — the typed loop events the harness handed back to the layer's sink,
+  all through one ``on_event`` stream.
+
+Run it: ``python benchmarks/trace_turn.py`` (``--json`` for the figures as JSON, ``--edges``
+to list the hops). ``tests/bots/test_trace_turn.py`` runs it and holds the bounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+_ROOTS = ("geode/", "bots/")
+_DOUBLES = ("geode/testing/", "bots/testing/", "geode/providers/scripted.py")
+TOKEN = "123456:TRACE-TOKEN"
+CHAT = -100777
+
+
+@dataclass
+class Walk:
+    """What the profile hook saw between the mention and its reply."""
+
+    edges: Counter[tuple[str, str]] = field(default_factory=Counter)
+    modules: set[str] = field(default_factory=set)
+    harness_entries: int = 0
+    turns_reentries: int = 0
+
+
+def on_the_walk(caller: str, callee: str) -> bool:
+    """An edge of the chat turn's walk: one end in ``bots/``, and not a record store calling
+    its own engine (``bots.store.* -> geode.store.*``); geode -> geode calls are the
+    harness's insides (entered once, through ``run_turn``)."""
+    if not (caller.startswith("bots.") or callee.startswith("bots.")):
+        return False
+    return not (caller.startswith("bots.store") and callee.startswith("geode."))
+
+
+@dataclass(frozen=True)
+class Figures:
+    module_hops: int
+    all_module_edges: int
+    cross_module_calls: int
+    modules: int
+    harness_entries: int
+    turns_reentries: int
+    loop_events: int
+    event_streams: int
+    seconds: float
+    edges: list[str]
+
+
+class _Tracer:
+    def __init__(self) -> None:
+        self.walk = Walk()
+        self._module: dict[str, str | None] = {}
+        #: frames seen (kept alive so an id is never reused): a resumption is no new call
+        self._seen: dict[int, FrameType] = {}
+        self.on = False
+
+    def module_of(self, filename: str) -> str | None:
+        found = self._module.get(filename, "")
+        if found != "":
+            return found
+        mod: str | None = None
+        try:
+            rel = Path(filename).resolve().relative_to(ROOT).as_posix()
+        except ValueError:
+            rel = ""
+        if rel.startswith(_ROOTS) and not rel.startswith(_DOUBLES):
+            mod = rel[:-3].replace("/", ".") if rel.endswith(".py") else rel
+        self._module[filename] = mod
+        return mod
+
+    def hook(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event != "call" or not self.on:
+            return
+        callee = self.module_of(frame.f_code.co_filename)
+        if callee is None or id(frame) in self._seen:
+            return
+        self._seen[id(frame)] = frame
+        walk = self.walk
+        walk.modules.add(callee)
+        if callee == "geode.daemon.serve" and frame.f_code.co_name == "run_turn":
+            walk.harness_entries += 1
+        caller_frame = frame.f_back
+        caller = None
+        while caller_frame is not None:
+            caller = self.module_of(caller_frame.f_code.co_filename)
+            if caller is not None:
+                break
+            caller_frame = caller_frame.f_back
+        if caller is None or caller == callee:
+            return
+        walk.edges[(caller, callee)] += 1
+        if callee.startswith("bots.turn"):
+            walk.turns_reentries += 1
+
+
+async def trace_one_mention(home: Path) -> Figures:
+    """Start the stack on ``home``, trace one mention to its reply, stop."""
+    sys.path.insert(0, str(ROOT))
+    from bots.telegram import TelegramConnector, TelegramOptions
+    from bots.testing.telegram import FakeTelegramServer
+    from geode.daemon import Daemon
+    from geode.providers.scripted import ScriptedProvider
+    from geode.settings import BindingSettings, load_settings
+
+    provider = ScriptedProvider(["the answer"], repeat_last=True)
+    binding = BindingSettings(platform="telegram", channel=str(CHAT), allow_users=["42"])
+    tracer = _Tracer()
+    async with FakeTelegramServer(token=TOKEN, bot_username="geode_bot") as fake:
+        settings, secrets = load_settings(
+            env={"GEODE_HOME": str(home)}, health_port=0, bindings=[binding],
+            store={"url": f"sqlite:///{home / 'geode.db'}"},
+            lanes={"global_cap": 8, "channel_cap": 8})
+        daemon = Daemon(settings=settings, secrets=secrets, provider_factory=lambda: provider,
+                        workspace=home / "ws", drain_timeout_s=0.5)
+        opts = TelegramOptions(
+            base_url=fake.base_url, base_file_url=fake.base_file_url, poll_timeout_s=1,
+            progress_edit_interval_s=0.0, typing_interval_s=30.0, typing_delay_s=0.0,
+            lease_ttl_s=30.0, pump_interval_s=0.2, rate_group_per_min=0)
+        connector = TelegramConnector(host=daemon, token=TOKEN, bindings=[binding],
+                                      options=opts)
+        daemon.add_connector(connector)
+        await daemon.start()
+        try:
+            # warm up: a first mention opens the store's statements, imports lazily
+            # imported modules and fills caches; the traced one is a follow-up's first
+            # message in a new thread, as steady state sees it
+            fake.user_says(CHAT, "@geode_bot warm up", from_user=42)
+            await _reply(fake, 1)
+            sink_events: list[object] = []
+            streams: set[int] = set()
+            _watch_sink(sink_events, streams)
+            sys.setprofile(tracer.hook)
+            threading.setprofile(tracer.hook)
+            tracer.on = True
+            started = time.perf_counter()
+            fake.user_says(CHAT, "@geode_bot what is the answer?", from_user=42)
+            await _reply(fake, 2)
+            tracer.on = False
+            seconds = time.perf_counter() - started
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)
+            _unwatch_sink()
+            await daemon.shutdown()
+    walk = tracer.walk
+    hops = {e: n for e, n in walk.edges.items() if on_the_walk(*e)}
+    return Figures(
+        module_hops=len(hops), all_module_edges=len(walk.edges),
+        cross_module_calls=sum(hops.values()),
+        modules=len(walk.modules), harness_entries=walk.harness_entries,
+        turns_reentries=walk.turns_reentries, loop_events=len(sink_events),
+        event_streams=len(streams), seconds=round(seconds, 3),
+        edges=[f"{a} -> {b} ({n})" for (a, b), n in sorted(hops.items())],
+    )
+
+
+async def _reply(fake: Any, n: int, within: float = 30.0) -> None:
+    """Until the bot's ``n``-th final answer is in the chat."""
+    async with asyncio.timeout(within):
+        # the fake records what it was sent, it signals nothing: polled
+        while sum(1 for m in fake.messages_in(CHAT, from_bot=True)  # noqa: ASYNC110
+                  if m.plain_text == "the answer") < n:
+            await asyncio.sleep(0.005)
+
+
+_SAVED: dict[str, Any] = {}
+
+
+def _watch_sink(events: list[object], streams: set[int]) -> None:
+    """Count the loop events the harness hands the layer, and through how many sinks."""
+    from bots.progress import ProgressReporter
+    from geode.loop.events import LoopEvent
+
+    original = ProgressReporter.on_event
+    _SAVED["on_event"] = original
+
+    async def on_event(self: ProgressReporter, event: LoopEvent) -> None:
+        events.append(event)
+        streams.add(id(self))
+        await original(self, event)
+
+    ProgressReporter.on_event = on_event  # type: ignore[method-assign]
+
+
+def _unwatch_sink() -> None:
+    from bots.progress import ProgressReporter
+
+    if "on_event" in _SAVED:
+        ProgressReporter.on_event = _SAVED.pop("on_event")  # type: ignore[method-assign]
+
+
+def measure() -> Figures:
+    home = Path(tempfile.mkdtemp(prefix="geode-trace-", dir="/tmp"))
+    try:
+        return asyncio.run(trace_one_mention(home))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="the figures as JSON")
+    parser.add_argument("--edges", action="store_true", help="list every module hop")
+    args = parser.parse_args()
+    figures = measure()
+    if args.json:
+        print(json.dumps(asdict(figures), indent=2))
+        return
+    print(f"module hops         {figures.module_hops}")
+    print(f"all module edges    {figures.all_module_edges} (the harness's insides included)")
+    print(f"cross-module calls  {figures.cross_module_calls}")
+    print(f"modules entered     {figures.modules}")
+    print(f"harness entries     {figures.harness_entries}")
+    print(f"turns re-entries    {figures.turns_reentries}")
+    print(f"loop events         {figures.loop_events} through {figures.event_streams} stream")
+    print(f"traced for          {figures.seconds:.2f} s")
+    if args.edges:
+        print("\n".join(figures.edges))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""The walk of one Telegram mention, measured by ``benchmarks/trace_turn.py`` (a real daemon,
+the real connector, the wire-level fake, the scripted model): the harness is entered once,
+its loop events come back through one typed stream, and the walk stays within the bound
+docs/architecture.md states ("A chat turn, end to end")."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "trace_turn.py"
+
+#: the documented bounds (docs/architecture.md): the measured walk plus a little room for a
+#: typing or progress call that timing may add or spare
+MAX_MODULE_HOPS = 56
+MAX_TURNS_REENTRIES = 9
+
+
+def test_one_mention_enters_the_harness_once_within_the_documented_hops() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--json"], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    out = "\n" + proc.stdout  # the figures are the last thing printed, after any log line
+    figures = json.loads(out[out.rindex("\n{\n") + 1:])
+    assert figures["harness_entries"] == 1
+    assert figures["event_streams"] == 1 and figures["loop_events"] >= 2
+    assert 0 < figures["module_hops"] <= MAX_MODULE_HOPS, figures["edges"]
+    assert figures["turns_reentries"] <= MAX_TURNS_REENTRIES, figures["edges"]
