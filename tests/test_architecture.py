@@ -189,3 +189,33 @@ def test_events_are_emitted_and_observed_by_type_never_by_name(package: str) -> 
         for attr, line in _named_event_calls(path)
     ]
     assert offenders == []
+
+
+
+def _platform_mentions(root: Path, names: list[str]) -> list[str]:
+    """``path:line`` of every line of a module under ``root`` that names a platform
+    (case-insensitive), the test doubles in ``testing/`` aside."""
+    import re
+
+    pattern = re.compile("|".join(re.escape(n) for n in names), re.IGNORECASE)
+    return [f"{path.relative_to(root)}:{no}"
+            for path in sorted(root.rglob("*.py"))
+            if "testing" not in path.relative_to(root).parts
+            for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if pattern.search(line)]
+
+
+def test_geode_names_no_platform(tmp_path: Path) -> None:
+    # the platforms are a registry (bots.platforms, the geode.platforms entry points): the
+    # harness iterates it, so a new platform is its folder plus one registration line
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = sorted(project["entry-points"]["geode.platforms"])
+    assert {"telegram", "slack", "discord"} <= set(names)
+    assert _platform_mentions(ROOT / "geode", names) == []
+    # with teeth: a line naming one is found, in any case; a fake in testing/ may
+    (tmp_path / "testing").mkdir()
+    (tmp_path / "testing" / "fake.py").write_text("# a fake Telegram server\n")
+    (tmp_path / "m.py").write_text("x = 1\n# the SLACK token\n")
+    assert _platform_mentions(tmp_path, names) == ["m.py:2"]
