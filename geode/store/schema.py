@@ -129,7 +129,7 @@ def _read(folders: tuple[Path, ...]) -> dict[str, _Script]:
     for folder in folders:
         for path in sorted(folder.glob("*.py")):
             values: dict[str, Any] = {}
-            for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            for node in _header(path.read_text(encoding="utf-8")).body:
                 target: ast.expr
                 if isinstance(node, ast.AnnAssign) and node.value is not None:
                     target, value = node.target, node.value
@@ -149,6 +149,15 @@ def _read(folders: tuple[Path, ...]) -> dict[str, _Script]:
                                depends=_names(values.get("depends_on")),
                                legacy_head=values.get("legacy_head"))
     return out
+
+
+def _header(source: str) -> ast.Module:
+    """The module up to its first function: where a migration's ids are assigned (parsing
+    only that keeps opening a store cheap; the whole file if the cut is not valid)."""
+    try:
+        return ast.parse(source.split("\ndef ", 1)[0])
+    except SyntaxError:
+        return ast.parse(source)
 
 
 def _names(value: Any) -> tuple[str, ...]:
