@@ -46,7 +46,7 @@ from bots.send_file import make_send_file
 from bots.store import OutboxRow, StoredEvent
 from bots.workspaces import binding_workspace, thread_folder
 from geode.daemon.factory import Session, SessionContext
-from geode.daemon.port import OpeningNote, SessionOverrides, WriteFence
+from geode.daemon.port import Claim, OpeningNote, SessionOverrides
 from geode.errors import ConfigError, GeodeError, ShuttingDown, StoreUnavailableError
 from geode.loop import LoopEvent, TurnResult
 from geode.loop.events import ToolProposed, TurnStarted
@@ -277,11 +277,11 @@ class TurnRunner:
         await deps.deliverer.deliver(row)
         deps.fault("delivered")
 
-    def _fence(self, row: OutboxRow) -> WriteFence:
-        """The check that this replica still holds the turn's thread, run inside each of the
-        turn's writes (its checkpoints, its final answer): a replica that froze past its
-        lease and woke up mid-turn writes nothing to a thread another replica took over."""
-        return self.deps.thread_leases.fence(row.platform, row.workspace,
+    def _fence(self, row: OutboxRow) -> Claim:
+        """This replica's claim on the turn's thread, checked inside each of the turn's
+        writes (its checkpoints, its final answer): a replica that froze past its lease and
+        woke up mid-turn writes nothing to a thread another replica took over."""
+        return self.deps.thread_leases.claim(row.platform, row.workspace,
                                               (row.target.channel, row.target.thread_root))
 
     async def _prompt(self, stored: StoredEvent, binding: BindingSettings, row: OutboxRow

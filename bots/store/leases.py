@@ -23,7 +23,8 @@ TTL.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
@@ -262,15 +263,10 @@ class ThreadLeases:
                 f"thread {channel}/{root} is held by {owner or 'nobody'}, not by this replica"
             )
 
-    def fence(self, platform: str, workspace: str, thread: Thread
-              ) -> Callable[[Connection], None]:
-        """:meth:`check_held` for ``thread``, as the write fence of a turn's checkpoints and
-        of its final answer's record."""
-
-        def held(conn: Connection) -> None:
-            self.check_held(conn, platform, workspace, thread)
-
-        return held
+    def claim(self, platform: str, workspace: str, thread: Thread) -> ThreadClaim:
+        """This owner's claim on ``thread`` (:meth:`check_held`), as the write fence of a
+        turn's checkpoints and of its final answer's record."""
+        return ThreadClaim(leases=self, platform=platform, workspace=workspace, thread=thread)
 
     def _now(self, conn: Connection) -> int:
         """The store's clock (unix ms), read once for a transaction's lease rows."""
@@ -346,3 +342,18 @@ class ThreadLeases:
             _T.c.platform == platform, _T.c.workspace == workspace)
         rows = await self._store.run_read(lambda conn: conn.execute(query).all())
         return {(str(r.channel), str(r.thread_root)): str(r.owner) for r in rows}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThreadClaim:
+    """A replica's claim on one thread (``geode.daemon.port.Claim``): checked first inside
+    each of a turn's writes, in the write's own transaction (see
+    :meth:`ThreadLeases.check_held`); the layer only hands it on."""
+
+    leases: ThreadLeases
+    platform: str
+    workspace: str
+    thread: Thread
+
+    def check(self, tx: Connection) -> None:
+        self.leases.check_held(tx, self.platform, self.workspace, self.thread)

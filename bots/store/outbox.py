@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
     from sqlalchemy.ext.asyncio import AsyncConnection
 
+    from geode.store.claim import Claim
     from geode.store.database import Database
 
 __all__ = ["PLACEHOLDER", "Outbox", "OutboxRow", "OutgoingFile"]
@@ -327,13 +328,13 @@ class Outbox:
 
     async def mark_ready(
         self, row_id: int, chunks: list[Chunk], *,
-        fence: Callable[[Connection], None] | None = None,
+        fence: Claim | None = None,
     ) -> OutboxRow | None:
         """Record a turn's final answer (pending -> ready); the row as committed, or None
         when the row is no longer pending: another run of the turn (a replica that took
         the thread over meanwhile) recorded its answer first, and delivers that one.
 
-        ``fence`` runs first in the same transaction; if it raises ``ThreadLeaseLost``
+        ``fence`` is checked first in the same transaction; if it raises ``ThreadLeaseLost``
         (another replica holds the thread now, and its run of the turn is the one that
         counts) nothing is recorded and None is returned.
         """
@@ -342,7 +343,7 @@ class Outbox:
         def tx(conn: Connection) -> Any:
             if fence is not None:
                 try:
-                    fence(conn)
+                    fence.check(conn)
                 except ThreadLeaseLost as exc:
                     log.warning("outbox.ready_fenced", row=row_id, reason=str(exc))
                     return None

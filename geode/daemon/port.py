@@ -2,8 +2,8 @@
 harness, as typed values.
 
 A caller runs a turn with :class:`~geode.daemon.factory.SessionContext` (everything the
-turn needs given at construction: neutral :class:`SessionOverrides`, a
-:data:`WriteFence` and an :class:`OpeningNote`), then asks what happened through
+turn needs given at construction: neutral :class:`SessionOverrides`, a neutral
+:class:`Claim` fencing its writes and an :class:`OpeningNote`), then asks what happened through
 :meth:`HarnessPort.turn_outcome` and :meth:`HarnessPort.session_status`; it never reads the
 loop's checkpoint dict or patches the session it was handed. Refusals are
 :class:`~geode.errors.LaneBusy` / :class:`~geode.errors.ShuttingDown` (``GeodeError``
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection
+from geode.store.claim import Claim
 
+if TYPE_CHECKING:
     from geode.daemon.display import ComputerDisplay
     from geode.daemon.factory import Session, SessionContext
     from geode.daemon.lanes import LaneKind, QueueObserver
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from geode.settings import SpendCaps
 
 __all__ = [
+    "Claim",
     "HarnessPort",
     "OnSession",
     "OpeningNote",
@@ -37,9 +38,10 @@ __all__ = [
     "WriteFence",
 ]
 
-#: Run first inside each of a session's checkpoint transactions; raising aborts the write
-#: (a channel turn checks that this replica still holds the thread).
-WriteFence = Callable[["Connection"], None]
+#: The claim checked first inside each of a session's checkpoint transactions; raising
+#: aborts the write (a channel turn's: this replica still holds the thread). A neutral
+#: value: its holder never sees the store's transaction.
+WriteFence = Claim
 
 #: Awaited once the turn's session is open (to learn its id, or to be able to cancel it).
 OnSession = Callable[["Session"], Awaitable[None]]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -31,6 +31,7 @@ from geode.errors import CheckpointSaveError, StoreError
 from geode.loop.protocols import BatchSaveFailed, TurnInfo
 from geode.messages import Message
 from geode.redact import redact
+from geode.store.claim import Claim
 from geode.store.models import checkpoints_table, messages_table, sessions_table, utcnow
 from geode.store.sessions import (
     IllegalTransitionError,
@@ -150,12 +151,12 @@ class SessionCheckpointer:
         *,
         store: Database,
         session_id: str,
-        fence: Callable[[Connection], None] | None = None,
+        fence: Claim | None = None,
         opening: Sequence[tuple[str, Mapping[str, Any], str]] = (),
     ) -> None:
         """Args:
-            fence: run first inside every save's transaction; raising aborts the save (a
-                channel turn checks that this replica still holds the thread, see
+            fence: checked first inside every save's transaction; raising aborts the save
+                (a channel turn's claim that this replica still holds the thread, see
                 ``bots.store.leases``).
             opening: timeline rows ``(kind, payload, turn_id)`` written in the same
                 transaction as the next save (who sent the message a turn starts with):
@@ -309,7 +310,7 @@ class SessionCheckpointer:
 
         def link(conn: Connection) -> _Written:
             if fence is not None:
-                fence(conn)
+                fence.check(conn)
             done = self._write_link(conn, written, snapshot, state_json, status, kind, turn_id)
             insert_rows(conn, [{**r, "turn_id": r["turn_id"] or turn_id} for r in staged])
             return done

@@ -9,13 +9,14 @@ imports none of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from geode.store.checkpoint import CheckpointStore, SessionCheckpointer
+from geode.store.claim import Claim
 from geode.store.database import Database, open_engines
 from geode.store.receipts import ReceiptStore
 from geode.store.results import KeptResultStore
@@ -53,7 +54,7 @@ class Store(Database):
         self,
         session_id: str,
         *,
-        fence: Callable[[Connection], None] | None = None,
+        fence: Claim | None = None,
         opening: Sequence[tuple[str, Mapping[str, Any], str]] = (),
     ) -> SessionCheckpointer:
         """The checkpoint chain of one session (the loop's ``Checkpointer``); ``fence`` and

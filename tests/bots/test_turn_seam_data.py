@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bots.turns import friendly_failure
 from geode.daemon.port import TurnOutcome
 from geode.loop import TurnResult
@@ -54,3 +56,31 @@ def test_the_chat_layer_neither_parses_the_note_nor_touches_the_lanes() -> None:
         assert "[turn ended" not in source, path
         assert "geode.daemon.lanes" not in source, path
         assert "slots_released" not in source, path
+
+
+async def test_the_fence_is_a_neutral_claim_checked_in_the_write(tmp_path: Path) -> None:
+    from bots.events import InboundEvent
+    from bots.store.inbound import InboundLog
+    from bots.store.leases import ThreadLeaseLost, ThreadLeases
+    from geode.daemon.port import Claim
+    from geode.store import open_store
+
+    store = await open_store(f"sqlite:///{tmp_path / 'geode.db'}")
+    try:
+        a = ThreadLeases(store=store, owner="a", ttl_s=30)
+        b = ThreadLeases(store=store, owner="b", ttl_s=30)
+        log = InboundLog(store=store)
+        await log.record([(InboundEvent(
+            platform="telegram", workspace="w", channel="-100", thread_root="1",
+            message_id="1.1", sender="7", dedupe_key="telegram:w:-100:1.1", text="hi"),
+            "received")])
+        assert len(await log.claim_batch("telegram", "w", owner="a", leases=a)) == 1
+        mine, theirs = a.claim("telegram", "w", ("-100", "1")), b.claim(
+            "telegram", "w", ("-100", "1"))
+        # a value the layer hands on: it neither is nor takes a database connection
+        assert isinstance(mine, Claim) and not callable(mine)
+        await store.run_write(mine.check)  # a holds the thread: the write may go on
+        with pytest.raises(ThreadLeaseLost):
+            await store.run_write(theirs.check)
+    finally:
+        await store.aclose()

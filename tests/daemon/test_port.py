@@ -62,8 +62,11 @@ async def test_fence_and_opening_note_are_given_at_construction(
     daemon = await make_daemon(["ok"])
     seen: list[str] = []
 
-    def fence(conn: Connection) -> None:
-        seen.append("fenced")
+    class Held:  # a claim (geode.daemon.port.Claim): checked inside each write
+        def check(self, tx: Connection) -> None:
+            seen.append("fenced")
+
+    fence = Held()
 
     note = OpeningNote(kind="channel.message", payload={"sender": "u1"}, turn_id="t-n")
     result = await daemon.run_turn(_ctx(daemon, "s-fenced", fence=fence, opening_note=note),
@@ -82,8 +85,11 @@ async def test_a_fence_that_refuses_stops_the_turn_unwritten(make_daemon: Daemon
     class Taken(Exception):
         pass
 
-    def fence(conn: Connection) -> None:
-        raise Taken("another replica holds the thread")
+    class Lost:
+        def check(self, tx: Connection) -> None:
+            raise Taken("another replica holds the thread")
+
+    fence = Lost()
 
     with pytest.raises(Taken):
         await daemon.run_turn(_ctx(daemon, "s-taken", fence=fence), "hi", kind="channel",
