@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from bots.port import DeliveryError
+from bots.port import ApprovalControls, DeliveryError, ReadBack
 from geode.executor.decisions import ApprovalAnswer, ApprovalCancelled, ApprovalRequest
 from geode.executor.summary import describe_call, full_call, full_diff
 from geode.redact import redact_text
@@ -186,8 +186,11 @@ class ChatApprover:
                 elif "more chars)" in rec.summary:
                     text += "\n⚠️ The call is cut above and could not be attached here."
                 chunk = self.client.render(text)[0]
-                message_id = await self.client.send_approval(self.target, chunk,
-                                                             short_id=rec.short_id)
+                if isinstance(self.client, ApprovalControls):
+                    message_id = await self.client.send_approval(self.target, chunk,
+                                                                 short_id=rec.short_id)
+                else:  # no buttons: a message answered with /approve ID or /deny ID
+                    message_id = await self.client.send(self.target, chunk)
             except BaseException:
                 await asyncio.shield(self.requests.cancel(rec.id))
                 raise
@@ -209,6 +212,8 @@ class ChatApprover:
 
     async def _find_posted(self, rec: ApprovalRecord) -> str | None:
         """The request message already in the thread (posted before a kill hid its id)."""
+        if not isinstance(self.client, ReadBack):  # cannot read back: posted again
+            return None
         since = datetime.fromtimestamp(rec.requested_at / 1000, UTC)
         try:
             found = await self.client.find_approval(self.target, short_id=rec.short_id,

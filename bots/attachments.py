@@ -41,7 +41,7 @@ from typing import BinaryIO
 import structlog
 
 from bots.events import Attachment, InboundEvent
-from bots.port import AttachmentRefused, DeliveryError, PlatformClient
+from bots.port import AttachmentReader, AttachmentRefused, DeliveryError, PlatformClient
 from bots.store import AttachmentRecord, AttachmentRecords
 from geode.messages import ImageBlock
 from geode.settings import BindingSettings
@@ -237,6 +237,8 @@ async def _fetch(client: PlatformClient, a: Attachment, dest: Path, max_bytes: i
         return size, await asyncio.to_thread(_sha256, dest, own)
     part = dest.with_name(dest.name + ".part")
     try:
+        if not isinstance(client, AttachmentReader):
+            raise AttachmentRefused("files from this platform are not read yet")
         size = await client.download(a, part, max_bytes=max_bytes)
         if size > max_bytes:  # a client that could not stop in time: still not kept
             raise AttachmentRefused("it is larger than this channel's limit")

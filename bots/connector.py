@@ -23,20 +23,17 @@ import socket
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
-from pathlib import Path
 from typing import ClassVar
 
 import structlog
 
 from bots._aio import reap
-from bots.events import Attachment, InboundEvent, ReplyTarget
+from bots.events import InboundEvent, ReplyTarget
 from bots.format import Chunk
 from bots.holders import registry_for
 from bots.layer import ChannelLayer
 from bots.options import LayerOptions
 from bots.port import (
-    AttachmentRefused,
     DeliveryError,
     DeliveryErrorKind,
     Intake,
@@ -444,15 +441,6 @@ class BaseConnector(ABC):
             DeliveryError: translated platform failure (``not_modified`` included).
         """
 
-    async def send_approval(self, target: ReplyTarget, chunk: Chunk, *, short_id: str) -> str:
-        """An approval request; without native controls it is a message answered with
-        ``/approve`` / ``/deny`` (platforms with buttons override this)."""
-        return await self.send(target, chunk)
-
-    async def answer_action(self, event: InboundEvent, text: str) -> None:
-        """Answer a click on a native control (nothing to do without them)."""
-        return None
-
     # -- files out ----------------------------------------------------------------------------
 
     def upload_limit(self, *, image: bool) -> int:
@@ -488,20 +476,6 @@ class BaseConnector(ABC):
         """The platform's upload (size already checked). Default: cannot."""
         raise DeliveryError("fatal", f"{self.platform} connector cannot upload files")
 
-    async def find_upload(
-        self, target: ReplyTarget, *, filename: str, size: int, since: datetime
-    ) -> str | None:
-        """A file the bot posted in the thread since ``since`` (see the port). Default: the
-        platform cannot read back what the bot posted."""
-        raise DeliveryError("unknown", f"{self.platform} cannot read back what the bot posted")
-
-    async def find_approval(
-        self, target: ReplyTarget, *, short_id: str, since: datetime
-    ) -> str | None:
-        """An approval request the bot posted in the thread (see the port). Default: the
-        platform cannot read back what the bot posted, so none is found."""
-        return None
-
     @abstractmethod
     def render(self, markdown: str) -> list[Chunk]:
         """The model's Markdown as this platform's message chunks, each in the platform's
@@ -532,10 +506,6 @@ class BaseConnector(ABC):
     async def fetch_thread_history(self, event: InboundEvent) -> list[InboundEvent]:
         """Earlier messages of the event's thread the platform API exposes. Default: none."""
         return []
-
-    async def download(self, attachment: Attachment, dest: Path, *, max_bytes: int) -> int:
-        """Save an attachment's bytes to ``dest``. Default: this platform cannot."""
-        raise AttachmentRefused("files from this platform are not read yet")
 
     async def catch_up(self) -> None:
         """Fetch what was missed while down (history APIs). Default: the intake's backlog."""

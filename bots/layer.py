@@ -45,7 +45,7 @@ from bots.dispatcher import (
 from bots.events import InboundEvent, thread_key
 from bots.options import LayerOptions
 from bots.outbound import Deliverer
-from bots.port import PlatformClient, TurnHost
+from bots.port import ApprovalControls, PlatformClient, TurnHost
 from bots.senders import SenderPolicy
 from bots.store import (
     EVENTS_CHANNEL,
@@ -814,7 +814,8 @@ class ChannelLayer:
             # a click on a button: answered where it was made; a private answer to a typed
             # command: ephemeral where the platform can (Slack), else nobody sees it
             try:
-                await self.client.answer_action(d.event, text)
+                if isinstance(self.client, ApprovalControls):
+                    await self.client.answer_action(d.event, text)
             except Exception:
                 log.warning("action.answer_failed", command=name, exc_info=True)
             else:

@@ -16,7 +16,7 @@ other's internals.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from bots.events import Attachment, InboundEvent, ReplyTarget
 from bots.format import Chunk, human_size
@@ -31,11 +31,14 @@ if TYPE_CHECKING:
     from geode.settings import BindingSettings
 
 __all__ = [
+    "ApprovalControls",
+    "AttachmentReader",
     "AttachmentRefused",
     "DeliveryError",
     "DeliveryErrorKind",
     "Intake",
     "PlatformClient",
+    "ReadBack",
     "TurnHost",
     "UploadTooLarge",
 ]
@@ -82,7 +85,11 @@ class AttachmentRefused(Exception):
 
 
 class PlatformClient(Protocol):
-    """One platform's messaging, as the layer's deliverer, progress and turns use it."""
+    """One platform's messaging, as the layer's deliverer, progress and turns use it: the
+    core every platform has (identity, send / edit / react / upload / typing, its renderer,
+    the thread's history). What only some platforms can do is a small ability Protocol
+    below (:class:`ApprovalControls`, :class:`ReadBack`, :class:`AttachmentReader`), which
+    the caller checks with ``isinstance`` and falls back from when it is missing."""
 
     @property
     def platform(self) -> str: ...
@@ -97,15 +104,6 @@ class PlatformClient(Protocol):
     ) -> None: ...
 
     async def react(self, target: ReplyTarget, message_id: str, emoji: str | None) -> None: ...
-
-    async def send_approval(self, target: ReplyTarget, chunk: Chunk, *, short_id: str) -> str:
-        """Post an approval request with the platform's Approve / Deny controls (where it
-        has them); a click arrives as an inbound ``/approve ID`` / ``/deny ID`` command."""
-        ...
-
-    async def answer_action(self, event: InboundEvent, text: str) -> None:
-        """Answer a click on a control (``event.extra["action"]``) the platform's way."""
-        ...
 
     async def upload(
         self, target: ReplyTarget, *, filename: str, data: bytes, caption: str | None = None,
@@ -124,32 +122,6 @@ class PlatformClient(Protocol):
         """The largest file (bytes) :meth:`upload` takes; 0: none."""
         ...
 
-    async def find_upload(
-        self, target: ReplyTarget, *, filename: str, size: int, since: datetime
-    ) -> str | None:
-        """The id :meth:`upload` returned for a file of this name and size the bot posted in
-        the thread since ``since`` (reconciling an upload whose outcome a crash hid), or
-        None when there is none.
-
-        Raises:
-            DeliveryError: ``unknown`` when the platform cannot tell (Telegram's Bot API
-                reads no history), or the lookup failed.
-        """
-        ...
-
-    async def find_approval(
-        self, target: ReplyTarget, *, short_id: str, since: datetime
-    ) -> str | None:
-        """The id :meth:`send_approval` returned for the request ``short_id`` the bot posted
-        in the thread since ``since`` (a kill hid it before it was recorded), or None when
-        there is none, or when the platform cannot read back what the bot posted (Telegram's
-        Bot API): the request is then posted again.
-
-        Raises:
-            DeliveryError: the lookup failed.
-        """
-        ...
-
     async def typing(self, target: ReplyTarget) -> None: ...
 
     def render(self, markdown: str) -> list[Chunk]: ...
@@ -158,15 +130,64 @@ class PlatformClient(Protocol):
 
     async def fetch_thread_history(self, event: InboundEvent) -> list[InboundEvent]: ...
 
+    def bot_user_id(self) -> str | None: ...
+
+    def bot_username(self) -> str | None: ...
+
+
+@runtime_checkable
+class ApprovalControls(Protocol):
+    """A platform with native Approve / Deny controls (buttons). Without this ability an
+    approval request is a plain message answered with ``/approve ID`` / ``/deny ID``, and a
+    command's private answer has nowhere to go."""
+
+    async def send_approval(self, target: ReplyTarget, chunk: Chunk, *, short_id: str) -> str:
+        """Post an approval request with the platform's Approve / Deny controls; a click
+        arrives as an inbound ``/approve ID`` / ``/deny ID`` command."""
+        ...
+
+    async def answer_action(self, event: InboundEvent, text: str) -> None:
+        """Answer a click on a control (``event.extra["action"]``) the platform's way."""
+        ...
+
+
+@runtime_checkable
+class ReadBack(Protocol):
+    """A platform whose API reads back what the bot posted (Telegram's Bot API cannot), so
+    a send a kill hid before it was recorded is found instead of guessed."""
+
+    async def find_upload(
+        self, target: ReplyTarget, *, filename: str, size: int, since: datetime
+    ) -> str | None:
+        """The id :meth:`PlatformClient.upload` returned for a file of this name and size
+        the bot posted in the thread since ``since``, or None when there is none.
+
+        Raises:
+            DeliveryError: the lookup failed.
+        """
+        ...
+
+    async def find_approval(
+        self, target: ReplyTarget, *, short_id: str, since: datetime
+    ) -> str | None:
+        """The id of the approval request ``short_id`` the bot posted in the thread since
+        ``since``, or None when there is none (the request is then posted again).
+
+        Raises:
+            DeliveryError: the lookup failed.
+        """
+        ...
+
+
+@runtime_checkable
+class AttachmentReader(Protocol):
+    """A platform whose attachments the layer can download."""
+
     async def download(self, attachment: Attachment, dest: Path, *, max_bytes: int) -> int:
         """Write the attachment's bytes to ``dest``; returns the size. Raises
         :class:`AttachmentRefused` (nothing beyond ``max_bytes`` is read) or
         :class:`DeliveryError`."""
         ...
-
-    def bot_user_id(self) -> str | None: ...
-
-    def bot_username(self) -> str | None: ...
 
 
 class Intake(Protocol):

@@ -25,7 +25,7 @@ from typing import Literal
 import structlog
 
 from bots.events import ReplyTarget
-from bots.port import DeliveryError, PlatformClient
+from bots.port import DeliveryError, PlatformClient, ReadBack
 from bots.store.outbox import Outbox, OutboxRow, OutgoingFile
 
 __all__ = ["FileSender", "UploadOutcome", "image_type"]
@@ -109,6 +109,9 @@ class FileSender:
         if since.tzinfo is None:
             since = since.replace(tzinfo=UTC)
         try:
+            if not isinstance(self.client, ReadBack):
+                raise DeliveryError("unknown", f"{self.client.platform} cannot read back "
+                                    "what the bot posted")
             found = await self.client.find_upload(row.target, filename=file.name,
                                                   size=file.size, since=since)
         except DeliveryError as exc:

@@ -49,7 +49,7 @@ async def test_a_file_is_uploaded_into_the_thread_with_its_bytes(stack, fake):
 
 async def test_over_the_limit_nothing_is_sent(stack, fake, monkeypatch):
     connector = await stack.start()
-    monkeypatch.setattr("bots.slack.connector.UPLOAD_LIMIT", 4)
+    monkeypatch.setattr("bots.slack.client.UPLOAD_LIMIT", 4)
     assert UPLOAD_LIMIT == 1 << 30  # Slack's real limit; lowered here to keep the test small
     with pytest.raises(UploadTooLarge, match=r"big\.bin is 5 bytes"):
         await connector.upload(ReplyTarget(channel=CH, thread_root="1.0"),
