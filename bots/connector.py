@@ -139,13 +139,13 @@ class BaseConnector(ABC):
         :class:`~geode.errors.ConfigError` (``geode serve`` exits 2: retrying cannot fix a
         wrong token); the same rejection later, while running, is retried like an outage.
         """
-        runtime = self.host.runtime
-        if runtime is None or runtime.store is None:
+        database = self.host.database
+        if database is None:
             raise RuntimeError("connectors start after the daemon opened its store")
         # This home's holders whose process died (a kill -9 before this restart): their
         # leases are ours at once, not after their TTL (bots.holders; a few syscalls, once).
         predecessors = registry_for(self.host.home).register(self.owner)
-        records = ChannelStore(store=runtime.store, owner=self.owner,
+        records = ChannelStore(store=database, owner=self.owner,
                                lease_ttl_s=self.options.lease_ttl_s,
                                pairing_max_new_per_hour=self.options.pairing_max_new_per_hour,
                                predecessors=predecessors)

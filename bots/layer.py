@@ -415,11 +415,8 @@ class ChannelLayer:
         each waiting thread shows its place in the queue.
         """
         limit = self.options.max_concurrent_threads
-        runtime = self.host.runtime
-        if self.records.is_postgres and runtime is not None:
-            lanes = runtime.settings.lanes
-            limit = min(limit, min(lanes.channel_cap, lanes.global_cap)
-                        + self.options.queue_allowance)
+        if self.records.is_postgres:
+            limit = min(limit, self.host.channel_capacity + self.options.queue_allowance)
         return limit - self.processor.busy
 
     def _poke(self) -> None:
@@ -558,9 +555,7 @@ class ChannelLayer:
 
     def _observe(self, event: ChannelEvent) -> None:
         """Tell the daemon's observers (its metrics); they decide nothing."""
-        runtime = self.host.runtime
-        if runtime is not None:
-            runtime.observers.publish(event)
+        self.host.publish(event)
 
     async def recover(self, threads: set[Thread]) -> None:
         """Finish what another run left in ``threads`` (whose leases this replica took)."""

@@ -6,8 +6,8 @@ and what the layer needs from the daemon.
   (:class:`~bots.connector.BaseConnector`); SDK errors arrive as :class:`DeliveryError`.
 * :class:`Intake` — the narrow port a connector hands neutral inbound events to; the layer
   records them durably before the connector acknowledges them.
-* :class:`TurnHost` — the harness port of ``geode serve`` plus the runtime whose store the
-  channel records share.
+* :class:`TurnHost` — the harness port of ``geode serve`` plus exactly what the layer uses
+  of the daemon: the database its records are built on and the publisher of its events.
 
 Nothing here imports the layer or a connector: both depend on this module, never on each
 other's internals.
@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from bots.store import Cursors
-    from geode.daemon.factory import Runtime
+    from geode.hooks.events import ChannelEvent
     from geode.settings import BindingSettings
+    from geode.store.database import Database
 
 __all__ = [
     "ApprovalControls",
@@ -238,6 +239,17 @@ class Intake(Protocol):
 
 class TurnHost(HarnessPort, Protocol):
     """What the layer needs from ``geode serve`` (``geode.daemon.Daemon`` is one): the
-    harness port, and the runtime whose store the layer's records share."""
+    harness port, the database the channel records are built on, the publisher of the
+    channels' events, and how many channel turns may run at once. Never the runtime."""
 
-    runtime: Runtime | None
+    @property
+    def database(self) -> Database | None:
+        """None until the daemon opened its store."""
+        ...
+
+    def publish(self, event: ChannelEvent) -> None:
+        """Tell the daemon's observers (metrics); they decide nothing."""
+        ...
+
+    @property
+    def channel_capacity(self) -> int: ...

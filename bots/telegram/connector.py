@@ -134,9 +134,8 @@ class TelegramConnector(BaseConnector):
         self._web: web.AppRunner | None = None
 
     def _rate_limited(self) -> None:
-        runtime = self.host.runtime
-        if runtime is not None:  # the daemon's metrics (geode_channel_rate_limited_total)
-            runtime.observers.publish(RateLimited(platform=self.platform))
+        # the daemon's metrics (geode_channel_rate_limited_total)
+        self.host.publish(RateLimited(platform=self.platform))
 
     # -- identity -----------------------------------------------------------------------------
 

@@ -46,10 +46,12 @@ from geode.daemon.port import OnSession, SessionStatus, TurnOutcome
 from geode.daemon.scheduler import Job, JobStore, Scheduler
 from geode.daemon.supervisor import Component, TaskSupervisor, describe_error
 from geode.errors import ConfigError, ShuttingDown
+from geode.hooks.events import ChannelEvent
 from geode.loop import TurnResult
 from geode.messages import ImageBlock
 from geode.providers.base import BaseProvider
 from geode.settings import Secrets, Settings, SpendCaps
+from geode.store.database import Database
 from geode.store.space import volume_problem
 
 __all__ = ["Connector", "Daemon", "ProviderFactory"]
@@ -156,6 +158,26 @@ class Daemon:
     @property
     def home(self) -> Path:
         return self.settings.home
+
+    # -- what hosted connectors use (bots.port.TurnHost): exactly these, never the runtime --
+
+    @property
+    def database(self) -> Database | None:
+        """The database the channel records are built on (None until :meth:`start`)."""
+        return self.runtime.store if self.runtime is not None else None
+
+    def publish(self, event: ChannelEvent) -> None:
+        """Tell the daemon's observers (its metrics) of a channel's event; they decide
+        nothing. Before the store opened, nobody listens."""
+        if self.runtime is not None:
+            self.runtime.observers.publish(event)
+
+    @property
+    def channel_capacity(self) -> int:
+        """Channel turns this process may run at once (its ``[lanes]`` channel and global
+        caps)."""
+        lanes = self.settings.lanes
+        return min(lanes.channel_cap, lanes.global_cap)
 
     # -- wiring ------------------------------------------------------------------------
 

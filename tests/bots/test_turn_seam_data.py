@@ -56,6 +56,16 @@ def test_the_chat_layer_neither_parses_the_note_nor_touches_the_lanes() -> None:
         assert "[turn ended" not in source, path
         assert "geode.daemon.lanes" not in source, path
         assert "slots_released" not in source, path
+        # connectors and the layer get the records' database and the publisher, never the
+        # daemon's runtime (its store, observers, settings, sessions)
+        assert ".runtime" not in source, path
+
+
+def test_the_turn_host_offers_no_runtime() -> None:
+    from bots.port import TurnHost
+
+    assert "runtime" not in dir(TurnHost)
+    assert {"database", "publish", "channel_capacity"} <= set(dir(TurnHost))
 
 
 async def test_the_fence_is_a_neutral_claim_checked_in_the_write(tmp_path: Path) -> None:
