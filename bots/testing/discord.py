@@ -78,11 +78,12 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from aiohttp import WSMsgType, web
 
+from bots.testing._fakebase import Fault, Routes, route
 from bots.testing._uploads import UploadHold
 
 __all__ = ["FakeDiscord", "InteractionResponse", "SentMessage", "UploadedFile"]
@@ -91,6 +92,18 @@ log = structlog.get_logger(__name__)
 
 JSON = dict[str, Any]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: the REST API's prefix, and the paths the route table names under it
+_API = r"/api/v{version:\d+}"
+_CH = "/channels/{cid}"
+_MSG = _CH + "/messages/{mid}"
+_CMDS = "/applications/{app}/guilds/{gid}/commands"
+
+
+def _rest(verb: str, path: str) -> Callable[[F], F]:
+    """A REST route of the table: named ``"VERB /path"``, served under :data:`_API`."""
+    return route(f"{verb} {path}", verb=verb, path=_API + path)
 
 DISCORD_EPOCH_MS = 1420070400000
 MAX_CONTENT = 2000
@@ -145,15 +158,6 @@ class InteractionResponse:
     type: int | None
     content: str | None
     ephemeral: bool
-
-
-@dataclass(kw_only=True)
-class _FailRule:
-    match: str
-    status: int
-    retry_after: float
-    is_global: bool
-    remaining: int
 
 
 class _ApiError(Exception):
@@ -235,7 +239,7 @@ def _check_components(rows: Any) -> list[JSON]:
     return rows
 
 
-class FakeDiscord(UploadHold):
+class FakeDiscord(Routes, UploadHold):
     """Fake Discord REST API and gateway; see the module docstring."""
 
     def __init__(
@@ -246,6 +250,7 @@ class FakeDiscord(UploadHold):
         heartbeat_interval_ms: int = 1000,
         api_version: int = 10,
     ) -> None:
+        super().__init__()
         self.token = token
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.api_version = api_version
@@ -264,7 +269,6 @@ class FakeDiscord(UploadHold):
         self._commands: dict[int | None, list[JSON]] = {}
         self._interactions: dict[str, JSON] = {}
         self._sessions: dict[str, _Session] = {}
-        self._fail_rules: list[_FailRule] = []
         self._changed = asyncio.Condition()
         self._gateway_open = asyncio.Event()
         self._gateway_open.set()
@@ -309,9 +313,7 @@ class FakeDiscord(UploadHold):
         """Listen on 127.0.0.1 on a free port."""
         # bodies up to the upload limit and some (aiohttp's default is 1 MiB)
         app = web.Application(middlewares=[self._middleware], client_max_size=64 << 20)
-        app.router.add_get("/gateway", self._gateway)
-        app.router.add_get("/resume-gateway", self._gateway)
-        self._add_rest_routes(app)
+        self.mount(app)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -510,6 +512,7 @@ class FakeDiscord(UploadHold):
         return {"id": aid, "filename": filename, "size": len(content),
                 "content_type": content_type, "url": url, "proxy_url": url}
 
+    @route("GET /attachments", verb="GET", path="/attachments/{aid}/{name}")
     async def _cdn_file(self, request: web.Request) -> web.Response:
         key = f"{request.match_info['aid']}/{request.match_info['name']}"
         self.downloads.append(key)
@@ -634,9 +637,8 @@ class FakeDiscord(UploadHold):
 
         429 gets Discord's rate-limit body and headers; other statuses a Discord error body.
         """
-        self._fail_rules.append(_FailRule(match=route_substring, status=status,
-                                          retry_after=retry_after, is_global=is_global,
-                                          remaining=times))
+        self.inject(Fault(method=route_substring, partial=True, status=status, times=times,
+                          retry_after=retry_after, detail={"is_global": is_global}))
 
     async def drop_connection(self, *, code: int = 4000) -> None:
         """Close every live gateway connection; the sessions stay resumable."""
@@ -714,6 +716,8 @@ class FakeDiscord(UploadHold):
                 await self._dispatch_to(session, event, visible)
         await self._notify()
 
+    @route("gateway", verb="GET", path="/gateway")
+    @route("gateway", verb="GET", path="/resume-gateway")
     async def _gateway(self, request: web.Request) -> web.StreamResponse:
         await self._gateway_open.wait()
         if self._stopping:
@@ -828,10 +832,9 @@ class FakeDiscord(UploadHold):
         key = f"{request.method} {rel}"
         self.requests.append((request.method, rel))
         try:
-            for rule in self._fail_rules:
-                if rule.remaining > 0 and rule.match in key:
-                    rule.remaining -= 1
-                    return self._failure(rule)
+            rule = self.take_fault(key)
+            if rule is not None:
+                return self._failure(rule)
             webhook = rel.startswith(("/interactions/", "/webhooks/"))
             if not webhook and request.headers.get("Authorization") != f"Bot {self.token}":
                 return _json({"message": "401: Unauthorized", "code": 0}, 401)
@@ -844,54 +847,25 @@ class FakeDiscord(UploadHold):
             await self._notify()
 
     @staticmethod
-    def _failure(rule: _FailRule) -> web.Response:
+    def _failure(rule: Fault) -> web.Response:
         if rule.status != 429:
             return _json({"message": f"{rule.status}: fake failure", "code": 0}, rule.status)
-        body = {"message": "You are being rate limited.", "retry_after": rule.retry_after,
-                "global": rule.is_global}
+        retry_after = rule.retry_after or 0.0
+        is_global = bool(rule.detail.get("is_global"))
+        body = {"message": "You are being rate limited.", "retry_after": retry_after,
+                "global": is_global}
         headers = {
-            "Retry-After": str(math.ceil(rule.retry_after)),
+            "Retry-After": str(math.ceil(retry_after)),
             "X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "0",
-            "X-RateLimit-Reset": f"{time.time() + rule.retry_after:.3f}",
-            "X-RateLimit-Reset-After": f"{rule.retry_after:.3f}",
+            "X-RateLimit-Reset": f"{time.time() + retry_after:.3f}",
+            "X-RateLimit-Reset-After": f"{retry_after:.3f}",
             "X-RateLimit-Bucket": "fakebucket", "X-RateLimit-Scope": "user",
             # discord.py treats a 429 without Via as a Cloudflare ban and raises.
             "Via": "1.1 google",
         }
-        if rule.is_global:
+        if is_global:
             headers["X-RateLimit-Global"] = "true"
         return _json(body, 429, headers)
-
-    def _add_rest_routes(self, app: web.Application) -> None:
-        p = r"/api/v{version:\d+}"
-        ch, msg = p + "/channels/{cid}", p + "/channels/{cid}/messages/{mid}"
-        cmds = p + "/applications/{app}/guilds/{gid}/commands"
-        r = app.router
-        r.add_get("/attachments/{aid}/{name}", self._cdn_file)
-        r.add_get(p + "/users/@me", self._get_me)
-        r.add_get(p + "/oauth2/applications/@me", self._get_application)
-        r.add_get(p + "/gateway", self._get_gateway)
-        r.add_get(p + "/gateway/bot", self._get_gateway)
-        r.add_get(ch, self._get_channel)
-        r.add_get(ch + "/messages", self._get_messages)
-        r.add_post(ch + "/messages", self._post_message)
-        r.add_get(msg, self._get_message)
-        r.add_patch(msg, self._patch_message)
-        r.add_delete(msg, self._delete_message)
-        r.add_put(msg + "/reactions/{emoji}/@me", self._put_reaction)
-        r.add_delete(msg + "/reactions/{emoji}/@me", self._delete_reaction)
-        r.add_post(ch + "/typing", self._post_typing)
-        r.add_post(msg + "/threads", self._post_thread_from_message)
-        r.add_post(ch + "/threads", self._post_thread)
-        r.add_put(ch + "/thread-members/@me", self._join_thread)
-        r.add_get(p + "/guilds/{gid}/threads/active", self._get_active_threads)
-        for route in (cmds, p + "/applications/{app}/commands"):
-            r.add_get(route, self._get_commands)
-            r.add_put(route, self._put_commands)
-            r.add_post(route, self._post_command)
-        r.add_post(p + "/interactions/{iid}/{token}/callback", self._interaction_callback)
-        r.add_post(p + "/webhooks/{app}/{token}", self._webhook_followup)
-        r.add_patch(p + "/webhooks/{app}/{token}/messages/{mid}", self._webhook_edit)
 
     async def _body(self, request: web.Request) -> tuple[JSON, list[_Part]]:
         """JSON body, or multipart ``payload_json`` plus the uploaded files."""
@@ -914,9 +888,11 @@ class FakeDiscord(UploadHold):
 
     # -- REST handlers -----------------------------------------------------------------------
 
+    @_rest("GET", "/users/@me")
     async def _get_me(self, request: web.Request) -> web.Response:
         return _json(self.bot_user)
 
+    @_rest("GET", "/oauth2/applications/@me")
     async def _get_application(self, request: web.Request) -> web.Response:
         return _json({
             "id": str(self.bot_id), "name": self.bot_user["username"], "description": "",
@@ -925,13 +901,17 @@ class FakeDiscord(UploadHold):
             "bot": self.bot_user, "team": None, "summary": "",
         })
 
+    @_rest("GET", "/gateway")
+    @_rest("GET", "/gateway/bot")
     async def _get_gateway(self, request: web.Request) -> web.Response:
         limit = {"total": 1000, "remaining": 999, "reset_after": 86400000, "max_concurrency": 1}
         return _json({"url": self.gateway_url, "shards": 1, "session_start_limit": limit})
 
+    @_rest("GET", _CH)
     async def _get_channel(self, request: web.Request) -> web.Response:
         return _json(self._channel(int(request.match_info["cid"])))
 
+    @_rest("GET", _CH + "/messages")
     async def _get_messages(self, request: web.Request) -> web.Response:
         cid = int(request.match_info["cid"])
         self._channel(cid)
@@ -952,6 +932,7 @@ class FakeDiscord(UploadHold):
             chosen = ids[::-1][:limit]
         return _json([self._messages[cid][i] for i in chosen])
 
+    @_rest("GET", _MSG)
     async def _get_message(self, request: web.Request) -> web.Response:
         cid, mid = int(request.match_info["cid"]), int(request.match_info["mid"])
         return _json(self._message(cid, mid))
@@ -1034,6 +1015,7 @@ class FakeDiscord(UploadHold):
         await self._dispatch("MESSAGE_CREATE", msg)
         return msg
 
+    @_rest("POST", _CH + "/messages")
     async def _post_message(self, request: web.Request) -> web.Response:
         cid = int(request.match_info["cid"])
         self._channel(cid)
@@ -1043,6 +1025,7 @@ class FakeDiscord(UploadHold):
             await self._held_upload()
         return _json(msg)
 
+    @_rest("PATCH", _MSG)
     async def _patch_message(self, request: web.Request) -> web.Response:
         cid, mid = int(request.match_info["cid"]), int(request.match_info["mid"])
         msg = self._message(cid, mid)
@@ -1063,6 +1046,7 @@ class FakeDiscord(UploadHold):
         await self._dispatch("MESSAGE_UPDATE", msg)
         return _json(msg)
 
+    @_rest("DELETE", _MSG)
     async def _delete_message(self, request: web.Request) -> web.Response:
         cid, mid = int(request.match_info["cid"]), int(request.match_info["mid"])
         msg = self._message(cid, mid)
@@ -1072,6 +1056,7 @@ class FakeDiscord(UploadHold):
                              {"id": str(mid), "channel_id": str(cid), "guild_id": msg["guild_id"]})
         return _no_content()
 
+    @_rest("PUT", _MSG + "/reactions/{emoji}/@me")
     async def _put_reaction(self, request: web.Request) -> web.Response:
         cid, mid = int(request.match_info["cid"]), int(request.match_info["mid"])
         emoji = request.match_info["emoji"]
@@ -1091,6 +1076,7 @@ class FakeDiscord(UploadHold):
             })
         return _no_content()
 
+    @_rest("DELETE", _MSG + "/reactions/{emoji}/@me")
     async def _delete_reaction(self, request: web.Request) -> web.Response:
         cid, mid = int(request.match_info["cid"]), int(request.match_info["mid"])
         name = request.match_info["emoji"].partition(":")[0]
@@ -1099,6 +1085,7 @@ class FakeDiscord(UploadHold):
                             if not (r["emoji"]["name"] == name and r["me"])]
         return _no_content()
 
+    @_rest("POST", _CH + "/typing")
     async def _post_typing(self, request: web.Request) -> web.Response:
         cid = int(request.match_info["cid"])
         self._channel(cid)
@@ -1154,15 +1141,18 @@ class FakeDiscord(UploadHold):
         await self._dispatch("THREAD_CREATE", full)
         return full
 
+    @_rest("POST", _MSG + "/threads")
     async def _post_thread_from_message(self, request: web.Request) -> web.Response:
         body, _ = await self._body(request)
         cid, mid = int(request.match_info["cid"]), int(request.match_info["mid"])
         return _json(await self._bot_thread(cid, body, mid), 201)
 
+    @_rest("POST", _CH + "/threads")
     async def _post_thread(self, request: web.Request) -> web.Response:
         body, _ = await self._body(request)
         return _json(await self._bot_thread(int(request.match_info["cid"]), body, None), 201)
 
+    @_rest("PUT", _CH + "/thread-members/@me")
     async def _join_thread(self, request: web.Request) -> web.Response:
         tid = int(request.match_info["cid"])
         if self._channel(tid)["type"] not in (11, 12):
@@ -1170,6 +1160,7 @@ class FakeDiscord(UploadHold):
         self._thread_members[tid].add(self.bot_id)
         return _no_content()
 
+    @_rest("GET", "/guilds/{gid}/threads/active")
     async def _get_active_threads(self, request: web.Request) -> web.Response:
         gid = request.match_info["gid"]
         threads = [c for c in self.channels.values() if c["guild_id"] == gid
@@ -1194,9 +1185,13 @@ class FakeDiscord(UploadHold):
             **({"guild_id": str(scope)} if scope is not None else {}),
         }
 
+    @_rest("GET", _CMDS)
+    @_rest("GET", "/applications/{app}/commands")
     async def _get_commands(self, request: web.Request) -> web.Response:
         return _json(self._commands.get(self._scope(request), []))
 
+    @_rest("PUT", _CMDS)
+    @_rest("PUT", "/applications/{app}/commands")
     async def _put_commands(self, request: web.Request) -> web.Response:
         scope = self._scope(request)
         body = await request.json()
@@ -1205,6 +1200,8 @@ class FakeDiscord(UploadHold):
         self.command_syncs.append((scope, [c["name"] for c in body]))
         return _json(self._commands[scope])
 
+    @_rest("POST", _CMDS)
+    @_rest("POST", "/applications/{app}/commands")
     async def _post_command(self, request: web.Request) -> web.Response:
         scope = self._scope(request)
         body, _ = await self._body(request)
@@ -1220,6 +1217,7 @@ class FakeDiscord(UploadHold):
         except KeyError:
             raise _ApiError(404, 10015, "Unknown Webhook") from None
 
+    @_rest("POST", "/interactions/{iid}/{token}/callback")
     async def _interaction_callback(self, request: web.Request) -> web.Response:
         state = self._interaction(request.match_info["token"])
         if state["id"] != int(request.match_info["iid"]):
@@ -1263,6 +1261,7 @@ class FakeDiscord(UploadHold):
             "response_message_loading": kind == 5, "response_message_ephemeral": ephemeral,
         }, "resource": resource})
 
+    @_rest("POST", "/webhooks/{app}/{token}")
     async def _webhook_followup(self, request: web.Request) -> web.Response:
         state = self._interaction(request.match_info["token"])
         body, files = await self._body(request)
@@ -1279,6 +1278,7 @@ class FakeDiscord(UploadHold):
             msg = await self._create_bot_message(state["channel_id"], body, files)
         return _json(msg)
 
+    @_rest("PATCH", "/webhooks/{app}/{token}/messages/{mid}")
     async def _webhook_edit(self, request: web.Request) -> web.Response:
         state = self._interaction(request.match_info["token"])
         body, files = await self._body(request)

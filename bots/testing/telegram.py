@@ -50,7 +50,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -59,9 +59,9 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from bots.testing._fakebase import Fault, RoutedFake, route
 from bots.testing._telegram_html import TelegramEntityError, parse_telegram_html, utf16_len
 from bots.testing._uploads import UploadHold
-from geode.testing._fakebase import LoopbackFake
 
 log = structlog.get_logger(__name__)
 
@@ -148,17 +148,6 @@ class ChatMessage:
     raw: JSONDict = field(default_factory=dict)
 
 
-@dataclass(kw_only=True)
-class _Failure:
-    method: str
-    status: int
-    retry_after: int | None
-    chat_id: str | None
-    description: str | None
-    apply_effect: bool
-    times: int
-
-
 class _ApiError(Exception):
     def __init__(self, status: int, description: str, parameters: JSONDict | None = None):
         super().__init__(description)
@@ -171,10 +160,9 @@ def _bad(description: str) -> _ApiError:
     return _ApiError(400, f"Bad Request: {description}")
 
 
-Handler = Callable[[JSONDict], Awaitable[Any]]
 
 
-class FakeTelegramServer(LoopbackFake, UploadHold):
+class FakeTelegramServer(RoutedFake, UploadHold):
     """Fake Telegram Bot API for one bot; see the module docstring for what it simulates.
 
     Args:
@@ -216,32 +204,15 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
         self._files: dict[str, tuple[str, bytes]] = {}
         #: file paths fetched from the file endpoint, in order
         self.downloads: list[str] = []
-        self._failures: list[_Failure] = []
         self._update_ids = itertools.count(1000)
         self._query_ids = itertools.count(5_000_000)
         self._poll_generation = 0
         self._closing = False
         self._webhook_task: asyncio.Task[None] | None = None
-        self._handlers: dict[str, Handler] = {
-            "getme": self._get_me,
-            "getupdates": self._get_updates,
-            "sendmessage": self._send_message,
-            "senddocument": self._send_document,
-            "sendphoto": self._send_photo,
-            "editmessagetext": self._edit_message_text,
-            "deletemessage": self._delete_message,
-            "setmessagereaction": self._set_message_reaction,
-            "sendchataction": self._send_chat_action,
-            "getfile": self._get_file,
-            "getchat": self._get_chat,
-            "getchatmember": self._get_chat_member,
-            "setwebhook": self._set_webhook,
-            "deletewebhook": self._delete_webhook,
-            "getwebhookinfo": self._get_webhook_info,
-            "setmycommands": self._true,
-            "deletemycommands": self._true,
-            "answercallbackquery": self._true,
-        }
+
+    @classmethod
+    def route_key(cls, name: str) -> str:
+        return name.lower()  # the Bot API's method names are case-insensitive
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -256,10 +227,7 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
 
     async def start(self) -> None:
         """Listen on a random loopback port."""
-        app = web.Application(client_max_size=64 << 20)  # 50 MB uploads (aiohttp: 1 MiB)
-        app.router.add_route("*", "/bot{token}/{method}", self._dispatch)
-        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
-        await self._serve(app)
+        await self._serve_routes()
         self._closing = False
         log.debug("fake_telegram.started", port=self._port)
 
@@ -428,17 +396,12 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
         """
         if status == 429 and retry_after is None:
             retry_after = 1
-        self._failures.append(
-            _Failure(
-                method=method.lower(),
-                status=status,
-                retry_after=retry_after,
-                chat_id=None if chat_id is None else str(chat_id),
-                description=description,
-                apply_effect=apply_effect,
-                times=times,
-            )
-        )
+        chat = None if chat_id is None else str(chat_id)
+        self.inject(Fault(
+            method=method, status=status, times=times, apply_effect=apply_effect,
+            retry_after=retry_after, detail={"description": description},
+            when=None if chat is None else (lambda params: str(params.get("chat_id")) == chat),
+        ))
 
     def messages_in(
         self,
@@ -616,18 +579,7 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
                     params[key] = _decode_form_value(key, field_value)
         return params
 
-    def _take_failure(self, method: str, params: Mapping[str, Any]) -> _Failure | None:
-        for failure in self._failures:
-            if failure.method != method:
-                continue
-            if failure.chat_id is not None and str(params.get("chat_id")) != failure.chat_id:
-                continue
-            failure.times -= 1
-            if failure.times <= 0:
-                self._failures.remove(failure)
-            return failure
-        return None
-
+    @route("bot api", path="/bot{token}/{method}")
     async def _dispatch(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         try:
@@ -639,10 +591,10 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
         try:
             if request.match_info["token"] != self.token:
                 raise _ApiError(401, "Unauthorized")
-            handler = self._handlers.get(method.lower())
+            handler = self.handler_for(method)
             if handler is None:
                 raise _ApiError(404, "Not Found: method not found")
-            failure = self._take_failure(method.lower(), params)
+            failure = self.take_fault(method, params)
             if failure is not None and not failure.apply_effect:
                 raise _failure_error(failure)
             result = await handler(params)
@@ -655,6 +607,7 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
         self._wake()
         return web.json_response({"ok": True, "result": result})
 
+    @route("file", verb="GET", path="/file/bot{token}/{path:.+}")
     async def _download(self, request: web.Request) -> web.Response:
         if request.match_info["token"] != self.token:
             return web.Response(status=401)
@@ -666,9 +619,13 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
         return web.Response(status=404)
 
     # ----------------------------------------------------------------- methods
+    @route("setMyCommands")
+    @route("deleteMyCommands")
+    @route("answerCallbackQuery")
     async def _true(self, params: JSONDict) -> bool:
         return True
 
+    @route("getMe")
     async def _get_me(self, params: JSONDict) -> JSONDict:
         return {
             **self._bot_user(),
@@ -677,6 +634,7 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
             "supports_inline_queries": False,
         }
 
+    @route("getUpdates")
     async def _get_updates(self, params: JSONDict) -> list[JSONDict]:
         if self.webhook_url is not None:
             raise _ApiError(
@@ -732,6 +690,7 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
             raise _bad("message is too long")
         return plain, entities
 
+    @route("sendMessage")
     async def _send_message(self, params: JSONDict) -> JSONDict:
         chat_id = self._chat(params)
         parse_mode = params.get("parse_mode") or None
@@ -805,9 +764,11 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
                 raise _bad("message thread not found")
         return thread_id, reply_to
 
+    @route("sendDocument")
     async def _send_document(self, params: JSONDict) -> JSONDict:
         return await self._send_file("sendDocument", "document", params)
 
+    @route("sendPhoto")
     async def _send_photo(self, params: JSONDict) -> JSONDict:
         return await self._send_file("sendPhoto", "photo", params)
 
@@ -864,6 +825,7 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
         await self._held_upload()
         return raw
 
+    @route("editMessageText")
     async def _edit_message_text(self, params: JSONDict) -> JSONDict | bool:
         if params.get("inline_message_id"):
             return True
@@ -912,6 +874,7 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
         )
         return msg.raw
 
+    @route("deleteMessage")
     async def _delete_message(self, params: JSONDict) -> bool:
         chat_id = self._chat(params)
         mid = _opt_int(params.get("message_id"))
@@ -920,6 +883,7 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
         self.deleted.append((chat_id, mid))
         return True
 
+    @route("setMessageReaction")
     async def _set_message_reaction(self, params: JSONDict) -> bool:
         chat_id = self._chat(params)
         mid = _opt_int(params.get("message_id"))
@@ -933,6 +897,7 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
         self.reactions.append({"chat_id": chat_id, "message_id": mid, "reaction": reaction})
         return True
 
+    @route("sendChatAction")
     async def _send_chat_action(self, params: JSONDict) -> bool:
         chat_id = self._chat(params)
         self.chat_actions.append(
@@ -944,6 +909,7 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
         )
         return True
 
+    @route("getFile")
     async def _get_file(self, params: JSONDict) -> JSONDict:
         fid = str(params.get("file_id") or "")
         if fid not in self._files:
@@ -956,10 +922,12 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
             "file_path": path,
         }
 
+    @route("getChat")
     async def _get_chat(self, params: JSONDict) -> JSONDict:
         chat_id = self._chat(params)
         return {**self._chats[chat_id], "accent_color_id": 0, "max_reaction_count": 11}
 
+    @route("getChatMember")
     async def _get_chat_member(self, params: JSONDict) -> JSONDict:
         self._chat(params)
         uid = int(params.get("user_id") or 0)
@@ -967,6 +935,7 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
             return {"status": "administrator", "user": self._bot_user(), "can_be_edited": False}
         return {"status": "member", "user": self._user(uid)}
 
+    @route("setWebhook")
     async def _set_webhook(self, params: JSONDict) -> bool:
         url = str(params.get("url") or "")
         if not url:
@@ -979,6 +948,7 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
             self._webhook_task = asyncio.create_task(self._webhook_pump())
         return True
 
+    @route("deleteWebhook")
     async def _delete_webhook(self, params: JSONDict) -> bool:
         self.webhook_url = None
         self.webhook_secret = None
@@ -986,6 +956,7 @@ class FakeTelegramServer(LoopbackFake, UploadHold):
             self._pending.clear()
         return True
 
+    @route("getWebhookInfo")
     async def _get_webhook_info(self, params: JSONDict) -> JSONDict:
         return {
             "url": self.webhook_url or "",
@@ -1039,18 +1010,20 @@ def _opt_int(value: Any) -> int | None:
         raise _bad(f"invalid integer value {value!r}") from None
 
 
-def _failure_error(failure: _Failure) -> _ApiError:
+def _failure_error(failure: Fault) -> _ApiError:
+    description = failure.detail.get("description")
+    retry_after = failure.retry_after
     if failure.status == 429:
         return _ApiError(
             429,
-            failure.description or f"Too Many Requests: retry after {failure.retry_after}",
-            {"retry_after": failure.retry_after},
+            description or f"Too Many Requests: retry after {retry_after}",
+            {"retry_after": retry_after},
         )
     try:
         text = HTTPStatus(failure.status).phrase
     except ValueError:
         text = "Error"
-    return _ApiError(failure.status, failure.description or text)
+    return _ApiError(failure.status, description or text)
 
 
 def _error_response(exc: _ApiError) -> web.Response:
