@@ -51,23 +51,21 @@ def _patterns() -> tuple[re.Pattern[str], ...]:
     return (*_OWN_PATTERNS, *secret_shapes())
 
 
-@functools.cache
-def _any_pattern() -> re.Pattern[str]:
-    """Finds a match iff some pattern of :func:`_patterns` matches somewhere (an alternation
-    matches at a position iff one of its alternatives does): one scan tells most texts need
-    none of the masking. Only a test: the masking itself matches each pattern on its own (a
-    single alternation could stop one shape's match inside another's key)."""
-    return re.compile("|".join(
-        f"(?i:{p.pattern.removeprefix('(?i)')})" if p.flags & re.IGNORECASE
-        else f"(?:{p.pattern})"
-        for p in _patterns()
-    ))
+def _has_shape(text: str) -> bool:
+    """Whether some pattern of :func:`_patterns` matches somewhere in ``text``: only a test
+    (the masking matches each pattern on its own). One search per pattern, not one search of
+    their alternation: ``re`` skips ahead to a pattern's literal prefix (``sk-``, ``xox``)
+    on its own, never inside an alternation, which tries every branch at every position
+    (22 us against 15 for a 110-character message, 2.2 ms against 1.7 for 10 kB)."""
+    for pattern in _patterns():
+        if pattern.search(text) is not None:
+            return True
+    return False
 
 
 @on_reset
 def _forget_patterns() -> None:
     _patterns.cache_clear()
-    _any_pattern.cache_clear()
 
 
 def __getattr__(name: str) -> object:
@@ -169,9 +167,11 @@ def redact_text(text: str, extra: Iterable[str] = ()) -> str:
 def _redact_text(text: str, literals: tuple[str, ...]) -> str:
     if len(text) < _MIN_SECRET_LEN:
         return text  # shorter than any literal secret and any shape
-    if _FORMAT.search(text):
+    # every format character is outside ASCII: an ASCII text (most are) is not scanned for
+    # them (``isascii`` reads a flag; the scan cost ~3 us per 100 characters)
+    if not text.isascii() and _FORMAT.search(text):
         text = _redact_split(text, literals)
-    if _any_pattern().search(text) is None and not any(lit in text for lit in literals):
+    if not any(lit in text for lit in literals) and not _has_shape(text):
         return text
     # Every shape and literal is matched on the same text and the union of the matches is
     # masked: masking one after the other let a match end where an earlier mask began
