@@ -70,11 +70,16 @@ def build_connectors(
             no registered platform; :class:`~geode._imports.MissingExtraError` its SDK's extra
             is not installed.
     """
+    from bots.connector import BaseConnector
     from bots.platforms import build_connector
 
     out: list[BaseConnector] = []
     for name, raw in settings.channels.items():
         if raw.get("enabled", True):
-            out.append(build_connector(name, host=host, settings=settings, secrets=secrets,
-                                       raw=raw))
+            connector = build_connector(name, host=host, settings=settings, secrets=secrets,
+                                        raw=raw)
+            if not isinstance(connector, BaseConnector):
+                raise TypeError(f"the {name} platform's builder made {connector!r}, not a "
+                                "BaseConnector")
+            out.append(connector)
     return out

@@ -7,19 +7,16 @@ close match, like every other section of config.toml: a misspelt key used to be 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from bots.connector import BaseConnector
-    from bots.port import TurnHost
-    from geode.settings import Secrets, Settings
+    from geode.settings import Secrets
 
-__all__ = ["LAYER_TOOLS", "ConnectorBuilder", "DoctorCheck", "LayerOptions", "PlatformSpec",
-           "TokenSpec"]
+__all__ = ["LAYER_TOOLS", "DoctorCheck", "LayerOptions", "PlatformSpec", "TokenSpec"]
 
 
 class LayerOptions(BaseModel):
@@ -69,18 +66,6 @@ class TokenSpec:
 LAYER_TOOLS = frozenset({"send_file"})
 
 
-class ConnectorBuilder(Protocol):
-    """Builds a platform's connector from its validated options (its SDK is imported here,
-    not when the spec is: a Telegram-only ``geode serve`` loads no other platform's SDK).
-
-    Raises:
-        ConfigError: a secret it needs is not set (say which and where to put it).
-    """
-
-    def __call__(self, *, host: TurnHost, settings: Settings, secrets: Secrets,
-                 options: Any) -> BaseConnector: ...
-
-
 #: a doctor check of an enabled ``[channels.<name>]``: what is wrong (an operator's
 #: instruction), or None when all is well
 DoctorCheck = Callable[[Any, "Secrets"], "str | None"]
@@ -97,15 +82,20 @@ class PlatformSpec:
     reads its :class:`geode.platforms.PlatformInfo` part).
 
     The module holding it imports no SDK (the harness reads every spec, for the shapes of
-    their secrets); :attr:`connector` imports it when it builds.
+    their secrets), nor its connector: :attr:`connector` and :attr:`sync_commands` name
+    theirs as ``"module:function"`` (like an entry point), imported when used, so a
+    Telegram-only ``geode serve`` loads no other platform's SDK and the spec's module
+    stays out of its connector's import graph.
     """
 
     #: ``[channels.<name>]``, a binding's ``platform``, the entry point's name
     name: str
     #: its ``[channels.<name>]`` options model
     options: type[LayerOptions]
-    #: builds its connector (``geode serve``); None: nothing to serve (a listing only)
-    connector: ConnectorBuilder | None = None
+    #: ``"module:function"`` building its connector (``geode serve``):
+    #: ``(*, host, settings, secrets, options) -> BaseConnector``, raising ConfigError when
+    #: a secret it needs is not set; "" nothing to serve
+    connector: str = ""
     #: the secrets a start needs (``geode doctor`` and ``geode serve`` say which is missing)
     tokens: tuple[TokenSpec, ...] = ()
     #: regular expressions of its secrets' shapes: masked in every output (logs, records,
@@ -123,6 +113,7 @@ class PlatformSpec:
     env_lines: tuple[str, ...] = ()
     #: what its ``team`` is (a binding's ``--team``): "workspace", "guild", "bot id"
     team: str = "team"
-    #: registers its commands with the platform on request (``geode bindings
-    #: sync-commands``): ``(settings, secrets, team_ids, *, extra_channels) -> lines``
-    sync_commands: Callable[..., Awaitable[list[str]]] | None = None
+    #: ``"module:function"`` registering its commands with the platform on request
+    #: (``geode bindings sync-commands``): ``async (settings, secrets, team_ids, *,
+    #: extra_channels) -> lines``; "" it has none to register
+    sync_commands: str = ""

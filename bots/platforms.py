@@ -12,6 +12,7 @@ ones (:mod:`geode.cli.preflight`).
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -25,12 +26,11 @@ from geode.platforms import load_platform, platform_names
 from geode.settings import Secrets, unknown_key_message
 
 if TYPE_CHECKING:
-    from bots.connector import BaseConnector
     from bots.port import TurnHost
     from geode.settings import Settings
 
 __all__ = ["build_connector", "channel_options", "missing_tokens", "platform_spec",
-           "platform_specs", "required_secret"]
+           "platform_specs", "required_secret", "resolve"]
 
 
 def platform_spec(name: str) -> PlatformSpec | None:
@@ -133,9 +133,27 @@ def required_secret(spec: PlatformSpec, options: LayerOptions, secrets: Secrets,
     return value
 
 
+def resolve(ref: str) -> Any:
+    """The object a spec names as ``"module:attribute"`` (its connector builder, its command
+    sync), imported now.
+
+    Raises:
+        MissingExtraError: importing it needs an SDK whose extra is not installed.
+    """
+    module, _, attribute = ref.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except ImportError as exc:
+        found = missing_extra(exc)
+        if found is None:
+            raise
+        raise found from exc
+
+
 def build_connector(name: str, *, host: TurnHost, settings: Settings, secrets: Secrets,
-                    raw: Mapping[str, Any]) -> BaseConnector:
-    """The connector of ``[channels.<name>]``, built by its platform's spec.
+                    raw: Mapping[str, Any]) -> Any:
+    """The connector of ``[channels.<name>]`` (a ``BaseConnector``), built by the builder
+    its platform's spec names.
 
     Raises:
         ConfigError: an unknown platform or option, a secret not set, a platform with
@@ -144,10 +162,11 @@ def build_connector(name: str, *, host: TurnHost, settings: Settings, secrets: S
     options = channel_options(name, raw)
     spec = platform_spec(name)
     assert spec is not None, name  # channel_options accepted it
-    if spec.connector is None:
+    if not spec.connector:
         raise ConfigError(f"[channels.{name}]: the {name} platform has no connector to serve")
+    build = resolve(spec.connector)
     try:
-        return spec.connector(host=host, settings=settings, secrets=secrets, options=options)
+        return build(host=host, settings=settings, secrets=secrets, options=options)
     except ImportError as exc:
         found = missing_extra(exc)
         if found is None:

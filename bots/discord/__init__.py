@@ -12,8 +12,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bots.discord.commands_sync import SLASH_COMMANDS, sync_commands
     from bots.discord.connector import DiscordConnector, DiscordOptions
+    from bots.port import TurnHost
+    from geode.settings import Secrets, Settings
 
-__all__ = ["SLASH_COMMANDS", "DiscordConnector", "DiscordOptions", "sync_commands"]
+__all__ = ["SLASH_COMMANDS", "DiscordConnector", "DiscordOptions", "build_connector",
+           "sync_commands"]
 
 _LAZY = {"SLASH_COMMANDS": "bots.discord.commands_sync",
          "sync_commands": "bots.discord.commands_sync",
@@ -25,3 +28,16 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)
+
+
+def build_connector(*, host: TurnHost, settings: Settings, secrets: Secrets,
+                    options: DiscordOptions) -> DiscordConnector:
+    """The connector of ``[channels.discord]`` (its spec's builder, ``geode serve``)."""
+    from bots.discord.connector import DiscordConnector
+    from bots.discord.options import SPEC
+    from bots.platforms import required_secret
+
+    return DiscordConnector(
+        host=host, token=required_secret(SPEC, options, secrets, SPEC.tokens[0]),
+        bindings=settings.bindings, options=options,
+    )

@@ -6,15 +6,9 @@ Unknown keys are refused (:class:`bots.options.LayerOptions` forbids extras), so
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from bots.options import LayerOptions, PlatformSpec, TokenSpec
-
-if TYPE_CHECKING:
-    from bots.connector import BaseConnector
-    from bots.port import TurnHost
-    from geode.settings import Secrets, Settings
 
 __all__ = ["SPEC", "DiscordOptions"]
 
@@ -44,30 +38,12 @@ class DiscordOptions(LayerOptions):
     max_upload_mb: float = 10.0
 
 
-def _build(*, host: TurnHost, settings: Settings, secrets: Secrets,
-           options: DiscordOptions) -> BaseConnector:
-    from bots.discord import DiscordConnector
-    from bots.platforms import required_secret
-
-    return DiscordConnector(
-        host=host, token=required_secret(SPEC, options, secrets, SPEC.tokens[0]),
-        bindings=settings.bindings, options=options,
-    )
-
-
-async def _sync_commands(settings: Settings, secrets: Secrets, team_ids: Sequence[str] = (),
-                         *, extra_channels: Sequence[str] = ()) -> list[str]:
-    from bots.discord import sync_commands
-
-    return await sync_commands(settings, secrets, team_ids, extra_channels=extra_channels)
-
-
 SPEC = PlatformSpec(
-    name="discord", options=DiscordOptions, connector=_build,
+    name="discord", options=DiscordOptions, connector="bots.discord:build_connector",
     tokens=(TokenSpec(option="token_env",
                       what="the bot token (Developer Portal -> Bot -> Reset Token)"),),
     # a bot token: base64 user id . timestamp . HMAC
     secret_shapes=(r"\b[MN][A-Za-z\d_\-]{23,25}\.[A-Za-z\d_\-]{6}\.[A-Za-z\d_\-]{27,}\b",),
     extra="discord", sdk_modules=("discord",),
-    team="guild", sync_commands=_sync_commands,
+    team="guild", sync_commands="bots.discord.commands_sync:sync_commands",
 )

@@ -11,14 +11,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from bots.port import TurnHost
     from bots.slack._mrkdwn import SLACK_LIMIT, chunk_mrkdwn, markdown_to_mrkdwn, render_progress
     from bots.slack.connector import SLACK_HELP, SlackConnector, SlackOptions
+    from geode.settings import Secrets, Settings
 
 __all__ = [
     "SLACK_HELP",
     "SLACK_LIMIT",
     "SlackConnector",
     "SlackOptions",
+    "build_connector",
     "chunk_mrkdwn",
     "markdown_to_mrkdwn",
     "render_progress",
@@ -35,3 +38,18 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)
+
+
+def build_connector(*, host: TurnHost, settings: Settings, secrets: Secrets,
+                    options: SlackOptions) -> SlackConnector:
+    """The connector of ``[channels.slack]`` (its spec's builder, ``geode serve``)."""
+    from bots.platforms import required_secret
+    from bots.slack.connector import SlackConnector
+    from bots.slack.options import SPEC
+
+    return SlackConnector(
+        host=host, bot_token=required_secret(SPEC, options, secrets, SPEC.tokens[0]),
+        app_token=secrets.get(options.app_token_env),
+        signing_secret=secrets.get(options.signing_secret_env), bindings=settings.bindings,
+        options=options,
+    )

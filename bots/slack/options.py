@@ -6,14 +6,9 @@ Unknown keys are refused (:class:`bots.options.LayerOptions` forbids extras), so
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from bots.options import LayerOptions, PlatformSpec, TokenSpec
-
-if TYPE_CHECKING:
-    from bots.connector import BaseConnector
-    from bots.port import TurnHost
-    from geode.settings import Secrets, Settings
 
 #: ``bots.slack._mrkdwn.SLACK_LIMIT`` (spelt out here: this module imports no SDK or
 #: renderer, the harness reads the spec in every process)
@@ -45,21 +40,8 @@ class SlackOptions(LayerOptions):
     ping_interval_s: float = 10.0
 
 
-def _build(*, host: TurnHost, settings: Settings, secrets: Secrets,
-           options: SlackOptions) -> BaseConnector:
-    from bots.platforms import required_secret
-    from bots.slack import SlackConnector
-
-    return SlackConnector(
-        host=host, bot_token=required_secret(SPEC, options, secrets, SPEC.tokens[0]),
-        app_token=secrets.get(options.app_token_env),
-        signing_secret=secrets.get(options.signing_secret_env), bindings=settings.bindings,
-        options=options,
-    )
-
-
 SPEC = PlatformSpec(
-    name="slack", options=SlackOptions, connector=_build,
+    name="slack", options=SlackOptions, connector="bots.slack:build_connector",
     tokens=(TokenSpec(option="bot_token_env", what="the Bot User OAuth Token (xoxb-…)"),),
     # bot / user / app-level tokens
     secret_shapes=(r"xox[abprs]-[A-Za-z0-9\-]{8,}", r"xapp-[A-Za-z0-9\-]{8,}"),

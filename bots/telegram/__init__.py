@@ -12,23 +12,45 @@ from typing import TYPE_CHECKING, Any
 from geode._imports import import_without
 
 if TYPE_CHECKING:
+    from bots.port import TurnHost
     from bots.telegram._ratelimit import PerChatRateLimiter
     from bots.telegram.connector import TelegramConnector
     from bots.telegram.options import TelegramOptions
+    from geode.settings import Secrets, Settings
 
-__all__ = ["PerChatRateLimiter", "TelegramConnector", "TelegramOptions"]
+__all__ = ["PerChatRateLimiter", "TelegramConnector", "TelegramOptions", "build_connector"]
 
 _LAZY = {"PerChatRateLimiter": "bots.telegram._ratelimit",
          "TelegramConnector": "bots.telegram.connector",
          "TelegramOptions": "bots.telegram.options"}
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def _load_sdk() -> None:
     # Before any module here imports it: PTB without cryptography (Telegram Passport only)
     # and tornado (PTB's own webhook server; GEODE's webhook is an aiohttp endpoint), its
     # httpx without the command-line extras (rich, pygments); see geode._imports.
     import_without("telegram.ext", "cryptography", "tornado", "rich", "pygments")
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _load_sdk()
     return getattr(importlib.import_module(module), name)
+
+
+def build_connector(*, host: TurnHost, settings: Settings, secrets: Secrets,
+                    options: TelegramOptions) -> TelegramConnector:
+    """The connector of ``[channels.telegram]`` (its spec's builder, ``geode serve``)."""
+    from bots.platforms import required_secret
+    from bots.telegram.options import SPEC
+
+    _load_sdk()
+    from bots.telegram.connector import TelegramConnector
+
+    return TelegramConnector(
+        host=host, token=required_secret(SPEC, options, secrets, SPEC.tokens[0]),
+        bindings=settings.bindings, options=options,
+        webhook_secret=secrets.get(options.webhook_secret_env),
+    )

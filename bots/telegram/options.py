@@ -6,14 +6,9 @@ Unknown keys are refused (:class:`bots.options.LayerOptions` forbids extras), so
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from bots.options import LayerOptions, PlatformSpec, TokenSpec
-
-if TYPE_CHECKING:
-    from bots.connector import BaseConnector
-    from bots.port import TurnHost
-    from geode.settings import Secrets, Settings
 
 #: PTB's HTTP transport (``bots.telegram._request``; spelt out here: this module imports no
 #: SDK, the harness reads the spec in every process)
@@ -44,20 +39,8 @@ class TelegramOptions(LayerOptions):
     http_backend: HttpBackend = "aiohttp"
 
 
-def _build(*, host: TurnHost, settings: Settings, secrets: Secrets,
-           options: TelegramOptions) -> BaseConnector:
-    from bots.platforms import required_secret
-    from bots.telegram import TelegramConnector  # the SDK, loaded without its unused extras
-
-    return TelegramConnector(
-        host=host, token=required_secret(SPEC, options, secrets, SPEC.tokens[0]),
-        bindings=settings.bindings, options=options,
-        webhook_secret=secrets.get(options.webhook_secret_env),
-    )
-
-
 SPEC = PlatformSpec(
-    name="telegram", options=TelegramOptions, connector=_build,
+    name="telegram", options=TelegramOptions, connector="bots.telegram:build_connector",
     tokens=(TokenSpec(option="token_env", what="the token from @BotFather"),),
     # a bot token (also inside a Bot API URL: .../bot<token>/getMe)
     secret_shapes=(r"(?<!\d)\d{5,}:[A-Za-z0-9_\-]{30,}",),

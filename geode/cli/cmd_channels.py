@@ -231,7 +231,7 @@ def bindings_sync_commands(
     ] = None,
 ) -> None:
     """Register the slash commands (/new /reset /status /stop /help) per guild, on request."""
-    from bots.platforms import platform_specs
+    from bots.platforms import platform_specs, resolve
     from bots.store import StoredBindings
     from geode.cli._runtime import load
     from geode.errors import ConfigError
@@ -240,10 +240,10 @@ def bindings_sync_commands(
     syncing = {n: s.sync_commands for n, s in platform_specs().items() if s.sync_commands}
     if not platform and len(syncing) == 1:
         (platform,) = syncing
-    sync = syncing.get(platform)
-    if sync is None:
+    if platform not in syncing:
         raise ConfigError(f"sync-commands supports --platform {' | '.join(sorted(syncing))}, "
                           f"not {platform!r}.")
+    sync = resolve(syncing[platform])
     settings, secrets = load()
     assert isinstance(secrets, Secrets)
 
@@ -251,7 +251,8 @@ def bindings_sync_commands(
         async with await _open(settings) as store:
             stored = await StoredBindings(store=store).list()
         channels = [b.channel for b in stored if b.platform == platform]
-        return await sync(settings, secrets, guild or (), extra_channels=channels)
+        lines: list[str] = await sync(settings, secrets, guild or (), extra_channels=channels)
+        return lines
 
     for line in asyncio.run(main()):
         typer.echo(line)

@@ -13,9 +13,19 @@ from bots.format import Chunk
 from bots.port import TurnHost
 from bots.testing.echo.chat import EchoChat, EchoMessage
 from bots.testing.echo.options import EchoOptions
-from geode.settings import BindingSettings
+from geode.settings import BindingSettings, Secrets, Settings
 
-__all__ = ["EchoConnector"]
+__all__ = ["EchoConnector", "build_connector"]
+
+
+def build_connector(*, host: TurnHost, settings: Settings, secrets: Secrets,
+                    options: EchoOptions) -> EchoConnector:
+    """The connector of ``[channels.echo]`` (its spec's builder, ``geode serve``)."""
+    from bots.platforms import required_secret
+    from bots.testing.echo.options import SPEC
+
+    return EchoConnector(host=host, token=required_secret(SPEC, options, secrets, SPEC.tokens[0]),
+                         bindings=settings.bindings, options=options)
 
 
 class EchoConnector(BaseConnector):

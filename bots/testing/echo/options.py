@@ -7,9 +7,7 @@ from typing import TYPE_CHECKING
 from bots.options import LayerOptions, PlatformSpec, TokenSpec
 
 if TYPE_CHECKING:
-    from bots.connector import BaseConnector
-    from bots.port import TurnHost
-    from geode.settings import Secrets, Settings
+    from geode.settings import Secrets
 
 __all__ = ["SPEC", "EchoOptions"]
 
@@ -21,15 +19,6 @@ class EchoOptions(LayerOptions):
     token_env: str = "ECHO_CHAT_TOKEN"
 
 
-def _build(*, host: TurnHost, settings: Settings, secrets: Secrets,
-           options: EchoOptions) -> BaseConnector:
-    from bots.platforms import required_secret
-    from bots.testing.echo.connector import EchoConnector
-
-    return EchoConnector(host=host, token=required_secret(SPEC, options, secrets, SPEC.tokens[0]),
-                         bindings=settings.bindings, options=options)
-
-
 def _chat_open(options: EchoOptions, secrets: Secrets) -> str | None:
     from bots.testing.echo.chat import EchoChat
 
@@ -39,7 +28,7 @@ def _chat_open(options: EchoOptions, secrets: Secrets) -> str | None:
 
 
 SPEC = PlatformSpec(
-    name="echo", options=EchoOptions, connector=_build,
+    name="echo", options=EchoOptions, connector="bots.testing.echo.connector:build_connector",
     tokens=(TokenSpec(option="token_env", what="the echo bot's token (echo-tok-…)"),),
     secret_shapes=(r"echo-tok-[a-z0-9]{12,}",),
     checks=(_chat_open,), team="chat",
