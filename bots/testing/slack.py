@@ -65,7 +65,7 @@ import mimetypes
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -74,8 +74,8 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from bots.testing._fakebase import Fault, RoutedFake, route
 from bots.testing._uploads import UploadHold
-from geode.testing._fakebase import LoopbackFake
 
 log = structlog.get_logger(__name__)
 
@@ -188,19 +188,7 @@ class _SlackError(Exception):
         self.headers = dict(headers or {})
 
 
-@dataclass(kw_only=True)
-class _Failure:
-    method: str
-    status: int
-    error: str
-    retry_after: int | None
-    times: int
-
-
-Handler = Callable[[JSONDict], Awaitable[JSONDict]]
-
-
-class FakeSlack(LoopbackFake, UploadHold):
+class FakeSlack(RoutedFake, UploadHold):
     """Fake Slack workspace with one app; see the module docstring for what it simulates.
 
     Args:
@@ -262,7 +250,6 @@ class FakeSlack(LoopbackFake, UploadHold):
         self._channels: dict[str, JSONDict] = {}
         self._users: dict[str, JSONDict] = {}
         self._messages: dict[str, dict[str, JSONDict]] = {}
-        self._failures: list[_Failure] = []
         self._tickets: set[str] = set()
         self._sockets: list[web.WebSocketResponse] = []
         self._undelivered: list[str] = []
@@ -272,24 +259,6 @@ class FakeSlack(LoopbackFake, UploadHold):
         self._event_ids = itertools.count(1)
         self._last_ts = 0.0
         self.add_user(bot_user_id, name="geode", is_bot=True)
-        self._handlers: dict[str, Handler] = {
-            "auth.test": self._auth_test,
-            "chat.postMessage": self._post_message,
-            "chat.update": self._update,
-            "chat.delete": self._delete,
-            "chat.postEphemeral": self._post_ephemeral,
-            "reactions.add": self._reactions_add,
-            "reactions.remove": self._reactions_remove,
-            "conversations.history": self._history,
-            "conversations.replies": self._replies,
-            "conversations.info": self._conversation_info,
-            "users.info": self._users_info,
-            "files.info": self._files_info,
-            "files.getUploadURLExternal": self._get_upload_url,
-            "files.completeUploadExternal": self._complete_upload,
-            "assistant.threads.setStatus": self._set_status,
-            "apps.connections.open": self._connections_open,
-        }
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -299,12 +268,7 @@ class FakeSlack(LoopbackFake, UploadHold):
 
     async def start(self) -> None:
         """Listen on a random loopback port."""
-        app = web.Application(client_max_size=64 << 20)  # uploads (aiohttp: 1 MiB)
-        app.router.add_route("*", "/api/{method}", self._dispatch)
-        app.router.add_get("/socket-mode", self._socket_mode)
-        app.router.add_get("/files-pri/{fid}/{name}", self._file_download)
-        app.router.add_post("/upload/v1/{fid}", self._file_upload)
-        await self._serve(app)
+        await self._serve_routes()
         log.debug("fake_slack.started", port=self._port)
 
     async def stop(self) -> None:
@@ -634,15 +598,8 @@ class FakeSlack(LoopbackFake, UploadHold):
         if status == 429 and retry_after is None:
             retry_after = 1
         default = {429: "ratelimited", 200: "internal_error"}.get(status, "fatal_error")
-        self._failures.append(
-            _Failure(
-                method=method,
-                status=status,
-                error=error or default,
-                retry_after=retry_after,
-                times=times,
-            )
-        )
+        self.inject(Fault(method=method, status=status, times=times, retry_after=retry_after,
+                          detail={"error": error or default}))
 
     def messages_in(self, channel: str, thread_ts: str | None = None) -> list[JSONDict]:
         """Visible messages, oldest first: top-level ones, or one thread (parent + replies)."""
@@ -785,15 +742,7 @@ class FakeSlack(LoopbackFake, UploadHold):
                     params[key] = json.loads(params[key])
         return params
 
-    def _take_failure(self, method: str) -> _Failure | None:
-        for failure in self._failures:
-            if failure.method == method:
-                failure.times -= 1
-                if failure.times <= 0:
-                    self._failures.remove(failure)
-                return failure
-        return None
-
+    @route("web api", path="/api/{method}")
     async def _dispatch(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         params = await self._read_params(request)
@@ -804,13 +753,14 @@ class FakeSlack(LoopbackFake, UploadHold):
         self.calls.append(call)
         try:
             self._check_token(method, token)
-            failure = self._take_failure(method)
+            failure = self.take_fault(method)
             if failure is not None:
                 headers = {}
                 if failure.retry_after is not None:
                     headers["Retry-After"] = str(failure.retry_after)
-                raise _SlackError(failure.error, status=failure.status, headers=headers)
-            handler = self._handlers.get(method)
+                raise _SlackError(failure.detail["error"], status=failure.status,
+                                  headers=headers)
+            handler = self.handler_for(method)
             if handler is None:
                 raise _SlackError("unknown_method")
             result = await handler(params)
@@ -835,12 +785,14 @@ class FakeSlack(LoopbackFake, UploadHold):
         self._files[fid] = (info, content)
         return {k: v for k, v in info.items() if not k.startswith("url_")}
 
+    @route("files.info")
     async def _files_info(self, params: JSONDict) -> JSONDict:
         fid = str(params.get("file") or "")
         if fid not in self._files:
             raise _SlackError("file_not_found")
         return {"file": self._files[fid][0]}
 
+    @route("url_private", verb="GET", path="/files-pri/{fid}/{name}")
     async def _file_download(self, request: web.Request) -> web.Response:
         fid = request.match_info["fid"]
         if request.headers.get("Authorization") != f"Bearer {self.bot_token}":
@@ -850,6 +802,7 @@ class FakeSlack(LoopbackFake, UploadHold):
             return web.Response(status=404)
         return web.Response(body=self._files[fid][1])
 
+    @route("files.getUploadURLExternal")
     async def _get_upload_url(self, params: JSONDict) -> JSONDict:
         filename = str(params.get("filename") or "")
         try:
@@ -864,6 +817,7 @@ class FakeSlack(LoopbackFake, UploadHold):
         self._staged[fid] = (filename, length, None)
         return {"upload_url": f"http://127.0.0.1:{self._port}/upload/v1/{fid}", "file_id": fid}
 
+    @route("upload_url", verb="POST", path="/upload/v1/{fid}")
     async def _file_upload(self, request: web.Request) -> web.Response:
         fid = request.match_info["fid"]
         if fid not in self._staged:
@@ -874,6 +828,7 @@ class FakeSlack(LoopbackFake, UploadHold):
         self._wake()
         return web.Response(status=200, text=f"OK - {len(data)}")
 
+    @route("files.completeUploadExternal")
     async def _complete_upload(self, params: JSONDict) -> JSONDict:
         raw = params.get("files")
         try:
@@ -929,6 +884,7 @@ class FakeSlack(LoopbackFake, UploadHold):
         if app_level != (token == self.app_token):
             raise _SlackError("not_allowed_token_type")
 
+    @route("socket mode", verb="GET", path="/socket-mode")
     async def _socket_mode(self, request: web.Request) -> web.StreamResponse:
         ticket = request.query.get("ticket", "")
         if ticket not in self._tickets:
@@ -1002,6 +958,7 @@ class FakeSlack(LoopbackFake, UploadHold):
         return text, blocks
 
     # ----------------------------------------------------------------- methods
+    @route("auth.test")
     async def _auth_test(self, params: JSONDict) -> JSONDict:
         return {
             "url": "https://fake.slack.com/",
@@ -1013,6 +970,7 @@ class FakeSlack(LoopbackFake, UploadHold):
             "is_enterprise_install": False,
         }
 
+    @route("chat.postMessage")
     async def _post_message(self, params: JSONDict) -> JSONDict:
         channel = self._channel(params)
         text, blocks = self._content(params)
@@ -1047,6 +1005,7 @@ class FakeSlack(LoopbackFake, UploadHold):
             task.add_done_callback(self._tasks.discard)
         return {"channel": channel, "ts": msg["ts"], "message": dict(msg)}
 
+    @route("chat.update")
     async def _update(self, params: JSONDict) -> JSONDict:
         channel = self._channel(params)
         msg = self._message(channel, params.get("ts"))
@@ -1069,6 +1028,7 @@ class FakeSlack(LoopbackFake, UploadHold):
         )
         return {"channel": channel, "ts": msg["ts"], "text": text, "message": dict(msg)}
 
+    @route("chat.postEphemeral")
     async def _post_ephemeral(self, params: JSONDict) -> JSONDict:
         channel = self._channel(params)
         user = str(params.get("user") or "")
@@ -1080,6 +1040,7 @@ class FakeSlack(LoopbackFake, UploadHold):
                                 if params.get("thread_ts") else None})
         return {"message_ts": self._new_ts()}
 
+    @route("chat.delete")
     async def _delete(self, params: JSONDict) -> JSONDict:
         channel = self._channel(params)
         msg = self._message(channel, params.get("ts"))
@@ -1097,6 +1058,7 @@ class FakeSlack(LoopbackFake, UploadHold):
         )
         return {"channel": channel, "ts": msg["ts"]}
 
+    @route("reactions.add")
     async def _reactions_add(self, params: JSONDict) -> JSONDict:
         channel = self._channel(params)
         msg = self._message(channel, params.get("timestamp"))
@@ -1115,6 +1077,7 @@ class FakeSlack(LoopbackFake, UploadHold):
         self.reactions.append({"channel": channel, "ts": msg["ts"], "name": name})
         return {}
 
+    @route("reactions.remove")
     async def _reactions_remove(self, params: JSONDict) -> JSONDict:
         channel = self._channel(params)
         msg = self._message(channel, params.get("timestamp"))
@@ -1152,6 +1115,7 @@ class FakeSlack(LoopbackFake, UploadHold):
             "response_metadata": {"next_cursor": f"page:{start + limit}" if more else ""},
         }
 
+    @route("conversations.history")
     async def _history(self, params: JSONDict) -> JSONDict:
         channel = self._channel(params)
         top = [
@@ -1161,6 +1125,7 @@ class FakeSlack(LoopbackFake, UploadHold):
         ]
         return {**self._page(top, params, newest_first=True), "pin_count": 0}
 
+    @route("conversations.replies")
     async def _replies(self, params: JSONDict) -> JSONDict:
         channel = self._channel(params)
         msg = self._messages[channel].get(str(params.get("ts") or ""))
@@ -1179,15 +1144,18 @@ class FakeSlack(LoopbackFake, UploadHold):
             page["messages"].insert(0, dict(parent))
         return page
 
+    @route("conversations.info")
     async def _conversation_info(self, params: JSONDict) -> JSONDict:
         return {"channel": dict(self._channels[self._channel(params)])}
 
+    @route("users.info")
     async def _users_info(self, params: JSONDict) -> JSONDict:
         user = self._users.get(str(params.get("user") or ""))
         if user is None:
             raise _SlackError("user_not_found")
         return {"user": dict(user)}
 
+    @route("assistant.threads.setStatus")
     async def _set_status(self, params: JSONDict) -> JSONDict:
         channel = self._channel(params, "channel_id")
         if not params.get("thread_ts"):
@@ -1201,6 +1169,7 @@ class FakeSlack(LoopbackFake, UploadHold):
         )
         return {}
 
+    @route("apps.connections.open")
     async def _connections_open(self, params: JSONDict) -> JSONDict:
         ticket = uuid.uuid4().hex
         self._tickets.add(ticket)
