@@ -185,24 +185,43 @@ def redact(obj: Any, secrets: Iterable[str] = (), *, _depth: int = 0) -> Any:
     return _redact(obj, _literals(secrets), _depth)
 
 
+#: JSON's scalars, told apart by ``type(...) is`` before any ``isinstance`` (an ABC check
+#: such as ``Mapping`` costs several times a type test, on every value of every record)
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
+@functools.lru_cache(maxsize=1024)
+def _secret_key(name: str) -> bool:
+    """Whether a value under ``name`` is masked whatever it is (keys repeat: ``role``,
+    ``text``, a log line's fields; the search runs once per name)."""
+    return _SECRET_KEY.search(name) is not None
+
+
 def _redact(obj: Any, literals: tuple[str, ...], depth: int) -> Any:
     if depth > 32:
         return "[depth limit]"
-    if isinstance(obj, str):
+    cls = type(obj)
+    if cls is str:
         return _redact_text(obj, literals)
-    if obj is None or isinstance(obj, int | float):  # bool is an int
+    if cls in _SCALARS:
         return obj
+    if cls is not dict and cls is not list:  # subclasses, tuples, other mappings
+        if isinstance(obj, str):
+            return _redact_text(obj, literals)
+        if isinstance(obj, int | float):  # bool is an int
+            return obj
+        if not isinstance(obj, Mapping | list | tuple):
+            return obj
     if isinstance(obj, Mapping):
         out: dict[Any, Any] = {}
         for k, v in obj.items():
-            if isinstance(v, str | bytes) and v and isinstance(k, str) and _SECRET_KEY.search(k):
+            if (v and isinstance(v, (str, bytes)) and isinstance(k, str)
+                    and _secret_key(k)):
                 out[k] = MASK
             else:
                 out[k] = _redact(v, literals, depth + 1)
         return out
-    if isinstance(obj, list | tuple):
-        return [_redact(v, literals, depth + 1) for v in obj]
-    return obj
+    return [_redact(v, literals, depth + 1) for v in obj]
 
 
 def redact_values(obj: Any) -> Any:
@@ -213,12 +232,13 @@ def redact_values(obj: Any) -> Any:
 
 
 def _values(obj: Any, literals: tuple[str, ...], depth: int) -> Any:
-    if isinstance(obj, str):
+    cls = type(obj)
+    if cls is str or (cls not in _SCALARS and isinstance(obj, str)):
         return _redact_text(obj, literals)
-    if depth > 32:
+    if depth > 32 or cls in _SCALARS:
         return obj
-    if isinstance(obj, Mapping):
+    if cls is dict or isinstance(obj, Mapping):
         return {k: _values(v, literals, depth + 1) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
+    if cls is list or isinstance(obj, list | tuple):
         return [_values(v, literals, depth + 1) for v in obj]
     return obj

@@ -61,3 +61,38 @@ def test_each_shape_is_searched_on_its_own(monkeypatch: pytest.MonkeyPatch) -> N
     assert all(s.searched == [text] for s in spies)
     key = "sk-ant-" + "q" * 20
     assert redact_text(f"a {key} b") == f"a {MASK} b"
+
+
+def test_a_key_name_is_searched_once_whatever_the_number_of_records(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    spy = _Spy(redact_mod._SECRET_KEY)
+    monkeypatch.setattr(redact_mod, "_SECRET_KEY", spy)
+    redact_mod._secret_key.cache_clear()
+    try:
+        records = [{"role": "user", "text": f"line {i}", "api_key": "k" * 12} for i in range(5)]
+        assert [redact(r) for r in records] == [
+            {"role": "user", "text": f"line {i}", "api_key": MASK} for i in range(5)]
+        assert sorted(spy.searched) == ["api_key", "role", "text"]
+    finally:
+        redact_mod._secret_key.cache_clear()
+
+
+def test_the_walk_treats_subclasses_and_other_containers_as_before() -> None:
+    import enum
+    from collections import OrderedDict
+    from types import MappingProxyType
+
+    class Kind(enum.StrEnum):
+        KEY = "sk-ant-" + "q" * 20
+
+    class Count(enum.IntEnum):
+        ONE = 1
+
+    key = "sk-ant-" + "q" * 20
+    value = OrderedDict(a=(Kind.KEY, Count.ONE, 1.5, None, True),
+                        token=b"raw", nested=MappingProxyType({"b": [key]}), other={1, 2})
+    assert redact(value) == {"a": [MASK, Count.ONE, 1.5, None, True], "token": MASK,
+                             "nested": {"b": [MASK]}, "other": {1, 2}}
+    assert redact_mod.redact_values(value) == {
+        "a": [MASK, Count.ONE, 1.5, None, True], "token": b"raw", "nested": {"b": [MASK]},
+        "other": {1, 2}}
