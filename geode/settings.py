@@ -205,7 +205,7 @@ class BudgetSettings(SpendCaps):
 
 
 class BindingSettings(SpendCaps):
-    #: a registered chat platform (:func:`platform_names`)
+    #: a registered chat platform (as its [channels.NAME] table is named)
     platform: str
     channel: str
     #: the platform's team (workspace, server, bot id) this binding is limited to ("" = any)
