@@ -2,8 +2,10 @@
 and what the layer needs from the daemon.
 
 * :class:`PlatformClient` — a connector's platform I/O as the layer's collaborators use it
-  (send / edit / react / typing / render / history). Only platform code implements it
-  (:class:`~bots.connector.BaseConnector`); SDK errors arrive as :class:`DeliveryError`.
+  (send / edit / react / upload / typing / render / history). Only platform code implements
+  it (:class:`~bots.connector.BaseConnector`); SDK errors arrive as :class:`DeliveryError`.
+  What only some platforms can do is an ability Protocol (:class:`ApprovalControls`,
+  :class:`ReadBack`, :class:`AttachmentReader`) the caller checks with ``isinstance``.
 * :class:`Intake` — the narrow port a connector hands neutral inbound events to; the layer
   records them durably before the connector acknowledges them.
 * :class:`TurnHost` — the harness port of ``geode serve`` plus exactly what the layer uses
