@@ -1,24 +1,18 @@
-"""What every platform's renderer shares: the neutral :class:`Chunk`, the Markdown parser,
-block packing and UTF-16 lengths.
+"""The neutral :class:`Chunk` every platform's renderer gives, and UTF-16 lengths.
 
 A chunk is one message of a reply in the platform's own markup (``formatted``) with its
 ``fallback`` (plain text, or the same text where the platform's markup is its fallback),
-sent instead when the platform rejects the markup. Each platform renders in its own
-folder: ``bots.telegram.format`` (Telegram HTML), ``bots.slack`` (mrkdwn),
-``bots.discord.format`` (Markdown kept as Markdown).
+sent instead when the platform rejects the markup. The renderer is shared
+(:mod:`bots.render`); each platform's dialect is in its own folder:
+``bots.telegram.format`` (Telegram HTML), ``bots.slack`` (mrkdwn), ``bots.discord.format``
+(Markdown kept as Markdown).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from markdown_it import MarkdownIt
-
-__all__ = ["Chunk", "human_size", "markdown_parser", "pack_blocks", "utf16_len"]
-
-#: CommonMark + tables + strikethrough, raw HTML off (every renderer parses with it)
-markdown_parser = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
+__all__ = ["Chunk", "human_size", "utf16_len"]
 
 
 def utf16_len(text: str) -> int:
@@ -41,29 +35,3 @@ class Chunk:
 
     formatted: str
     fallback: str
-
-
-def pack_blocks(
-    blocks: Iterable[Chunk], *, limit: int, length: Callable[[str], int] = len
-) -> list[Chunk]:
-    """Pack rendered blocks (each already within ``limit``) into chunks, blank line between.
-
-    A chunk's formatted text stays within ``limit`` units of ``length``; the plain twin is
-    joined the same way, block for block (Telegram HTML, Slack mrkdwn).
-    """
-    chunks: list[Chunk] = []
-    cur_f: list[str] = []
-    cur_p: list[str] = []
-    size = 0
-    for b in blocks:
-        n = length(b.formatted) + (2 if cur_f else 0)
-        if cur_f and size + n > limit:
-            chunks.append(Chunk(formatted="\n\n".join(cur_f), fallback="\n\n".join(cur_p)))
-            cur_f, cur_p, size = [], [], 0
-            n = length(b.formatted)
-        cur_f.append(b.formatted)
-        cur_p.append(b.fallback)
-        size += n
-    if cur_f:
-        chunks.append(Chunk(formatted="\n\n".join(cur_f), fallback="\n\n".join(cur_p)))
-    return chunks

@@ -1,11 +1,12 @@
-"""Model Markdown -> Slack mrkdwn, in chunks that each stand alone.
+"""Model Markdown -> Slack mrkdwn: the Slack dialect of the shared renderer
+(:mod:`bots.render`), in chunks that each stand alone.
 
 No converter on PyPI fit: the two tried (``markdown_to_mrkdwn``, ``md2mrkdwn``) are regex
 passes that turn ``a * b * c`` into italics, rewrite ``**`` inside inline code, and escape
-neither ``&<>`` nor ``<!channel>``. So this walks markdown-it-py's tree (already used for
-Telegram) and emits mrkdwn: ``*bold*``, ``_italic_``, ``~strike~``, ```` `code` ````,
-fenced blocks without a language tag (Slack would print it), ``<url|label>`` links,
-``>`` quotes, bullet lines; headings become bold lines and tables a code grid.
+neither ``&<>`` nor ``<!channel>``. So the neutral blocks are written as mrkdwn: ``*bold*``,
+``_italic_``, ``~strike~``, ```` `code` ````, fenced blocks without a language tag (Slack
+would print it), ``<url|label>`` links, ``>`` quotes, bullet lines; headings become bold
+lines and tables a code grid.
 
 Invariants: every ``&``, ``<`` and ``>`` of the model's text is escaped (Slack's rule), so a
 model cannot produce ``<!here>`` / ``<!channel>`` pings or forged links; a chunk never
@@ -16,22 +17,38 @@ split between lines into several closed blocks).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-from markdown_it import MarkdownIt
-from markdown_it.tree import SyntaxTreeNode
+from bots.format import Chunk
+from bots.render import (
+    Break,
+    CodeSpan,
+    Dialect,
+    Image,
+    Inline,
+    Link,
+    Rendered,
+    Styled,
+    Text,
+    chunk,
+    to_markup,
+)
 
-from bots.format import Chunk, pack_blocks
-from bots.plain_text import plain_paragraphs
-
-__all__ = ["SLACK_LIMIT", "chunk_mrkdwn", "escape", "markdown_to_mrkdwn", "render_progress"]
+__all__ = [
+    "SLACK_LIMIT",
+    "SLACK_MRKDWN",
+    "SlackMrkdwn",
+    "chunk_mrkdwn",
+    "escape",
+    "markdown_to_mrkdwn",
+    "render_progress",
+]
 
 #: Slack truncates ``text`` beyond 40,000 characters and advises 4,000; stay under that.
 SLACK_LIMIT = 3900
 _FENCE = "```"
-_md = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
 _BACKTICK_RUN = re.compile(r"`(?=`)")
+_MARKS = {"strong": "*", "em": "_", "strike": "~"}
 
 
 def escape(text: str) -> str:
@@ -60,177 +77,88 @@ def _code_span(code: str) -> str:
     return f"`{body}`"
 
 
-@dataclass(frozen=True)
-class _Block:
-    text: str
-    plain: str
-    code: str | None = None  # raw code of a fence / table, for splitting
-
-
-def _inline(node: SyntaxTreeNode, *, plain: bool = False) -> str:
+def _inline(spans: tuple[Inline, ...], *, plain: bool) -> str:
     out: list[str] = []
-    for child in node.children:
-        t = child.type
-        if t == "text":
-            out.append(_literal(child.content))
-        elif t in ("softbreak", "hardbreak"):
-            out.append("\n")
-        elif t == "code_inline":
-            out.append(escape(child.content) if plain else _code_span(child.content))
-        elif t in ("strong", "em", "s"):
-            inner = _inline(child, plain=plain)
-            mark = {"strong": "*", "em": "_", "s": "~"}[t]
-            out.append(inner if plain or not inner.strip() else f"{mark}{inner}{mark}")
-        elif t in ("link", "image"):
-            href = str(child.attrs.get("href" if t == "link" else "src", ""))
-            label = _inline(child, plain=True) if t == "link" else escape(child.content)
-            if href.startswith(_SAFE_SCHEMES) and not plain:
-                # ``|`` ends the URL part of a Slack link; a label cannot hold one either.
-                url = escape(href).replace("|", "%7C")
-                label = label.replace("|", "¦")
-                out.append(f"<{url}>" if not label or label == escape(href) else f"<{url}|{label}>")
-            else:
-                out.append(label or escape(href))
-        elif child.children:
-            out.append(_inline(child, plain=plain))
-        else:
-            out.append(escape(child.content))
+    for span in spans:
+        match span:
+            case Text(text):
+                out.append(_literal(text))
+            case Break():
+                out.append("\n")
+            case CodeSpan(code):
+                out.append(escape(code) if plain else _code_span(code))
+            case Styled(style, children):
+                inner = _inline(children, plain=plain)
+                mark = _MARKS[style]
+                out.append(inner if plain or not inner.strip() else f"{mark}{inner}{mark}")
+            case Link() | Image():
+                out.append(_link(span, plain=plain))
     return "".join(out)
 
 
-def _code(code: str) -> _Block:
-    body = escape(code)
-    return _Block(text=f"{_FENCE}\n{body}\n{_FENCE}", plain=body, code=code)
+def _link(span: Link | Image, *, plain: bool) -> str:
+    if isinstance(span, Link):
+        href, label = span.href, _inline(span.children, plain=True)
+    else:
+        href, label = span.src, escape(span.alt)
+    if href.startswith(_SAFE_SCHEMES) and not plain:
+        # ``|`` ends the URL part of a Slack link; a label cannot hold one either.
+        url = escape(href).replace("|", "%7C")
+        label = label.replace("|", "¦")
+        return f"<{url}>" if not label or label == escape(href) else f"<{url}|{label}>"
+    return label or escape(href)
 
 
-def _table(node: SyntaxTreeNode) -> _Block:
-    rows: list[list[str]] = []
-    for section in node.children:
-        for tr in section.children:
-            rows.append([_plain_cell(cell) for cell in tr.children])
-    width = max(map(len, rows)) if rows else 0
-    widths = [max((len(r[i]) for r in rows if i < len(r)), default=0) for i in range(width)]
-    lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
-    return _code("\n".join(lines))
+class SlackMrkdwn(Dialect):
+    """Slack's mrkdwn (``text`` of ``chat.postMessage``); the fallback is the same text
+    without formatting markers, still escaped."""
+
+    limit = SLACK_LIMIT
+    list_indent = "    "
+    list_hang = "   "
+    escape_growth = 5  # "&amp;"
+    #: mrkdwn markers hold per line: an oversized paragraph is cut in its markup
+    cut_formatted = True
+
+    def escape(self, text: str) -> str:
+        return escape(text)
+
+    def inline(self, spans: tuple[Inline, ...]) -> str:
+        return _inline(spans, plain=False)
+
+    def inline_plain(self, spans: tuple[Inline, ...]) -> str:
+        return _inline(spans, plain=True)
+
+    def heading(self, spans: tuple[Inline, ...]) -> Rendered:
+        plain = self.inline_plain(spans)
+        return Rendered(f"*{plain}*" if plain.strip() else plain, plain)
+
+    def code(self, code: str, lang: str) -> Rendered:
+        body = escape(code)
+        return Rendered(f"{_FENCE}\n{body}\n{_FENCE}", body, code=code)
+
+    def quote(self, inner: list[Rendered]) -> Rendered:
+        lines = [ln for b in inner for ln in b.formatted.splitlines()]
+        return Rendered("\n".join(f"> {ln}" for ln in lines),
+                        "\n".join(b.plain for b in inner))
+
+    def table(self, grid: str) -> Rendered:
+        return self.code(grid, "")
+
+    def raw(self, text: str) -> Rendered:
+        return Rendered(escape(text), escape(text))
+
+    def empty(self, text: str, limit: int) -> Chunk:
+        escaped = escape(text)[:limit]
+        return Chunk(formatted=escaped, fallback=escaped)
 
 
-def _plain_cell(cell: SyntaxTreeNode) -> str:
-    if not cell.children:
-        return ""
-    return "".join(c.content for c in cell.children[0].walk() if c.type in ("text",
-                                                                            "code_inline"))
-
-
-def _list(node: SyntaxTreeNode, depth: int) -> _Block:
-    ordered = node.type == "ordered_list"
-    start = int(node.attrs.get("start", 1) or 1) if ordered else 1
-    indent = "    " * depth
-    text_lines: list[str] = []
-    plain_lines: list[str] = []
-    for i, item in enumerate(node.children):
-        mark = f"{start + i}." if ordered else "•"
-        for j, b in enumerate(_blocks(item, depth + 1)):
-            nested = b.text.startswith(indent + "    ")
-            prefix = f"{indent}{mark} " if j == 0 else f"{indent}   "
-            text_lines.append(b.text if nested else prefix + b.text)
-            plain_lines.append(b.plain if nested else prefix + b.plain)
-    return _Block(text="\n".join(text_lines), plain="\n".join(plain_lines))
-
-
-def _blocks(node: SyntaxTreeNode, depth: int = 0) -> list[_Block]:
-    out: list[_Block] = []
-    for child in node.children:
-        t = child.type
-        if t == "paragraph":
-            inl = child.children[0] if child.children else child
-            out.append(_Block(text=_inline(inl), plain=_inline(inl, plain=True)))
-        elif t == "heading":
-            inl = child.children[0]
-            plain = _inline(inl, plain=True)
-            out.append(_Block(text=f"*{plain}*" if plain.strip() else plain, plain=plain))
-        elif t in ("fence", "code_block"):
-            out.append(_code(child.content.rstrip("\n")))
-        elif t in ("bullet_list", "ordered_list"):
-            out.append(_list(child, depth))
-        elif t == "blockquote":
-            inner = _blocks(child, depth)
-            lines = [ln for b in inner for ln in b.text.splitlines()]
-            out.append(_Block(text="\n".join(f"> {ln}" for ln in lines),
-                              plain="\n".join(b.plain for b in inner)))
-        elif t == "hr":
-            out.append(_Block(text="———", plain="———"))
-        elif t == "table":
-            out.append(_table(child))
-        elif child.content.strip():
-            text = escape(child.content.rstrip())
-            out.append(_Block(text=text, plain=text))
-    return out
-
-
-def _render(markdown: str) -> list[_Block]:
-    plain = _plain_blocks(markdown)
-    if plain is not None:
-        return plain
-    return _parsed_blocks(markdown)
-
-
-def _plain_blocks(markdown: str) -> list[_Block] | None:
-    """The blocks of a text without Markdown (most short answers) without the parser, as
-    it would give them; None when it may hold any (see :mod:`bots.plain_text`)."""
-    paragraphs = plain_paragraphs(markdown)
-    if paragraphs is None:
-        return None
-    return [_Block(text=_literal(p), plain=_literal(p)) for p in paragraphs]
-
-
-def _parsed_blocks(markdown: str) -> list[_Block]:
-    return _blocks(SyntaxTreeNode(_md.parse(markdown)))
+SLACK_MRKDWN = SlackMrkdwn()
 
 
 def markdown_to_mrkdwn(markdown: str) -> str:
     """The whole text as mrkdwn (no length limit applied)."""
-    return "\n\n".join(b.text for b in _render(markdown) if b.text)
-
-
-def _split(block: _Block, limit: int) -> list[_Block]:
-    if len(block.text) <= limit:
-        return [block]
-    if block.code is not None:
-        budget = limit - 2 * len(_FENCE) - 2
-        pieces: list[_Block] = []
-        lines: list[str] = []
-        size = 0
-        for line in block.code.split("\n"):
-            while len(escape(line)) > budget:  # one enormous line: cut it by characters
-                if lines:
-                    pieces.append(_code("\n".join(lines)))
-                    lines, size = [], 0
-                cut = budget // 5 or 1  # "&amp;" is five characters
-                pieces.append(_code(line[:cut]))
-                line = line[cut:]
-            n = len(escape(line)) + 1
-            if lines and size + n > budget:
-                pieces.append(_code("\n".join(lines)))
-                lines, size = [], 0
-            lines.append(line)
-            size += n
-        if lines:
-            pieces.append(_code("\n".join(lines)))
-        return pieces
-    # Oversized prose: cut between lines, else between characters. mrkdwn markers are
-    # per line, so a line cut keeps formatting; a character cut may split one (rare).
-    out: list[_Block] = []
-    text = block.text
-    while text:
-        cut = text.rfind("\n", 0, limit)
-        cut = cut if cut > limit // 2 else limit
-        # Never split an entity (``&amp;``) in two.
-        amp = text.rfind("&", max(0, cut - 5), cut)
-        if amp != -1 and ";" not in text[amp:cut]:
-            cut = amp or cut
-        part, text = text[:cut], text[cut:].lstrip("\n")
-        out.append(_Block(text=part, plain=part))
-    return out
+    return to_markup(markdown, SLACK_MRKDWN)
 
 
 def chunk_mrkdwn(markdown: str, *, limit: int = SLACK_LIMIT) -> list[Chunk]:
@@ -239,16 +167,7 @@ def chunk_mrkdwn(markdown: str, *, limit: int = SLACK_LIMIT) -> list[Chunk]:
     ``Chunk.formatted`` holds the mrkdwn, ``Chunk.fallback`` the same text without
     formatting markers (still escaped).
     """
-    blocks: list[_Block] = []
-    for b in _render(markdown):
-        blocks.extend(_split(b, limit))
-    if not blocks:
-        text = escape(markdown.strip() or "(empty answer)")[:limit]
-        return [Chunk(formatted=text, fallback=text)]
-    chunks = pack_blocks([Chunk(formatted=b.text, fallback=b.plain) for b in blocks],
-                         limit=limit)
-    return [c for c in chunks if c.formatted.strip()] or [
-        Chunk(formatted="(empty answer)", fallback="(empty answer)")]
+    return chunk(markdown, SLACK_MRKDWN, limit=limit)
 
 
 def render_progress(text: str) -> Chunk:
