@@ -64,7 +64,7 @@ ProviderFactory = Callable[[], BaseProvider]
 
 @runtime_checkable
 class Connector(Protocol):
-    """A channel connector hosted by the daemon (Slack, Discord, Telegram issues)."""
+    """A channel connector hosted by the daemon (one per configured chat platform)."""
 
     @property
     def ready(self) -> bool: ...
