@@ -147,7 +147,7 @@ async def test_a_queued_placeholder_is_reused_after_a_crash(make_stack: Any, fak
 
 
 def test_discord_counts_only_the_turns_own_placeholders() -> None:
-    from bots.discord.connector import _of_turn
+    from bots.discord.client import _of_turn
     from bots.events import ReplyTarget
 
     target = ReplyTarget(channel="10", thread_root="55", reply_to="55")

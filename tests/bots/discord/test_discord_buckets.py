@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from discord.http import HTTPClient, Ratelimit
 
-from bots.discord.connector import _throttle_bucket_sweeps
+from bots.discord._gateway import _throttle_bucket_sweeps
 
 
 @pytest.fixture
