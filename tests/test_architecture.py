@@ -424,7 +424,7 @@ KNOWN_SQL_OUTSIDE_THE_STORES: frozenset[str] = frozenset({
 })
 #: modules (fakes aside) over 800 lines
 KNOWN_LONG_MODULES: frozenset[str] = frozenset({
-    "bots.discord.connector", "bots.layer", "geode.daemon.factory",
+    "bots.layer", "geode.daemon.factory",
 })
 
 _RATCHETS = {
