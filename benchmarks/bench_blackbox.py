@@ -61,6 +61,7 @@ import shutil
 import signal
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -146,11 +147,11 @@ PLATFORMS = {
 # -- processes ------------------------------------------------------------------------------
 
 
-def _env(**extra: str) -> dict[str, str]:
+def _env(code: Path = REPO, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GEODE_", "TELEGRAM_", "SLACK_", "OPENAI_"))}
-    # run this checkout's code, whatever `pip install -e` points at
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    # run this checkout's code (or --baseline's), whatever `pip install -e` points at
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(code), env.get("PYTHONPATH", "")) if p)
     env.update(extra)
     return env
 
@@ -269,13 +270,13 @@ def geode_config(platform: PlatformSpec, fake: dict[str, Any], *, n_chats: int, 
 @contextlib.asynccontextmanager
 async def geode_side(platform: PlatformSpec, fake: dict[str, Any], model_url: str, *,
                      n_chats: int, paced: bool, lanes: int,
-                     profile: Path | None = None) -> AsyncIterator[int]:
+                     profile: Path | None = None, code: Path = REPO) -> AsyncIterator[int]:
     home = Path(tempfile.mkdtemp(prefix="geode-bench-"))
     try:
         (home / "config.toml").write_text(
             geode_config(platform, fake, n_chats=n_chats, paced=paced, lanes=lanes))
         port = _free_port()
-        env = _env(GEODE_HOME=str(home), GEODE_HEALTH_PORT=str(port),
+        env = _env(code, GEODE_HOME=str(home), GEODE_HEALTH_PORT=str(port),
                    OPENAI_BASE_URL=model_url, OPENAI_API_KEY="bench", **platform.env(fake))
         with (home / "serve.log").open("ab") as log:
             argv = ((sys.executable, str(HERE / "_profiled_serve.py"), str(profile))
@@ -316,7 +317,7 @@ class Row:
     idle_mb: float
 
 
-def _pct(samples: Sequence[float], q: float) -> float:
+def _pct(samples: Sequence[float], q: int) -> float:
     if not samples:
         return float("nan")
     if len(samples) == 1:
@@ -349,16 +350,17 @@ def _fake_argv(platform: PlatformSpec) -> tuple[str, ...]:
 
 
 async def run_side(platform: PlatformSpec, side: str, model_url: str,
-                   args: argparse.Namespace) -> list[Row]:
+                   args: argparse.Namespace, code: Path = REPO) -> list[Row]:
     async with _child(*_fake_argv(platform)) as fake:
         info = fake.ready["ready"]
         if side in FLOORS:
             bot = floor_side(platform, info, model_url, visible=side == "floor-visible")
         else:
-            profile = (None if args.profile is None
+            profile = (None if args.profile is None or code != REPO
                        else args.profile.resolve() / f"{platform.name}-{side}-seq.pstat")
             bot = geode_side(platform, info, model_url, n_chats=args.chats,
-                             paced=side == "geode-paced", lanes=args.lanes, profile=profile)
+                             paced=side == "geode-paced", lanes=args.lanes, profile=profile,
+                             code=code)
         async with bot as pid:
             # the push connection, then what it starts (Discord's catch-up of the bound
             # channel's threads after READY) settles before the idle RSS and the loads
@@ -375,7 +377,7 @@ async def run_side(platform: PlatformSpec, side: str, model_url: str,
                 if not warm["lost"]:
                     break
             name = platform.name
-            profiled = args.profile is not None and side not in FLOORS
+            profiled = args.profile is not None and side not in FLOORS and code == REPO
             if profiled:  # the one-chat load only (see _profiled_serve.py)
                 os.kill(pid, signal.SIGUSR1)
             # Paced, one chat runs at Telegram's 20 messages a minute into a group: 20
@@ -428,7 +430,7 @@ async def run_burst(args: argparse.Namespace) -> None:
 
 
 def print_table(rows: list[Row]) -> None:
-    head = (f"{'platform':<9} {'side':<14} {'load':<9} {'sent':>5} {'lost':>4} {'p50 ms':>8} "
+    head = (f"{'platform':<9} {'side':<19} {'load':<9} {'sent':>5} {'lost':>4} {'p50 ms':>8} "
             f"{'p99 ms':>8} "
             f"{'rep/s':>7} {'cpu ms/rep':>10} {'calls/rep':>9} {'loop ms':>7} {'idle MB':>7} "
             f"{'rss MB':>7} "
@@ -436,7 +438,7 @@ def print_table(rows: list[Row]) -> None:
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r.platform:<9} {r.side:<14} {r.load:<9} {r.sent:>5} {r.lost:>4} {r.p50_ms:>8.1f} "
+        print(f"{r.platform:<9} {r.side:<19} {r.load:<9} {r.sent:>5} {r.lost:>4} {r.p50_ms:>8.1f} "
               f"{r.p99_ms:>8.1f} {r.per_s:>7.1f} {r.cpu_ms:>10.2f} {r.calls:>9.2f} "
               f"{r.loop_ms:>7.2f} {r.idle_mb:>7.0f} {r.rss_mb:>7.0f} {r.peak_mb:>7.0f}")
     floor = {(r.platform, r.load): r for r in rows if r.side == "floor"}
@@ -455,6 +457,41 @@ def print_table(rows: list[Row]) -> None:
             print(f"{r.platform} {r.side} {r.load}: " + "; ".join(parts))
 
 
+def describe_checkout(code: Path) -> str:
+    """``DIR @ <commit>`` (``+dirty`` with uncommitted changes): which code a GEODE row ran."""
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(code), *a], capture_output=True,
+                                  text=True, timeout=10, check=False).stdout.strip()
+        except OSError:
+            return ""
+    head = git("rev-parse", "--short", "HEAD") or "?"
+    dirty = "+dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
+    return f"{code} @ {head}{dirty}"
+
+
+def print_medians(rows: list[Row]) -> None:
+    """Each side and load over the rounds: median CPU per reply and replies/s, and each
+    GEODE side against its ``@base`` (the --baseline checkout) in the same rounds."""
+    groups: dict[tuple[str, str, str], list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r.platform, r.side, r.load), []).append(r)
+    print(f"\nmedians over the rounds ({'platform':<9} {'side':<19} {'load':<9} n, "
+          "cpu ms/rep [each], rep/s)")
+    med: dict[tuple[str, str, str], tuple[float, float]] = {}
+    for (plat, side, load), rs in groups.items():
+        cpu = statistics.median(r.cpu_ms for r in rs)
+        per_s = statistics.median(r.per_s for r in rs)
+        med[(plat, side, load)] = (cpu, per_s)
+        each = " ".join(f"{r.cpu_ms:.1f}" for r in rs)
+        print(f"{plat:<9} {side:<19} {load:<9} {len(rs):>2} {cpu:>7.2f} [{each}] {per_s:>7.1f}")
+    for (plat, side, load), (cpu, per_s) in med.items():
+        base = med.get((plat, f"{side}@base", load))
+        if base is not None and base[0] > 0 and base[1] > 0:
+            print(f"{plat} {side} {load}: CPU per reply {cpu / base[0]:.2f}x the baseline's, "
+                  f"replies/s {per_s / base[1]:.2f}x")
+
+
 async def main(args: argparse.Namespace) -> None:
     model_argv = [sys.executable, str(HERE / "_model_proc.py"),
                   "--latency", str(args.model_latency)]
@@ -462,19 +499,33 @@ async def main(args: argparse.Namespace) -> None:
     if args.burst_only:
         await run_burst(args)
         return
+    checkouts = [("", REPO)]
+    if args.baseline is not None:
+        checkouts.append(("@base", args.baseline.resolve()))
     async with _child(*model_argv) as model:
         url = model.ready["ready"]["base_url"]
-        for name in args.platforms:
-            platform = PLATFORMS[name]
-            for side in args.sides:
-                if side == "geode-paced" and not platform.has_pacing:
-                    continue
-                label = "geode" if side not in FLOORS and not platform.has_pacing else side
-                rows += [dataclasses.replace(r, side=label)
-                         for r in await run_side(platform, side, url, args)]
+        for n in range(args.rounds):
+            # alternate which checkout goes first: both see the same drift of the machine
+            order = checkouts if n % 2 == 0 else checkouts[::-1]
+            for name in args.platforms:
+                platform = PLATFORMS[name]
+                for side in args.sides:
+                    if side == "geode-paced" and not platform.has_pacing:
+                        continue
+                    label = ("geode" if side not in FLOORS and not platform.has_pacing
+                             else side)
+                    for suffix, code in order:
+                        if side in FLOORS and suffix:
+                            continue  # a floor runs no GEODE code: once a round
+                        rows += [dataclasses.replace(r, side=label + suffix)
+                                 for r in await run_side(platform, side, url, args, code)]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"model latency {args.model_latency} s, lanes {args.lanes}")
+    for suffix, code in checkouts:
+        print(f"geode{suffix or ''}: {describe_checkout(code)}")
     print_table(rows)
+    if args.rounds > 1 or args.baseline is not None:
+        print_medians(rows)
     if args.burst:
         await run_burst(args)
 
@@ -497,6 +548,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="then N mentions at once, each a new thread, GEODE alone (1000)")
     p.add_argument("--burst-latency", type=float, default=2.0, help="model s in --burst")
     p.add_argument("--burst-only", action="store_true", help="skip the table")
+    p.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                   help="also run GEODE from DIR (a worktree of the commit to compare with), "
+                        "its rows marked @base, alternating with this checkout's")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="repeat the loads; then print each side's medians (CPU per reply "
+                        "moves +-15%% between runs, more on a loaded machine)")
     p.add_argument("--profile", type=Path, default=None, metavar="DIR",
                    help="run GEODE under yappi and write its one-chat load's profile to DIR")
     args = p.parse_args(argv)

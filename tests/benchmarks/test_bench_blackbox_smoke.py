@@ -51,3 +51,26 @@ def test_burst_answers_every_thread() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "answered 10 / 10" in proc.stdout
     assert "peak RSS" in proc.stdout
+
+
+@pytest.mark.timeout(400)
+def test_a_baseline_checkout_runs_beside_this_one() -> None:
+    """``--baseline DIR``: GEODE from DIR runs beside this checkout's (alternating, with
+    ``--rounds``), its rows marked ``@base``, the header names each checkout's commit, and
+    the medians compare them (here DIR is this checkout itself)."""
+    repo = SCRIPT.parents[1]
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--platforms", "telegram", "--sides", "geode-unpaced",
+         "--chats", "2", "--seq", "2", "--per-chat", "2", "--duration", "0", "--settle", "0.2",
+         "--baseline", str(repo)],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert f"geode: {repo} @ " in out and f"geode@base: {repo} @ " in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("telegram  ")]
+    sides = [r[1] for r in rows if r[2] == "seq" and len(r) > 10]
+    assert sides == ["geode-unpaced", "geode-unpaced@base"]
+    assert "telegram geode-unpaced seq: CPU per reply" in out
+    assert "telegram geode-unpaced closed 2: CPU per reply" in out
