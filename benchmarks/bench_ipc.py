@@ -28,8 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from geode.daemon.factory import Runtime, SessionContext
 from geode.daemon.ipc import IPCClient
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.logging import configure_logging
 from geode.providers.scripted import ScriptedProvider
 from geode.settings import load_settings

@@ -22,8 +22,8 @@ from geode.settings import BindingSettings
 if TYPE_CHECKING:
     from bots.approvals import ApprovalWaiters
     from bots.store import ApprovalRecord, ApprovalRequests, ThreadSessions
-    from geode.daemon.factory import Session
     from geode.daemon.port import HarnessPort
+    from geode.daemon.session import Session
 
 __all__ = ["COMMANDS", "ActiveTurn", "CommandContext", "PrivateReply", "parse_command",
            "run_command"]

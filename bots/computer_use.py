@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from bots.progress import ProgressReporter
     from bots.store import ApprovalRecord
     from geode.daemon.display import ComputerDisplay
-    from geode.daemon.factory import SessionContext
+    from geode.daemon.session import SessionContext
     from geode.loop import LoopEvent
     from geode.settings import BindingSettings
 

@@ -45,8 +45,8 @@ from bots.progress import ProgressReporter
 from bots.send_file import make_send_file
 from bots.store import OutboxRow, StoredEvent
 from bots.workspaces import binding_workspace, thread_folder
-from geode.daemon.factory import Session, SessionContext
 from geode.daemon.port import Claim, OpeningNote, SessionOverrides
+from geode.daemon.session import Session, SessionContext
 from geode.errors import ConfigError, GeodeError, ShuttingDown, StoreUnavailableError
 from geode.loop import LoopEvent, TurnResult
 from geode.loop.events import ToolProposed, TurnStarted

@@ -398,10 +398,7 @@ def _long_modules(root: Path) -> dict[str, str]:
 # most of them). "(#32)" marks an offence the #32 work itself brought in.
 
 #: modules in an import cycle inside ``geode/`` (TYPE_CHECKING imports included)
-KNOWN_GEODE_CYCLES: frozenset[str] = frozenset({
-    # the composition root and the harness port it implements (factory.py is being split)
-    "geode.daemon.factory", "geode.daemon.port",
-})
+KNOWN_GEODE_CYCLES: frozenset[str] = frozenset()
 #: modules in an import cycle inside ``bots/`` once re-exports are followed (the plain graph
 #: of ``test_bots_has_no_import_cycle`` cannot see a cycle through a package's ``__init__``)
 KNOWN_BOTS_CYCLES: frozenset[str] = frozenset()
@@ -418,13 +415,13 @@ KNOWN_GEODE_IMPORTS_BOTS: frozenset[str] = frozenset({
 #: modules outside ``geode/store`` and ``bots/store`` that import SQLAlchemy
 KNOWN_SQL_OUTSIDE_THE_STORES: frozenset[str] = frozenset({
     # a database URL parsed (make_url) to check or show it: the store could offer that
-    "geode.settings", "geode.cli.doctor", "geode.daemon.factory",
+    "geode.settings", "geode.cli.doctor",
     # the scheduler's jobs table and its SQL live in the daemon, not in a store
     "geode.daemon._tables", "geode.daemon.scheduler",
 })
 #: modules (fakes aside) over 800 lines
 KNOWN_LONG_MODULES: frozenset[str] = frozenset({
-    "bots.layer", "geode.daemon.factory",
+    "bots.layer",
 })
 
 _RATCHETS = {

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from geode.cli import _state
-from geode.daemon.factory import Runtime, SessionContext
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.logging import configure_logging
 from geode.loop import LoopEvent, TurnResult, model_wait_text
 from geode.loop.events import ModelRetrying, ModelWaiting, TextDelta, ToolProposed, ToolResulted

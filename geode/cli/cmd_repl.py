@@ -26,7 +26,8 @@ from geode.cli.cmd_run import (
 )
 
 if TYPE_CHECKING:
-    from geode.daemon.factory import Runtime, Session
+    from geode.daemon.runtime import Runtime
+    from geode.daemon.session import Session
     from geode.loop import LoopEvent
 
 _REPL_HELP = "/help  /new  /status  /model [ID]  /exit"
@@ -67,7 +68,8 @@ async def _repl(*, session_id: str | None, continue_last: bool, model: str | Non
                 allow: tuple[str, ...], deny: tuple[str, ...], workspace: Path,
                 demo: bool) -> None:
     from geode.cli._runtime import last_session_id
-    from geode.daemon.factory import Runtime, SessionContext
+    from geode.daemon.runtime import Runtime
+    from geode.daemon.session import SessionContext
 
     settings, secrets_ = load_typed()
     history = settings.home / "repl_history"

@@ -1,5 +1,5 @@
-"""The daemon layer: the one session factory, lanes, IPC, scheduler and health of
-``geode serve``.
+"""The daemon layer: the composition root (the runtime, sessions and their builders), lanes,
+IPC, scheduler and health of ``geode serve``.
 
 Names are imported on first use (PEP 562): ``geode ask`` needs only the IPC client, and
 must not pay for importing the runtime, the store and aiohttp at every start.
@@ -11,7 +11,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from geode.daemon.factory import Runtime, Session, SessionContext
     from geode.daemon.health import HealthServer
     from geode.daemon.ipc import (
         MAX_FRAME,
@@ -34,11 +33,13 @@ if TYPE_CHECKING:
         TurnOutcome,
         WriteFence,
     )
+    from geode.daemon.runtime import Runtime
     from geode.daemon.scheduler import Job, JobStore, Scheduler
     from geode.daemon.serve import Connector, Daemon, ProviderFactory, scripted_factory
+    from geode.daemon.session import Session, SessionContext
 
 _EXPORTS: dict[str, str] = {
-    "Runtime": "factory", "Session": "factory", "SessionContext": "factory",
+    "Runtime": "runtime", "Session": "session", "SessionContext": "session",
     "HealthServer": "health",
     "MAX_FRAME": "ipc", "DaemonNotRunning": "ipc", "HomeLock": "ipc", "IPCClient": "ipc",
     "IPCServer": "ipc", "ProtocolError": "ipc", "RunRequest": "ipc", "ShuttingDown": "ipc",

@@ -1,6 +1,6 @@
 """``geode serve``: the daemon that hosts every unattended and remote entry point.
 
-One asyncio process, one :class:`~geode.daemon.factory.Runtime` and one
+One asyncio process, one :class:`~geode.daemon.runtime.Runtime` and one
 :class:`~geode.daemon.lanes.LaneQueue` shared by all of:
 
 * the IPC socket ``$GEODE_HOME/cli.sock`` for ``geode ask`` (IPC mode);
@@ -37,13 +37,14 @@ from typing import Any, Protocol, runtime_checkable
 import structlog
 
 from geode.daemon.display import ComputerDisplay, open_computer_display
-from geode.daemon.factory import Runtime, Session, SessionContext
 from geode.daemon.health import HealthServer
 from geode.daemon.ipc import Connection, HomeLock, IPCServer, RunRequest
 from geode.daemon.lanes import LaneKind, LaneQueue, QueueObserver
 from geode.daemon.metrics import DaemonMetrics
 from geode.daemon.port import OnSession, SessionStatus, TurnOutcome
+from geode.daemon.runtime import Runtime
 from geode.daemon.scheduler import Job, JobStore, Scheduler
+from geode.daemon.session import Session, SessionContext
 from geode.daemon.supervisor import Component, TaskSupervisor, describe_error
 from geode.errors import ConfigError, ShuttingDown
 from geode.hooks.events import ChannelEvent

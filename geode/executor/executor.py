@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -51,6 +51,7 @@ from geode.loop.protocols import TurnInfo
 from geode.messages import ToolResultBlock, ToolUseBlock
 from geode.policy import SessionScope
 from geode.tools.base import ToolContext, ToolDef
+from geode.tools.deps import ToolDeps
 from geode.tools.plan import BoundToolPlan
 
 __all__ = ["ToolExecutor"]
@@ -94,7 +95,7 @@ class ToolExecutor:
         middleware: Sequence[RequestMiddleware] = (),
         max_result_chars: int = 50_000,
         results: ResultKeeper | None = None,
-        extra: dict[str, Any] | None = None,
+        deps: ToolDeps | None = None,
     ) -> None:
         self.scope = scope
         self.workspace = workspace
@@ -106,9 +107,10 @@ class ToolExecutor:
         self._middleware = tuple(middleware)
         self._max_chars = max_result_chars
         self._results: ResultKeeper = results if results is not None else MemoryResults()
-        # what the read_result tool reads with (this session's kept results, page size)
-        self._extra = {**(extra or {}), "kept_results": self._results,
-                       "result_max_chars": max_result_chars}
+        # the tools' typed dependencies, with what read_result reads with (this session's
+        # kept results, page size)
+        self._deps = replace(deps or ToolDeps(), kept_results=self._results,
+                             result_max_chars=max_result_chars)
         self._approval = ApprovalGate(scope=scope, approver=approver, workspace=workspace,
                                       record=self._record)
 
@@ -237,7 +239,7 @@ class ToolExecutor:
             call_id=call.id,
             workspace=self.workspace,
             mode=self.scope.mode,
-            extra=dict(self._extra),
+            deps=self._deps,
         )
         try:
             keys = tool.keys_for(call.args, ctx)

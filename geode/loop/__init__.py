@@ -27,6 +27,7 @@ from geode.loop.events import (
 from geode.loop.protocols import (
     BatchSaveFailed,
     Checkpointer,
+    CountsHumanWait,
     Observer,
     PromptDecision,
     PromptGate,
@@ -49,6 +50,7 @@ __all__ = [
     "CheckpointSaved",
     "Checkpointer",
     "Compacted",
+    "CountsHumanWait",
     "EventSink",
     "LoopEvent",
     "LoopLimits",

@@ -70,9 +70,8 @@ async def resume_input(
         state.messages = await open_batch(
             list(state.messages), turn_info(deps, state, f"{state.turn_id}:resume"))
         # a person's time to decide is not the turn's working time (as in phase 4)
-        take = getattr(deps.runner, "take_human_wait", None)
-        if callable(take):
-            state.started_at += float(take())
+        if deps.human_wait is not None:
+            state.started_at += deps.human_wait.take_human_wait()
         results = state.messages[-1].tool_results
         for call, res in zip(calls, results, strict=True):
             state.tool_calls.append({"name": call.name, "status": res.outcome})

@@ -43,10 +43,9 @@ async def process_tools(deps: RunDeps, state: RunState, step: RunTools) -> Obser
     # Dispatch only against the plan bound to this step, never a newer one.
     results = await deps.runner.run_batch(calls, turn=turn, plan=step.snapshot.plan)
     # Time a person took to approve (a channel's approvers) is not the turn's working time:
-    # the time budget's clock moves forward by it (an optional hook of the runner).
-    take = getattr(deps.runner, "take_human_wait", None)
-    if callable(take):
-        state.started_at += float(take())
+    # the time budget's clock moves forward by it (an optional ability of the runner).
+    if deps.human_wait is not None:
+        state.started_at += deps.human_wait.take_human_wait()
     if len(results) != len(calls):  # the executor's contract; guard so pairs never break
         raise RuntimeError("executor returned a different number of results than calls")
     for call, res in zip(calls, results, strict=True):

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchSaveFailed",
     "Checkpointer",
+    "CountsHumanWait",
     "Observer",
     "PromptDecision",
     "PromptGate",
@@ -57,6 +58,20 @@ class ToolRunner(Protocol):
     async def run_batch(
         self, calls: Sequence[ToolUseBlock], *, turn: TurnInfo, plan: BoundToolPlan
     ) -> list[ToolResultBlock]: ...
+
+
+@runtime_checkable
+class CountsHumanWait(Protocol):
+    """An optional ability of a :class:`ToolRunner`: it knows how long its batches waited
+    for a person (a channel's approvers), which is not the turn's working time.
+
+    Checked once, when the run's dependencies are built (:attr:`RunDeps.human_wait`), never
+    asked for by name at each call.
+    """
+
+    def take_human_wait(self) -> float:
+        """Seconds waited for a person since the last call (and reset to zero)."""
+        ...
 
 
 class BatchSaveFailed(Exception):

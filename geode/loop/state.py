@@ -10,6 +10,7 @@ from typing import Any
 from geode.loop.events import EventSink
 from geode.loop.protocols import (
     Checkpointer,
+    CountsHumanWait,
     Observer,
     PromptGate,
     SpendGate,
@@ -75,6 +76,15 @@ class RunDeps:
     stream: bool = False
     #: the turn's timeline rows (turn, model calls, proposals, verify); None: not recorded
     timeline: TurnTimeline | None = None
+    #: ``runner`` when it counts the time its batches waited for a person (its optional
+    #: ability, checked here once); None: it does not
+    human_wait: CountsHumanWait | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        # frozen: the one derived field is set once, here, from the runner given
+        runner = self.runner
+        object.__setattr__(self, "human_wait",
+                           runner if isinstance(runner, CountsHumanWait) else None)
 
 
 @dataclass(kw_only=True)

@@ -100,7 +100,7 @@ class GeodeMCPApp:
     async def runtime(self) -> Any:
         async with self._lock:
             if self._runtime is None:
-                from geode.daemon.factory import Runtime
+                from geode.daemon.runtime import Runtime
                 from geode.mcp.manager import MCPServerManager
                 from geode.mcp.trust import project_mcp_section
                 from geode.settings import load_settings
@@ -131,7 +131,7 @@ class GeodeMCPApp:
         max_rounds: int | None = None,
         time_budget_s: float | None = None,
     ) -> dict[str, Any]:
-        from geode.daemon.factory import SessionContext
+        from geode.daemon.session import SessionContext
 
         if not prompt.strip():
             raise ConfigError("The prompt is empty.")

@@ -22,6 +22,7 @@ from pydantic import BaseModel, TypeAdapter, create_model
 from pydantic.fields import FieldInfo
 
 from geode.messages import ImageBlock, TextBlock
+from geode.tools.deps import ToolDeps
 
 __all__ = [
     "PERSONAL_ORDER",
@@ -30,6 +31,7 @@ __all__ = [
     "Safety",
     "ToolContext",
     "ToolDef",
+    "ToolDeps",
     "ToolOutput",
     "tool",
 ]
@@ -46,14 +48,15 @@ ToolOutput = str | list[TextBlock | ImageBlock] | dict[str, Any] | list[Any] | N
 
 @dataclass(frozen=True, kw_only=True)
 class ToolContext:
-    """What a handler knows about the call it serves."""
+    """What a handler knows about the call it serves, and what its session gives it."""
 
     session_id: str
     turn_id: str
     call_id: str
     workspace: Path
     mode: str
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: the tools' typed dependencies (:class:`~geode.tools.deps.ToolDeps`)
+    deps: ToolDeps = field(default_factory=ToolDeps)
 
 
 Handler = Callable[..., Awaitable[ToolOutput]]

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from geode.daemon.factory import Runtime, SessionContext
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.errors import ConfigError
 from geode.providers.scripted import ScriptedProvider, ToolCall
 from geode.settings import load_settings

@@ -1,4 +1,4 @@
-"""A session's tool plan (``_PlanSource``): built once for the same tools, shared by new
+"""A session's tool plan (``PlanSource``): built once for the same tools, shared by new
 sessions, and a new generation when the tools change."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from geode.daemon.factory import _PlanSource
+from geode.daemon.builders.tools import PlanSource
 from geode.policy import session_scope
 from geode.tools.base import ToolDef
 from geode.tools.builtin import builtin_tools
@@ -24,14 +24,14 @@ def test_sessions_share_the_first_plan_and_a_change_is_a_new_generation():
     reg = _registry()
     scope = session_scope("DAEMON")
     first: dict = {}
-    a = _PlanSource(reg, [], scope, first_plans=first)
-    b = _PlanSource(reg, [], scope, first_plans=first)
+    a = PlanSource(reg, [], scope, first_plans=first)
+    b = PlanSource(reg, [], scope, first_plans=first)
     plan = a()
     assert a() is plan and b() is plan  # the same tools: the same plan, no rebuild
     assert plan.generation == 1
     extra = ToolDef(name="zz_extra", description="one more", input_schema={"type": "object"},
                     handler=lambda args, ctx: "ok", safety="read_only")
-    c = _PlanSource(reg, [extra], scope, first_plans=first)
+    c = PlanSource(reg, [extra], scope, first_plans=first)
     other = c()
     assert other is not plan and "zz_extra" in other  # other tools: their own plan
     assert b() is plan
@@ -56,13 +56,13 @@ def test_a_memoised_plan_keeps_its_tools_alive_so_their_ids_name_them():
 
     t = tool()
     alive = weakref.ref(t)
-    src = _PlanSource(reg, [t], scope, first_plans=first)
+    src = PlanSource(reg, [t], scope, first_plans=first)
     src()
     del src, t
     gc.collect()
     assert alive() is not None  # held by the memo's plan: its id cannot be taken
     fresh = tool()
-    assert _PlanSource(reg, [fresh], scope, first_plans=first)().get("zz_tmp") is fresh
+    assert PlanSource(reg, [fresh], scope, first_plans=first)().get("zz_tmp") is fresh
     first.clear()
     gc.collect()
     assert alive() is None  # out of the memo, the tool goes

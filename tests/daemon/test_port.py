@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy.engine import Connection
 
 from geode.daemon import Daemon, OpeningNote, SessionOverrides
-from geode.daemon.factory import SessionContext
+from geode.daemon.session import SessionContext
 from geode.errors import (
     GeodeError,
     LaneBusy,

@@ -8,7 +8,8 @@ import asyncio
 import json
 from pathlib import Path
 
-from geode.daemon.factory import Runtime, SessionContext
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.loop import TerminationReason
 from geode.loop.resume import UNCERTAIN_TEXT
 from geode.providers.scripted import ScriptedProvider, ToolCall

@@ -11,8 +11,9 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from geode.daemon.factory import Runtime, SessionContext
 from geode.daemon.port import SessionOverrides
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.executor.decisions import ApprovalAnswer, ApprovalRequest
 from geode.loop import TerminationReason
 from geode.loop.resume import NOT_STARTED_TEXT

@@ -17,9 +17,10 @@ from typer.testing import CliRunner
 
 from bots.turns import session_overrides
 from geode.cli.app import _register, app
-from geode.daemon.factory import Runtime, SessionContext
 from geode.daemon.metrics import DaemonMetrics
 from geode.daemon.port import SessionOverrides
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.errors import ConfigError
 from geode.hooks.events import ObservedEvent, SpendCapReached, UsageRecorded
 from geode.logging import configure_logging

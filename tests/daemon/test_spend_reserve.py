@@ -25,8 +25,9 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from bots.turns import session_overrides
-from geode.daemon.factory import Runtime, SessionContext
 from geode.daemon.port import SessionOverrides
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.loop import TerminationReason, TurnResult
 from geode.providers.scripted import ScriptedProvider
 from geode.settings import BindingSettings, load_settings

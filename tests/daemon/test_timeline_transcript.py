@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from geode.cli import cmd_sessions  # noqa: F401 - registers the commands
 from geode.cli.app import app
-from geode.daemon.factory import Runtime, SessionContext
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.logging import configure_logging
 from geode.providers.scripted import ScriptedProvider, ToolCall
 from geode.settings import load_settings

@@ -22,7 +22,7 @@ from geode.hooks import HookRegistry, HookSystem
 from geode.loop.protocols import TurnInfo
 from geode.messages import ToolResultBlock, ToolUseBlock
 from geode.policy import Mode, session_scope
-from geode.tools.base import PersonalData, Safety, ToolContext, ToolDef, ToolOutput
+from geode.tools.base import PersonalData, Safety, ToolContext, ToolDef, ToolDeps, ToolOutput
 from geode.tools.plan import BoundToolPlan
 
 
@@ -192,7 +192,7 @@ def make_harness(
         scope=scope, workspace=tmp_path, hooks=hooks, observers=observers,
         approver=approver, receipts=receipts, timeline=timeline, locks=locks,
         middleware=middleware, max_result_chars=max_result_chars,
-        extra={"tenant": "t"},
+        deps=ToolDeps(display=":7"),
     )
     return Harness(executor, plan, rec, receipts, timeline, events, mode)
 

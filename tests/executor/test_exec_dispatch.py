@@ -52,7 +52,7 @@ async def test_read_only_tools_get_no_receipt(harness: HarnessFactory) -> None:
     assert h.receipts.records == {}
 
 
-async def test_context_carries_session_identity_and_extra(harness: HarnessFactory) -> None:
+async def test_context_carries_session_identity_and_deps(harness: HarnessFactory) -> None:
     ctxs: list[ToolContext] = []
 
     async def body(ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
@@ -64,9 +64,10 @@ async def test_context_carries_session_identity_and_extra(harness: HarnessFactor
     (ctx,) = ctxs
     assert (ctx.session_id, ctx.turn_id, ctx.call_id, ctx.mode) == ("s1", "t1", res.tool_use_id,
                                                                       "DAEMON")
-    # the executor adds what read_result reads with (this session's kept results)
-    assert ctx.extra["tenant"] == "t"
-    assert set(ctx.extra) == {"tenant", "kept_results", "result_max_chars"}
+    # the session's typed deps reach the tool; the executor adds what read_result reads
+    # with (this session's kept results, the page size)
+    assert ctx.deps.display == ":7"
+    assert ctx.deps.kept_results is not None and ctx.deps.result_max_chars == 50_000
 
 
 # -- resource locks ------------------------------------------------------------------------

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from geode.daemon.factory import Runtime, SessionContext
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.loop import TerminationReason
 from geode.providers.scripted import ScriptedProvider, ToolCall
 from geode.settings import load_settings

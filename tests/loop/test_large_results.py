@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from geode.daemon.factory import Runtime, SessionContext
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.loop import TerminationReason
 from geode.loop.compaction import estimate_tokens
 from geode.providers.scripted import ScriptedProvider, ToolCall

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from geode.daemon.factory import Runtime, SessionContext
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.executor import MemoryReceiptStore, MemoryTimeline, ToolExecutor
 from geode.loop.protocols import TurnInfo
 from geode.mcp import MCPServerManager

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from geode.daemon.factory import Runtime, SessionContext
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.mcp import MCPServerManager
 from geode.messages import ToolResultBlock
 from geode.providers.base import ModelRequest

@@ -10,7 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from geode.daemon.factory import Runtime, SessionContext
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.mcp import MCPServerManager
 from geode.providers.scripted import ScriptedProvider, ToolCall
 from geode.settings import load_settings

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from prov_helpers import make_request
 
-from geode.daemon.factory import Runtime, SessionContext
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.providers import build_provider, resolve_model
 from geode.providers._clients import ClientCache
 from geode.settings import load_settings

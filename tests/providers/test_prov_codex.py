@@ -240,7 +240,8 @@ def test_login_status_for_doctor(tmp_path: Path) -> None:
 
 
 async def test_runtime_runs_a_turn_on_the_codex_path_from_config(tmp_path: Path) -> None:
-    from geode.daemon.factory import Runtime, SessionContext
+    from geode.daemon.runtime import Runtime
+    from geode.daemon.session import SessionContext
     from geode.settings import load_settings
 
     async with FakeCodexServer() as srv:

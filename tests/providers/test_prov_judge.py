@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from geode.daemon.factory import Runtime, SessionContext
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.errors import ConfigError
 from geode.providers.judge import JudgeError, parse_verdict, turn_evidence
 from geode.providers.scripted import ScriptedProvider, ToolCall

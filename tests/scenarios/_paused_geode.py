@@ -12,19 +12,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from geode.daemon import factory
+from geode.daemon import runtime
 from geode.testing.crashpoints import install_pause
 
 
 def main() -> None:
     point, marker, *args = sys.argv[1:]
-    original = factory.Runtime.__init__
+    original = runtime.Runtime.__init__
 
-    def init(self: factory.Runtime, *a: Any, **kw: Any) -> None:
+    def init(self: runtime.Runtime, *a: Any, **kw: Any) -> None:
         original(self, *a, **kw)
         install_pause(self.observers, point, Path(marker))
 
-    factory.Runtime.__init__ = init  # type: ignore[method-assign]
+    runtime.Runtime.__init__ = init  # type: ignore[method-assign]
     sys.argv = ["geode", *args]
     from geode.cli import main as geode_main
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from geode.daemon.factory import Runtime, SessionContext
+from geode.daemon.runtime import Runtime
+from geode.daemon.session import SessionContext
 from geode.providers.scripted import ScriptedProvider, ToolCall
 from geode.settings import load_settings
 

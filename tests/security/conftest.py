@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from geode.tools.base import ToolContext, ToolDef, ToolOutput
+from geode.tools.base import ToolContext, ToolDef, ToolDeps, ToolOutput
 
 SECRET = "sk-ant-api03-PLANTEDsecret0123456789abcdefXYZ"
 
@@ -57,7 +57,8 @@ def workspace(tmp_path: Path) -> Path:
     return ws
 
 
-def make_ctx(workspace: Path, **extra: Any) -> ToolContext:
+def make_ctx(workspace: Path, **deps: Any) -> ToolContext:
     return ToolContext(
-        session_id="s", turn_id="t", call_id="c", workspace=workspace, mode="repl", extra=extra
+        session_id="s", turn_id="t", call_id="c", workspace=workspace, mode="repl",
+        deps=ToolDeps(**deps),
     )

@@ -86,7 +86,7 @@ def test_no_test_hook_is_reachable_from_config_or_environment(tmp_path: Path) ->
 
 
 async def test_home_store_and_ledger_are_private(tmp_path: Path) -> None:
-    from geode.daemon.factory import Runtime
+    from geode.daemon.runtime import Runtime
     from geode.providers.scripted import ScriptedProvider
 
     home = tmp_path / "home"
@@ -97,7 +97,7 @@ async def test_home_store_and_ledger_are_private(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     async with runtime:
-        from geode.daemon.factory import SessionContext
+        from geode.daemon.session import SessionContext
 
         ctx = SessionContext(mode="HEADLESS", workspace=tmp_path,
                              provider=ScriptedProvider(["hi"]))
@@ -109,7 +109,7 @@ async def test_home_store_and_ledger_are_private(tmp_path: Path) -> None:
     for p in made + [p for p in (home / "ledger").rglob("*") if p.is_file()]:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
     # the tools get GEODE's own files as protected paths
-    protected = runtime._tool_extra(ctx)["protected_paths"]
+    protected = runtime.tools.deps().protected_paths
     assert home in protected and home / "geode.db" in protected
 
 

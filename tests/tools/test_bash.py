@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from geode.tools.base import ToolContext
+from geode.tools.base import ToolContext, ToolDeps
 from geode.tools.builtin import bash as bash_mod
 from geode.tools.builtin import run_bash, sandbox_available
 from geode.tools.errors import ToolFailure
@@ -130,11 +130,11 @@ async def test_network_only_with_literal_true(
     port = server.sockets[0].getsockname()[1]
     truthy_string = ToolContext(
         session_id="s", turn_id="t", call_id="c", workspace=workspace, mode="repl",
-        extra={"bash_network": "true"},
+        deps=ToolDeps(bash_network="true"),  # type: ignore[arg-type]
     )  # fmt: skip
     enabled = ToolContext(
         session_id="s", turn_id="t", call_id="c", workspace=workspace, mode="repl",
-        extra={"bash_network": True},
+        deps=ToolDeps(bash_network=True),
     )  # fmt: skip
     async with server:
         denied = await call(run_bash, truthy_string, command=CONNECT.format(port=port))

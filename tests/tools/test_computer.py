@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 
 from geode.messages import ImageBlock, TextBlock
-from geode.tools.base import ToolContext
+from geode.tools.base import ToolContext, ToolDeps
 from geode.tools.builtin import computer
 from geode.tools.errors import ToolFailure
 from tests._tk_entry import close_entry, open_entry
@@ -29,7 +29,7 @@ def _ctx(workspace: Path, display: str | None) -> ToolContext:
         call_id="c",
         workspace=workspace,
         mode="repl",
-        extra={"display": display} if display else {},
+        deps=ToolDeps(display=display or None),
     )
 
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from geode.tools.base import ToolContext
+from geode.tools.base import ToolContext, ToolDeps
 from geode.tools.builtin import web_fetch
 from geode.tools.builtin.web_fetch import check_address, html_to_text
 from geode.tools.errors import ToolFailure
@@ -95,9 +95,10 @@ async def fake(other: Fake) -> AsyncIterator[Fake]:
     await runner.cleanup()
 
 
-def _ctx(workspace: Path, **extra: Any) -> ToolContext:
+def _ctx(workspace: Path, **deps: Any) -> ToolContext:
     return ToolContext(
-        session_id="s", turn_id="t", call_id="c", workspace=workspace, mode="repl", extra=extra
+        session_id="s", turn_id="t", call_id="c", workspace=workspace, mode="repl",
+        deps=ToolDeps(**deps),
     )
 
 

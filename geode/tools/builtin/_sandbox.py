@@ -31,8 +31,9 @@ import stat
 import subprocess
 import tempfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+from geode.tools.deps import SandboxLimits  # the session gives them (ctx.deps)
 
 __all__ = [
     "SandboxLimits",
@@ -48,23 +49,6 @@ __all__ = [
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _MIB = 1024 * 1024
-
-
-@dataclass(frozen=True, kw_only=True)
-class SandboxLimits:
-    """Per-call limits of one sandbox (``[sandbox]`` in config.toml)."""
-
-    #: processes (and threads) at once; stops a fork bomb
-    max_processes: int = 256
-    #: address space of each process, MiB
-    max_memory_mb: int = 2048
-    #: largest file a process may write, MiB
-    max_file_mb: int = 1024
-    #: size of the private /tmp (and of /var/tmp), MiB; stops a disk fill through /tmp
-    tmpfs_mb: int = 256
-    #: uid / gid the command runs as inside its user namespace
-    uid: int = 1000
-    gid: int = 1000
 
 
 def _walk_unreadable(top: str) -> list[tuple[str, bool]]:

@@ -12,7 +12,7 @@ Two layers:
   between a check and a use cannot lead outside: the swap makes the call fail instead.
   Writes create their temp file with ``O_EXCL`` in the held directory fd and rename within it.
 
-GEODE's own files (``$GEODE_HOME``, the store; ``ctx.extra["protected_paths"]``) are refused
+GEODE's own files (``$GEODE_HOME``, the store; ``ctx.deps.protected_paths``) are refused
 wherever they are, also when the workspace contains them. A name is not enough: a hard link
 to ``$GEODE_HOME/.env`` placed in the workspace has a name of its own and no path check can
 see it. So every file a tool reads is also checked *on its opened fd* (``fstat``: device and
@@ -265,7 +265,7 @@ def own_inodes(paths: object, root: Path | None = None) -> frozenset[Inode]:
     """(st_dev, st_ino) of every file of GEODE's own under ``paths`` (files, or directories
     scanned: GEODE's home, the store's files, the Codex login...), as they are now.
 
-    ``paths`` is ``ctx.extra["protected_paths"]`` as given (unfiltered: a home holding the
+    ``paths`` is ``ctx.deps.protected_paths`` as given (unfiltered: a home holding the
     workspace still has its ``.env``); ``root`` the workspace, whose files are not GEODE's.
     Blocking (a few ``stat`` calls): run it in the tool's thread.
     """
@@ -363,7 +363,7 @@ def protected_paths(ctx: ToolContext, root: Path) -> list[Path]:
 
     When the workspace *is* GEODE's home, its own entries (:data:`HOME_ENTRIES`) are.
     """
-    value = ctx.extra.get("protected_paths", ())
+    value = ctx.deps.protected_paths
     out: list[Path] = []
     for p in value if isinstance(value, Sequence) and not isinstance(value, str) else ():
         real = Path(os.path.realpath(p))

@@ -4,10 +4,10 @@ The sandbox (what it isolates, its limits) is described and built in
 :mod:`geode.tools.builtin._sandbox`. If no working sandbox exists the tool refuses: it never
 runs a command unsandboxed. On timeout or cancellation the whole sandbox is killed.
 
-``ctx.extra`` settings: ``bash_network`` (only literal ``True`` enables the network),
-``bash_ro_paths`` (extra host paths to bind read-only, e.g. a toolchain outside /usr),
-``sandbox_limits`` (a :class:`SandboxLimits`), ``protected_paths`` (GEODE's home and store
-files, masked in the sandbox).
+Its dependencies (``ctx.deps``, :class:`~geode.tools.deps.ToolDeps`): ``bash_network`` (only
+literal ``True`` enables the network), ``bash_ro_paths`` (extra host paths to bind read-only,
+e.g. a toolchain outside /usr), ``sandbox_limits`` (a :class:`SandboxLimits`),
+``protected_paths`` (GEODE's home and store files, masked in the sandbox).
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ async def _run_sandboxed(argv: list[str], timeout_s: float, limits: SandboxLimit
 
 
 def _ro_paths(ctx: ToolContext) -> list[str]:
-    value: Any = ctx.extra.get("bash_ro_paths", ())
+    value: Any = ctx.deps.bash_ro_paths
     if isinstance(value, str) or not isinstance(value, Sequence):
         raise ToolFailure("bash_ro_paths must be a list of absolute paths")
     paths = [str(p) for p in value]
@@ -288,12 +288,10 @@ def make_run_bash(*, deadline_s: float = BASH_MAX_TIMEOUT_S + 60.0) -> ToolDef:
         protected = protected_paths(ctx, root)
         # GEODE's own files under another name in the workspace (hard links: the sandbox
         # masks GEODE's files by path, a link has a path of its own) are masked too (#30)
-        own = await asyncio.to_thread(own_inodes, ctx.extra.get("protected_paths", ()), root)
+        own = await asyncio.to_thread(own_inodes, ctx.deps.protected_paths, root)
         protected += await asyncio.to_thread(own_links, root, own)
-        network = ctx.extra.get("bash_network") is True
-        limits = ctx.extra.get("sandbox_limits")
-        if not isinstance(limits, SandboxLimits):
-            limits = SandboxLimits()
+        network = ctx.deps.bash_network is True
+        limits = ctx.deps.sandbox_limits
         bash = shutil.which("bash") or "/bin/bash"
         argv = bwrap_argv(
             bwrap,

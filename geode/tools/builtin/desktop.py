@@ -1,7 +1,7 @@
 """``computer``: see and drive an X display (screenshot, click, type, key, scroll, move).
 
 Input goes through ``xdotool``; screenshots through ImageMagick's ``import``. The display is
-``ctx.extra["display"]`` or, failing that, ``$DISPLAY`` (read in :func:`x_environment`, the
+``ctx.deps.display`` or, failing that, ``$DISPLAY`` (read in :func:`x_environment`, the
 one place this module looks at the environment). Unattended modes enable this tool only by
 the operator's explicit per-channel switch; that decision is the executor's, not ours.
 """
@@ -34,7 +34,7 @@ _TYPE_MAX_CHARS = 5_000
 
 
 def x_environment(ctx: ToolContext) -> dict[str, str]:
-    """The environment for X clients: ``DISPLAY`` from ``ctx.extra["display"]`` or ``$DISPLAY``.
+    """The environment for X clients: ``DISPLAY`` from ``ctx.deps.display`` or ``$DISPLAY``.
 
     Also passes ``XAUTHORITY`` and ``PATH`` through; nothing else of the harness's
     environment (API keys) reaches the X tools.
@@ -42,7 +42,7 @@ def x_environment(ctx: ToolContext) -> dict[str, str]:
     Raises:
         ToolFailure: no display is configured.
     """
-    display = str(ctx.extra.get("display") or os.environ.get("DISPLAY") or "")
+    display = str(ctx.deps.display or os.environ.get("DISPLAY") or "")
     if not display:
         raise ToolFailure(
             "computer needs an X display: none is configured (session setting 'display' "

@@ -210,7 +210,7 @@ def _prepare(ctx: ToolContext, user_path: str) -> tuple[WorkspaceWalk, list[str]
     root = workspace_root(ctx)
     target = resolve_in_workspace(root, user_path)
     parts = split_user_path(root, user_path)
-    own = own_inodes(ctx.extra.get("protected_paths", ()), root)
+    own = own_inodes(ctx.deps.protected_paths, root)
     return (
         WorkspaceWalk(root, protected=protected_paths(ctx, root), own=own),
         parts,

@@ -28,7 +28,7 @@ async def read_result(
     """Read part of an earlier tool result that was cut because it was too long: returns
     ``length`` characters of the whole result from ``offset`` (the cut result's marker names
     the id, the offset and the length of the part that was left out)."""
-    keeper = ctx.extra.get("kept_results")
+    keeper = ctx.deps.kept_results
     if keeper is None:
         raise ToolFailure("no results are kept in this session")
     text = await keeper.read(session_id=ctx.session_id, result_id=result_id)
@@ -38,5 +38,5 @@ async def read_result(
         raise ToolFailure(f"offset {offset} is past the end: the result has {len(text)} "
                           "characters")
     # a page never longer than a result passes whole, so it is never cut again
-    page = min(length, int(ctx.extra.get("result_max_chars") or length))
+    page = min(length, ctx.deps.result_max_chars or length)
     return str(text[offset:offset + page])

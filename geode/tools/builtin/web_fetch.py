@@ -11,10 +11,10 @@ Invariants:
   (rebinding) cannot redirect the request to an internal address;
 - the body is streamed and cut at a byte cap; the whole fetch is under a time cap.
 
-``ctx.extra`` settings: ``allow_private_hosts`` — exact ``host:port`` strings (IPv6 hosts in
-brackets) that may be reached although they are not public, for tests and operator-approved
-internal services; a redirect target must be listed itself. ``web_fetch_max_bytes`` and
-``web_fetch_timeout_s`` override the caps.
+Its dependencies (``ctx.deps``, :class:`~geode.tools.deps.ToolDeps`): ``allow_private_hosts``
+— exact ``host:port`` strings (IPv6 hosts in brackets) that may be reached although they are
+not public, for tests and operator-approved internal services; a redirect target must be
+listed itself. ``web_fetch_max_bytes`` and ``web_fetch_timeout_s`` override the caps.
 """
 
 from __future__ import annotations
@@ -245,11 +245,12 @@ async def web_fetch(
     Internal addresses (loopback, private networks, cloud metadata) are refused, redirects
     included.
     """
-    allowed: Any = ctx.extra.get("allow_private_hosts", ())
+    deps = ctx.deps
+    allowed: Any = deps.allow_private_hosts
     if isinstance(allowed, str):
         allowed = (allowed,)
-    max_bytes = int(ctx.extra.get("web_fetch_max_bytes", WEB_FETCH_MAX_BYTES))
-    time_cap = float(ctx.extra.get("web_fetch_timeout_s", WEB_FETCH_TIMEOUT_S))
+    max_bytes = deps.web_fetch_max_bytes or WEB_FETCH_MAX_BYTES
+    time_cap = deps.web_fetch_timeout_s or WEB_FETCH_TIMEOUT_S
     try:
         async with asyncio.timeout(time_cap):
             return await _fetch(
