@@ -44,7 +44,7 @@ import structlog
 from bots.port import ApprovalControls, DeliveryError, ReadBack
 from geode.executor.decisions import ApprovalAnswer, ApprovalCancelled, ApprovalRequest
 from geode.executor.summary import describe_call, full_call, full_diff
-from geode.redact import redact_text
+from geode.secret_redaction import redact_text
 
 if TYPE_CHECKING:
     from bots.events import InboundEvent, ReplyTarget

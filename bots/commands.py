@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from bots.bindings import spend_scope
 from bots.events import InboundEvent
-from geode.redact import redact_text
+from geode.secret_redaction import redact_text
 from geode.settings import BindingSettings
 
 if TYPE_CHECKING:

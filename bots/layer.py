@@ -68,7 +68,7 @@ from geode.hooks.events import (
     ThreadLeases,
     ThreadsTakenOver,
 )
-from geode.redact import redact_text
+from geode.secret_redaction import redact_text
 from geode.settings import BindingSettings
 from geode.store._retry import is_transient, log_store_failure, retry_transient
 

@@ -52,7 +52,7 @@ from geode.loop import LoopEvent, TurnResult
 from geode.loop.events import ToolProposed, TurnStarted
 from geode.loop.termination import TerminationReason
 from geode.messages import ImageBlock
-from geode.redact import redact_text
+from geode.secret_redaction import redact_text
 from geode.settings import BindingSettings
 from geode.store._retry import is_transient
 from geode.store.sessions import short_title

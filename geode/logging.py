@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from geode.redact import redact
+from geode.secret_redaction import redact
 
 __all__ = [
     "LOG_LEVELS",

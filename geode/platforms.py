@@ -116,7 +116,7 @@ def _is_info(spec: object) -> bool:
 
 @cache
 def secret_shapes() -> tuple[re.Pattern[str], ...]:
-    """Every registered platform's secret shapes, compiled (for :mod:`geode.redact`)."""
+    """Every registered platform's secret shapes, compiled (for :mod:`geode.secret_redaction`)."""
     return tuple(re.compile(s) for info in platform_infos() for s in info.secret_shapes)
 
 

@@ -38,7 +38,7 @@ from pydantic_settings import (
 )
 
 from geode.errors import ConfigError
-from geode.redact import register_secret
+from geode.secret_redaction import register_secret
 
 __all__ = [
     "PROJECT_CONFIG",

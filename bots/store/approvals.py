@@ -21,7 +21,7 @@ from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from bots.store._tables import approvals_table
-from geode.redact import redact
+from geode.secret_redaction import redact
 
 if TYPE_CHECKING:
     from geode.store.database import Database

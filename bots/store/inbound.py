@@ -26,7 +26,7 @@ from bots.events import InboundEvent
 from bots.store._sql import insert_for, insert_ignore
 from bots.store._tables import cursors_table, events_table, messages_table
 from bots.store.leases import held_by_another, store_clock
-from geode.redact import redact_values
+from geode.secret_redaction import redact_values
 from geode.store.models import utcnow
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from geode.logging import configure_logging
 from geode.loop import LoopEvent, TurnResult, model_wait_text
 from geode.loop.events import ModelRetrying, ModelWaiting, TextDelta, ToolProposed, ToolResulted
 from geode.policy import Mode
-from geode.redact import redact_text
+from geode.secret_redaction import redact_text
 from geode.settings import PROJECT_CONFIG, Settings, load_settings
 
 if TYPE_CHECKING:

@@ -107,7 +107,7 @@ def run(
         demo=demo,
         stream=stream and not json_out,
     )
-    from geode.redact import redact, redact_text
+    from geode.secret_redaction import redact, redact_text
 
     result = asyncio.run(run_once(opts))
     # the same redaction as channel replies and logs: a secret the model echoed (or a

@@ -26,7 +26,7 @@ from geode.executor.decisions import ToolCall
 from geode.hooks.registry import HookEvent, HookRegistry, PostToolOutcome
 from geode.loop.protocols import TurnInfo
 from geode.messages import KeptResult, TextBlock, ToolResultBlock, ToolStatus
-from geode.redact import redact_text
+from geode.secret_redaction import redact_text
 
 __all__ = ["KEEP_OVER_CHARS", "build_result", "cut_to_limit", "run_post_tool_hooks", "truncate"]
 

@@ -45,7 +45,7 @@ from pydantic import ValidationError
 
 from geode import __version__
 from geode.mcp.config import MissingVariable, ServerConfig, expand_vars
-from geode.redact import redact_text
+from geode.secret_redaction import redact_text
 
 __all__ = [
     "CallTimedOut",

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from geode.errors import ConfigError, ModelError, ModelErrorKind
-from geode.redact import register_secret
+from geode.secret_redaction import register_secret
 
 if TYPE_CHECKING:
     import httpx

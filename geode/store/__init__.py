@@ -26,7 +26,7 @@ from geode.store.receipts import (
     ReceiptStore,
     UnknownReceiptError,
 )
-from geode.store.redact import redact
+from geode.store.record_redaction import redact
 from geode.store.schema import BranchStatus, branch_heads, heads, status, upgrade
 from geode.store.sessions import (
     IllegalTransitionError,

@@ -30,7 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from geode.errors import CheckpointSaveError, StoreError
 from geode.loop.protocols import BatchSaveFailed, TurnInfo
 from geode.messages import Message
-from geode.redact import redact
+from geode.secret_redaction import redact
 from geode.store.claim import Claim
 from geode.store.models import checkpoints_table, messages_table, sessions_table, utcnow
 from geode.store.sessions import (

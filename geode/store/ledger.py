@@ -37,7 +37,7 @@ from typing import Any
 
 import structlog
 
-from geode.store.redact import bound, canonical_json, redact, redact_text
+from geode.store.record_redaction import bound, canonical_json, redact, redact_text
 
 __all__ = ["EvidenceLedger", "payload_hash"]
 

@@ -18,7 +18,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from geode.errors import StoreError
-from geode.redact import redact_text
+from geode.secret_redaction import redact_text
 from geode.store.models import receipts_table, utcnow
 
 if TYPE_CHECKING:

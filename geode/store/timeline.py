@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from geode.store._retry import Backoff, is_transient, retry_transient
 from geode.store.models import timeline_table, utcnow
-from geode.store.redact import bound, canonical_json, redact
+from geode.store.record_redaction import bound, canonical_json, redact
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from geode.messages import Message, ToolResultBlock, ToolStatus
-from geode.store.redact import bound, redact, redact_text
+from geode.store.record_redaction import bound, redact, redact_text
 
 __all__ = ["ToolCallEntry", "TranscriptEntry", "build_transcript", "render_transcript"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from geode.errors import ConfigError
-from geode.redact import redact_text
+from geode.secret_redaction import redact_text
 from geode.settings import load_settings
 
 

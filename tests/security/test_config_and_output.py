@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from geode.errors import ConfigError
-from geode.redact import MASK, redact_text, register_secret
+from geode.secret_redaction import MASK, redact_text, register_secret
 from geode.settings import Settings, load_settings
 from geode.testing.loopback import serve_app
 from geode.tools.builtin import web_fetch

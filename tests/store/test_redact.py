@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from geode.store.redact import MASK, bound, redact
+from geode.store.record_redaction import MASK, bound, redact
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """Redaction's fast path masks exactly what the full scan masks.
 
-``geode.redact`` skips texts shorter than any secret, runs the shape substitutions only
+``geode.secret_redaction`` skips texts shorter than any secret, runs the shape substitutions only
 when one alternation of all shapes finds a match, and caches the literal list per set of
 registered secrets. An attacker's text built from pieces of every key shape, registered
 and given literals, format characters and words must come out exactly as the reference
@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import geode.redact as redact_mod
-from geode.redact import MASK, redact, redact_text, register_secret
+import geode.secret_redaction as redact_mod
+from geode.secret_redaction import MASK, redact, redact_text, register_secret
 
 REGISTERED = "zz-registered-secret-9x"
 register_secret(REGISTERED)

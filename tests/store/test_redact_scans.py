@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-import geode.redact as redact_mod
-from geode.redact import MASK, redact, redact_text
+import geode.secret_redaction as redact_mod
+from geode.secret_redaction import MASK, redact, redact_text
 
 
 class _Spy:

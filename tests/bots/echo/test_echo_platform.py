@@ -27,7 +27,7 @@ from geode.daemon import Daemon
 from geode.errors import ConfigError
 from geode.platforms import platform_names, reset_platforms
 from geode.providers.scripted import ScriptedProvider
-from geode.redact import redact_text
+from geode.secret_redaction import redact_text
 from geode.settings import load_settings
 from geode.tools.names import known_tool_names
 

@@ -1,9 +1,9 @@
-"""Redaction and size bounds for what the records keep for observation.
+"""What a record keeps: secrets masked, size bounded, canonical JSON for content hashes.
 
-Redaction itself is :mod:`geode.redact` (the one used at every output boundary:
-registered literal secrets, credential-named keys, known key shapes (each chat platform's
-from its spec, a bot token inside an API URL included). This module adds what only the records need: a size
-bound, and canonical JSON for content hashes.
+The masking itself is :mod:`geode.secret_redaction` (the one used at every output boundary:
+registered literal secrets, credential-named keys, known key shapes, each chat platform's from
+its spec, a bot token inside an API URL included). This module adds what only the records
+need: a size bound, and canonical JSON for content hashes.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from geode.redact import MASK
-from geode.redact import redact as _redact_base
-from geode.redact import redact_text as _redact_text_base
+from geode.secret_redaction import MASK
+from geode.secret_redaction import redact as _redact_base
+from geode.secret_redaction import redact_text as _redact_text_base
 
 __all__ = ["MASK", "bound", "canonical_json", "redact", "redact_text"]
 
@@ -25,7 +25,7 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
 
 
 def redact(obj: Any, secrets: Iterable[str] = ()) -> Any:
-    """A copy of a JSON-like value with secrets masked (see :func:`geode.redact.redact`)."""
+    """A copy of a JSON-like value with secrets masked (:func:`geode.secret_redaction.redact`)."""
     return _redact_base(obj, secrets)
 
 
