@@ -114,7 +114,7 @@ class Session:
             await self._close_open_batch(ask=False)
         self.saved_state = {}  # a new turn: what was loaded no longer describes the chain
         if self.entitle is not None:
-            from geode.redact import redact_text
+            from geode.secret_redaction import redact_text
             from geode.store.sessions import short_title
 
             entitle, self.entitle = self.entitle, None
