@@ -43,7 +43,10 @@ Run: ``python benchmarks/bench_blackbox.py [--chats 50] [--seq 20] [--per-chat 6
 [--burst 1000 [--burst-latency 2] [--burst-only]]``. ``--burst N`` then runs GEODE alone
 (pacing off, lanes and ``max_concurrent_threads`` = N) under N mentions at once, each a new
 thread, the model answering after ``--burst-latency`` s: how many were answered, CPU per
-reply, peak RSS (target: all, <= 300 MB).
+reply, peak RSS (target: all, <= 300 MB). ``--baseline DIR [--rounds N]`` also runs GEODE from
+another checkout (a ``git worktree`` of the commit to compare with), alternating with this
+one's, its rows marked ``@base``, then each side's medians and the ratios: on a shared machine
+only runs made side by side tell a regression from the load.
 Telegram, Slack (Socket Mode; the floor is a slack-bolt ``AsyncApp`` answering in the
 mention's thread) and Discord (discord.py on both sides; all conversations in the fake's one
 channel, each mention a thread of its own) are covered.
