@@ -68,7 +68,7 @@ async def test_a_turn_ending_with_its_request_pending_cancels_it(store: Store) -
     """The turn's end cancels what it left pending: requests it opened in this process, and
     (resumed after a restart) those the process before opened; a turn that asked nothing
     here and was not resumed has nothing (its requests were all opened through here)."""
-    from tests.store.test_channel_approvals import _request, _sid
+    from tests.bots.store.test_approval_records import _request, _sid
 
     here = ApprovalRequests(store=store)
     sid = _sid()

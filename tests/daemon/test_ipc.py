@@ -1,6 +1,6 @@
 """The IPC socket against an in-process daemon: event order, approvals, disconnects, lanes,
 the home lock and bad paths. (Malformed frames: test_ipc_fuzz.py; real subprocesses:
-test_cli_e2e.py.)"""
+tests/cli/test_cli_e2e.py.)"""
 
 from __future__ import annotations
 

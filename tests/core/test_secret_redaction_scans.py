@@ -1,6 +1,6 @@
 """What redaction scans a text with: the cost of masking at rest (every stored message, event
 and log line passes through it) is its regular-expression scans, so none is run that cannot
-find anything. Exactness (the same masks as the full scan) is test_redact_fast_path.py's.
+find anything. Exactness (the same masks as the full scan) is test_secret_redaction_fast_path.py's.
 
 An ASCII text is never scanned for format characters (they are all outside ASCII), and the
 shape test searches each shape on its own: ``re`` skips ahead to a shape's literal prefix

@@ -25,7 +25,7 @@ from bots.store.inbound import InboundLog
 from bots.store.leases import Lease, ThreadLeases
 from geode.store import Store
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # The child loads bots/holders.py alone (stdlib and structlog): the bots package's imports
 # would make each holder take seconds to start.

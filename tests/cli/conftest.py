@@ -1,0 +1,5 @@
+"""The CLI's tests run commands against a short temporary GEODE_HOME (``home``)."""
+
+from tests.daemon.conftest import home
+
+__all__ = ["home"]
