@@ -254,7 +254,7 @@ class BaseConnector(IntakeLeaseHolder, ABC):
         and thread lookups by name (never a table)."""
         if self.layer is None:
             raise RuntimeError("the connector has not started")
-        return self.layer
+        return self.layer.intake
 
     async def submit(
         self, events: Sequence[tuple[InboundEvent, str]], *, cursor: tuple[str, str] | None = None

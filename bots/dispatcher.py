@@ -166,7 +166,7 @@ class ThreadOrderedProcessor(BaseEventProcessor):
                     except Exception:
                         # One failed job must not stall the thread. A job that failed on a
                         # lost database connection never gets here: the layer's job waits for
-                        # the store and resumes its event (ChannelLayer._bind).
+                        # the store and resumes its event (bots.router.Router.bind).
                         log.exception("processor.job_failed", thread=key)
                 queue.popleft()
         finally:

@@ -420,9 +420,7 @@ KNOWN_SQL_OUTSIDE_THE_STORES: frozenset[str] = frozenset({
     "geode.daemon._tables", "geode.daemon.scheduler",
 })
 #: modules (fakes aside) over 800 lines
-KNOWN_LONG_MODULES: frozenset[str] = frozenset({
-    "bots.layer",
-})
+KNOWN_LONG_MODULES: frozenset[str] = frozenset()
 
 _RATCHETS = {
     "no import cycle in geode/": (_geode_cycles, KNOWN_GEODE_CYCLES, "KNOWN_GEODE_CYCLES"),

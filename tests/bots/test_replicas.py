@@ -122,7 +122,7 @@ async def test_after_a_stall_its_own_stopped_turns_are_recovered(
     fake.user_says(CHAT, "@geode_bot during a stall", from_user=42)
     await fake.wait_until(lambda: stack.provider.calls, within=10)
     # what the heartbeat does when it could not renew for a TTL: stop the running turns
-    layer._stalled = True
+    layer.keeper.stalled = True
     await layer.processor.aclose()
     assert layer.processor.busy == 0
     await layer.heartbeat_once()  # renewed again: nobody took the thread, so recover it

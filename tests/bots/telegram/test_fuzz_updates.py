@@ -177,7 +177,7 @@ class _Harness:
         assert len(finals(self.fake, f"answer to: {marker}")) == 1
         conn = self.stack.connector  # type: ignore[union-attr]
         assert conn is not None and conn._main is not None and not conn._main.done()
-        pump = conn.layer._pump_task  # type: ignore[union-attr]
+        pump = conn.layer.pump.task  # type: ignore[union-attr]
         assert pump is not None and not pump.done()
 
 
