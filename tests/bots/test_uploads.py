@@ -21,7 +21,8 @@ DATA = b"a,b\n1,2\n"
 
 
 class Client:
-    """The upload side of a PlatformClient, scripted: counts uploads, answers lookups."""
+    """The upload side of a PlatformClient with the ReadBack ability, scripted: counts uploads,
+    answers lookups."""
 
     platform = "fake"
     workspace = "W"
@@ -44,6 +45,10 @@ class Client:
         if isinstance(self.found, DeliveryError):
             raise self.found
         return self.found
+
+    async def find_approval(self, target: ReplyTarget, *, short_id: str,
+                            since: datetime) -> str | None:
+        return None  # the rest of the ReadBack ability (bots.port.ReadBack): no approvals here
 
 
 @pytest.fixture
