@@ -420,19 +420,21 @@ class HookPromptGate:
         return PromptDecision(prompt=text if text != prompt else None)
 
 
-def entry_points(group: str) -> list[EntryPoint]:
+def entry_points(group: str, *, every_copy: bool = False) -> list[EntryPoint]:
     """``importlib.metadata.entry_points(group=group)``, parsing only the distributions whose
     ``entry_points.txt`` mentions ``group`` (the standard call parses every installed one's:
     ~7 ms of each start for a group nobody but a hook plugin declares).
 
     The same distributions in the same order: each distribution name once, the first found on
-    ``sys.path`` (an older copy further down is shadowed, as there).
+    ``sys.path`` (an older copy further down is shadowed, as there). ``every_copy`` reads
+    every copy instead: a stale ``*.egg-info`` left in a source checkout on ``sys.path``
+    then cannot hide what the installed copy declares.
     """
     found: list[EntryPoint] = []
     seen: set[str] = set()
     for dist in distributions():
         name = getattr(dist, "_normalized_name", None) or _normalize(dist.name)
-        if name in seen:
+        if name in seen and not every_copy:
             continue
         seen.add(name)
         text = dist.read_text("entry_points.txt")

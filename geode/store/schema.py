@@ -26,7 +26,6 @@ import importlib.util
 import os
 import zlib
 from dataclasses import dataclass
-from importlib.metadata import distributions
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +116,9 @@ def _registered() -> set[tuple[str, str]]:
     installed copy of the metadata: ``entry_points()`` keeps the first distribution of a
     name on ``sys.path``, and a stale ``*.egg-info`` in a source checkout would hide the
     installed one's branches."""
-    return {(ep.name, ep.value) for dist in distributions() for ep in dist.entry_points
-            if ep.group == ENTRY_POINT_GROUP}
+    from geode.hooks.registry import entry_points
+
+    return {(ep.name, ep.value) for ep in entry_points(ENTRY_POINT_GROUP, every_copy=True)}
 
 
 def _read(folders: tuple[Path, ...]) -> dict[str, _Script]:

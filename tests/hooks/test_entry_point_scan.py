@@ -55,3 +55,24 @@ def test_the_found_plugins_register_their_hooks(plugins: Path) -> None:
     reg = HookRegistry()
     assert registry_mod.load_entry_point_hooks(reg)[:2] == ["guard", "late"]
     assert reg.hooks_for("PreToolUse", "x") >= 2
+
+
+def test_every_copy_reads_a_shadowed_copy_too(plugins: Path) -> None:
+    """What the migration branches ask for: a stale copy first on sys.path (an old egg-info
+    in a checkout) must not hide what the installed copy further down declares."""
+    names = {ep.name for ep in registry_mod.entry_points("geode.hooks", every_copy=True)}
+    assert {"guard", "late", "old_guard"} <= names
+    assert "old_guard" not in {ep.name for ep in registry_mod.entry_points("geode.hooks")}
+
+
+def test_the_migration_branches_are_read_from_every_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from geode.store import schema
+
+    stale, installed = tmp_path / "stale", tmp_path / "installed"
+    _dist(stale, "geode-agent", "0.1.0", "[console_scripts]\ngeode = geode.cli:main\n")
+    _dist(installed, "geode-agent", "0.1.0",
+          f"[{schema.ENTRY_POINT_GROUP}]\nbots = bots.store.migrations\n")
+    monkeypatch.setattr(sys, "path", [str(stale), str(installed), *sys.path])
+    assert ("bots", "bots.store.migrations") in schema._registered()
