@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable, Mapping
 from types import ModuleType
+from typing import Any
 
 from geode.errors import ConfigError
 
-__all__ = ["MissingExtraError", "extra_of", "import_without", "install_hint",
+__all__ = ["MissingExtraError", "extra_of", "import_without", "install_hint", "lazy_attributes",
            "missing_extra", "require"]
 
 #: the top-level module of each optional SDK of the harness, and the extra of geode-agent
@@ -47,6 +49,24 @@ def __getattr__(name: str) -> object:
     if name == "EXTRA_OF":
         return extra_of()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def lazy_attributes(
+    package: str, where: Mapping[str, str], *, before: Callable[[], object] | None = None
+) -> Callable[[str], Any]:
+    """A package's module ``__getattr__`` (PEP 562): each name of ``where`` imported from its
+    module on first use (``before`` runs first: an SDK's import settings), any other name an
+    AttributeError. A package's names then cost nothing until asked for."""
+
+    def __getattr__(name: str) -> Any:
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        if before is not None:
+            before()
+        return getattr(importlib.import_module(module), name)
+
+    return __getattr__
 
 
 def import_without(name: str, *extras: str) -> ModuleType:

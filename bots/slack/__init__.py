@@ -7,8 +7,9 @@ imports no SDK: the harness reads it in every process).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from geode._imports import lazy_attributes
 
 if TYPE_CHECKING:
     from bots.port import TurnHost
@@ -33,11 +34,7 @@ _LAZY = {"SLACK_LIMIT": "bots.slack._mrkdwn", "chunk_mrkdwn": "bots.slack._mrkdw
          "SlackOptions": "bots.slack.connector"}
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 def build_connector(*, host: TurnHost, settings: Settings, secrets: Secrets,

@@ -6,10 +6,9 @@ imports no SDK: the harness reads it in every process).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from geode._imports import import_without
+from geode._imports import import_without, lazy_attributes
 
 if TYPE_CHECKING:
     from bots.port import TurnHost
@@ -32,12 +31,7 @@ def _load_sdk() -> None:
     import_without("telegram.ext", "cryptography", "tornado", "rich", "pygments")
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    _load_sdk()
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_attributes(__name__, _LAZY, before=_load_sdk)
 
 
 def build_connector(*, host: TurnHost, settings: Settings, secrets: Secrets,
