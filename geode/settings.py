@@ -240,8 +240,8 @@ class BindingSettings(SpendCaps):
     @classmethod
     def _registered_platform(cls, v: str) -> str:
         if v not in platform_names():
-            raise ValueError(f"unknown platform {v!r}: known are "
-                             f"{', '.join(platform_names()) or 'none (none is installed)'}")
+            raise ValueError(unknown_key_message("[[bindings]] platform", v, platform_names(),
+                                                 what="platform"))
         return v
 
     @field_validator("channel", mode="before")

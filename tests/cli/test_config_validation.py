@@ -48,6 +48,14 @@ async def test_a_misspelt_platform_section_is_exit_2_naming_the_platform(
     assert "Traceback" not in err
 
 
+def test_a_misspelt_binding_platform_names_the_close_match(tmp_path: Path) -> None:
+    home = _home(tmp_path, '[[bindings]]\nplatform = "telegrm"\nchannel = "1"\n')
+    with pytest.raises(ConfigError) as bad:
+        load_settings(cwd=tmp_path, env={"GEODE_HOME": str(home)})
+    assert ("[[bindings]] platform: unknown platform 'telegrm'. Did you mean telegram?"
+            in str(bad.value))
+
+
 @pytest.mark.parametrize(("line", "close"), [
     ('base_ur = "http://127.0.0.1:9/bot"', "base_url"),
     ("rate_overal_per_s = 5", "rate_overall_per_s"),
