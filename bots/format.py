@@ -1,23 +1,19 @@
-"""The neutral :class:`Chunk` every platform's renderer gives, and UTF-16 lengths.
+"""The neutral :class:`Chunk` every platform's renderer gives, and sizes as people read them.
 
 A chunk is one message of a reply in the platform's own markup (``formatted``) with its
 ``fallback`` (plain text, or the same text where the platform's markup is its fallback),
-sent instead when the platform rejects the markup. The renderer is shared
-(:mod:`bots.render`); each platform's dialect is in its own folder:
-``bots.telegram.format`` (Telegram HTML), ``bots.slack`` (mrkdwn), ``bots.discord.format``
-(Markdown kept as Markdown).
+sent instead when the platform rejects the markup. The renderer is shared (:mod:`bots.render`,
+which also counts UTF-16 lengths); each platform's dialect is in its own folder:
+``bots.telegram.format`` (Telegram HTML), ``bots.slack._mrkdwn`` (mrkdwn),
+``bots.discord.format`` (Markdown kept as Markdown). This module imports no parser: the port
+and the stores use :class:`Chunk` without loading the renderer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Chunk", "human_size", "utf16_len"]
-
-
-def utf16_len(text: str) -> int:
-    """Length as Telegram and Discord count it (UTF-16 code units)."""
-    return len(text.encode("utf-16-le")) // 2
+__all__ = ["Chunk", "human_size"]
 
 
 def human_size(n: int) -> str:

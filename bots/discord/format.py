@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import discord
 
-from bots.format import Chunk, utf16_len
-from bots.render import split_markdown_source
+from bots.format import Chunk
+from bots.render import split_markdown_source, utf16_len
 
 __all__ = ["DISCORD_LIMIT", "chunk_fenced_markdown", "render_progress"]
 

@@ -11,8 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bots.plain_text import plain_paragraphs
-from bots.render import _blocks
+from bots import render
 from bots.slack import _mrkdwn as slack
 from bots.telegram import format as telegram
 
@@ -33,9 +32,9 @@ def _chunk(mod: ModuleType, text: str, limit: int) -> Any:
                  st.text(alphabet=_ALPHABET[:27], max_size=80)))  # shortcut's own characters
 def test_the_shortcut_gives_what_the_parser_gives(text: str) -> None:
     # the shortcut and the parser meet in the neutral blocks every renderer writes from
-    plain = _blocks._plain_blocks(text)
+    plain = render._plain_blocks(text)
     if plain is not None:
-        assert plain == _blocks._parsed_blocks(text)
+        assert plain == render._parsed_blocks(text)
 
 
 @pytest.mark.parametrize("mod", _RENDERERS, ids=["telegram", "slack"])
@@ -47,9 +46,9 @@ def test_the_shortcut_gives_what_the_parser_gives(text: str) -> None:
 ])
 def test_plain_answers_take_the_shortcut_and_chunk_as_before(
         mod: ModuleType, text: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert plain_paragraphs(text) is not None
+    assert render.plain_paragraphs(text) is not None
     fast = _chunk(mod, text, 40)
-    monkeypatch.setattr(_blocks, "_plain_blocks", lambda _text: None)
+    monkeypatch.setattr(render, "_plain_blocks", lambda _text: None)
     assert fast == _chunk(mod, text, 40)
 
 
@@ -59,4 +58,4 @@ def test_plain_answers_take_the_shortcut_and_chunk_as_before(
     "a\n---", "trailing  ", "a\\*", "~~a~~", "```\na\n```",
 ])
 def test_text_that_may_be_markdown_goes_to_the_parser(text: str) -> None:
-    assert plain_paragraphs(text) is None
+    assert render.plain_paragraphs(text) is None

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from bots.discord import SLASH_COMMANDS, sync_commands
 from bots.discord._convert import convert_message
-from bots.render._split import _fence_step
+from bots.render import _fence_step
 from geode.providers.scripted import ScriptedProvider
 from geode.settings import load_settings
 from tests.bots._harness import calls_tool

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bots.format import utf16_len
+from bots.render import utf16_len
 from bots.telegram.format import chunk_markdown, markdown_to_telegram_html
 from bots.testing._telegram_html import parse_telegram_html
 from geode.providers.scripted import ScriptedProvider
