@@ -49,8 +49,10 @@ __all__ = [
     "LoopSettings",
     "ModelSettings",
     "SandboxSettings",
+    "SearchSettings",
     "Secrets",
     "Settings",
+    "SkillsSettings",
     "SpendCaps",
     "StoreSettings",
     "VerifySettings",
@@ -235,6 +237,8 @@ class BindingSettings(SpendCaps):
     #: with ``computer`` in ``approve``: the actions that wait for an approver; the others
     #: (a screenshot, moving the mouse, scrolling) run without asking
     approve_computer_actions: list[str] = Field(default_factory=lambda: ["click", "type", "key"])
+    #: the skills offered in its threads, by name (None: every installed skill; []: none)
+    skills: list[str] | None = None
 
     @field_validator("platform")
     @classmethod
@@ -288,6 +292,40 @@ class SandboxSettings(_Section):
     gid: int = Field(default=1000, ge=1)
 
 
+
+class SearchSettings(_Section):
+    """``[search]``: the backend of the ``web_search`` tool (no provider: no such tool).
+
+    Its key comes from the environment or ``$GEODE_HOME/.env`` only (``BRAVE_API_KEY``,
+    ``TAVILY_API_KEY``), never from a config file."""
+
+    #: a registered backend (``brave``, ``tavily``, ``searxng``, or one a package adds)
+    provider: str | None = None
+    #: the backend's address; needed for a self-hosted SearXNG, else the vendor's own
+    base_url: str | None = None
+    #: the most results one call may return (the model asks for at most this many)
+    max_results: int = Field(default=10, ge=1, le=20)
+    #: seconds one search may take
+    timeout_s: float = Field(default=15.0, gt=0, le=120)
+
+    @field_validator("provider")
+    @classmethod
+    def _registered_backend(cls, v: str | None) -> str | None:
+        from geode.search import backend_names
+
+        if v is not None and v not in backend_names():
+            raise ValueError(unknown_key_message("[search] provider", v, backend_names(),
+                                                 what="search provider"))
+        return v
+
+
+class SkillsSettings(_Section):
+    """``[skills]``: where skills (folders holding a ``SKILL.md``) are found, besides
+    ``$GEODE_HOME/skills``."""
+
+    #: folders of skill folders (``~`` is expanded; relative to $GEODE_HOME)
+    paths: list[str] = Field(default_factory=list)
+
 #: the ``computer`` tool's actions (geode.tools.builtin.desktop)
 COMPUTER_ACTIONS = ("screenshot", "click", "type", "key", "scroll", "mouse_move")
 
@@ -333,6 +371,8 @@ class Settings(BaseSettings):
     channels: dict[str, dict[str, Any]] = Field(default_factory=dict)
     bindings: list[BindingSettings] = Field(default_factory=list)
     mcp: dict[str, Any] = Field(default_factory=dict)
+    search: SearchSettings = Field(default_factory=SearchSettings)
+    skills: SkillsSettings = Field(default_factory=SkillsSettings)
     hooks: dict[str, list[HookCommand]] = Field(default_factory=dict)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     computer: ComputerSettings = Field(default_factory=ComputerSettings)

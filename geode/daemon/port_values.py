@@ -55,6 +55,8 @@ class SessionOverrides:
         approve_actions: for a tool in ``approve``, the values of its ``action`` argument
             that ask; its other actions run without asking (a binding's
             ``approve_computer_actions``). A tool not named here asks on every call.
+        skills: the skills offered, by name (None: every installed skill; a binding's
+            ``skills``).
     """
 
     model: str | None = None
@@ -67,6 +69,7 @@ class SessionOverrides:
     spend_scope: str = ""
     display: str | None = None
     approve_actions: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    skills: Sequence[str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

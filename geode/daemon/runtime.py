@@ -69,8 +69,11 @@ class Runtime:
 
             tools = builtin_tools()
         self.providers = ProviderBuilder(settings=settings, secrets=secrets)
+        from geode.search import search_client
+
         self.tools = ToolsBuilder(settings=settings, tools=tools, hooks=self.hooks,
-                                  observers=self.observers, mcp=mcp)
+                                  observers=self.observers, mcp=mcp,
+                                  search=search_client(settings.search, secrets))
         self.records = Records(store=store)
         self.budgets = Budgets(settings=settings, clock=self.clock, store=store,
                                observers=self.observers)

@@ -31,6 +31,7 @@ from geode.providers.retry import RetryPolicy
 from geode.tools.base import ToolDef
 
 if TYPE_CHECKING:
+    from geode.skills import OfferedSkills
     from geode.store.timeline import SessionTimeline
 
 __all__ = ["Session", "SessionContext", "SessionParts", "open_session"]
@@ -186,13 +187,28 @@ class SessionParts:
     max_retries: int
 
 
+def _skill_tools(skills: OfferedSkills) -> list[ToolDef]:
+    """The ``skill`` tool, when the session is offered any skill."""
+    if not skills:
+        return []
+    from geode.skills import skill
+
+    return [skill]
+
+
 async def open_session(parts: SessionParts, ctx: SessionContext) -> Session:
     """Build (or resume) a session with its paired executor and loop."""
     ref, provider = parts.providers.session_model(
         model_id=ctx.model or ctx.overrides.model or None, path=ctx.path, given=ctx.provider)
     tools, records, budgets = parts.tools, parts.records, parts.budgets
+    skills = tools.skills_for(ctx.overrides)
+    extra_tools = [*ctx.extra_tools, *_skill_tools(skills)]
     scope = tools.scope(mode=ctx.mode, overrides=ctx.overrides, allow_tools=ctx.allow_tools,
-                        deny_tools=ctx.deny_tools, extra_tools=ctx.extra_tools)
+                        deny_tools=ctx.deny_tools, extra_tools=extra_tools)
+    if skills and not scope.permits("skill"):  # denied (--deny-tool skill): not listed
+        from geode.skills import OfferedSkills
+
+        skills = OfferedSkills(())
     loaded = await records.load_or_create(
         session_id=ctx.session_id, mode=ctx.mode, model=ref.model,
         parent_session_id=ctx.parent_session_id, title=ctx.title,
@@ -200,12 +216,12 @@ async def open_session(parts: SessionParts, ctx: SessionContext) -> Session:
     session_id = loaded.session_id
     executor = tools.executor(scope=scope, workspace=ctx.workspace, approver=ctx.approver,
                               records=records, max_result_chars=budgets.max_result_chars(ref),
-                              display=ctx.overrides.display)
-    plan_source = await tools.plan_source(scope, ctx.extra_tools)
+                              display=ctx.overrides.display, skills=skills)
+    plan_source = await tools.plan_source(scope, extra_tools)
     rules = [*ctx.rules, *([ctx.overrides.prompt_addition] if ctx.overrides.prompt_addition
                            else [])]
     sources = SystemPromptSources(home=parts.home, workspace=ctx.workspace, rules=rules,
-                                  mode=ctx.mode)
+                                  mode=ctx.mode, skills=tuple(skills.listing()))
     checkpointer = records.checkpointer(session_id, fence=ctx.fence,
                                         opening_note=ctx.opening_note)
     deps = RunDeps(

@@ -2,7 +2,9 @@
 
 Sources, in order: the built-in base, the ``GEODE.md`` in ``$GEODE_HOME`` (operator-wide),
 the ``GEODE.md`` in the session's workspace (project), then rules added by the entry
-point (a binding's system prompt, the mode's note). Only the declared ``## `` sections of
+point (a binding's system prompt, the mode's note), then the names and descriptions of the
+skills the session is offered (only those: a skill's instructions come with the ``skill``
+tool). Only the declared ``## `` sections of
 a GEODE.md are used (``SECTIONS``), so a stray file cannot inject arbitrary structure.
 The conversation is passed separately, never folded into this text.
 """
@@ -73,6 +75,9 @@ class SystemPromptSources:
     workspace: Path | None = None
     rules: Sequence[str] = field(default_factory=tuple)
     mode: str = "HEADLESS"
+    #: (name, description) of each skill the session is offered; their instructions are
+    #: not here: the ``skill`` tool opens one when the model needs it
+    skills: Sequence[tuple[str, str]] = field(default_factory=tuple)
 
 
 def build_system_prompt(src: SystemPromptSources) -> str:
@@ -84,4 +89,8 @@ def build_system_prompt(src: SystemPromptSources) -> str:
             if body:
                 parts.append(f'<{label} section="{title}">\n{body}\n</{label}>')
     parts.extend(r for r in src.rules if r)
+    if src.skills:
+        listed = "\n".join(f"- {name}: {description}" for name, description in src.skills)
+        parts.append("<skills>\nSkills (name: description). When a task matches one, open it "
+                     f"with the skill tool and follow its instructions.\n{listed}\n</skills>")
     return "\n\n".join(parts)

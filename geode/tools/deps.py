@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["KeptResults", "SandboxLimits", "ToolDeps"]
+if TYPE_CHECKING:
+    from geode.search import SearchHit, SearchQuery
+
+__all__ = ["KeptResults", "SandboxLimits", "SessionSkills", "ToolDeps", "WebSearch"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +48,23 @@ class KeptResults(Protocol):
     async def read(self, *, session_id: str, result_id: str) -> str | None: ...
 
 
+class WebSearch(Protocol):
+    """The configured search backend with its key (``geode.search.WebSearchClient``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def search(self, query: SearchQuery) -> list[SearchHit]: ...
+
+
+class SessionSkills(Protocol):
+    """The skills a session is offered (``geode.skills.OfferedSkills``)."""
+
+    def names(self) -> list[str]: ...
+
+    def open(self, name: str, workspace: Path) -> str: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToolDeps:
     """The typed dependencies of the built-in tools (one object per session)."""
@@ -69,3 +89,7 @@ class ToolDeps:
     kept_results: KeptResults | None = None
     #: the longest page ``read_result`` returns (a result this long passes whole)
     result_max_chars: int | None = None
+    #: ``web_search``'s backend (None: ``[search]`` is not configured)
+    search: WebSearch | None = None
+    #: the skills the ``skill`` tool opens (None: none are offered)
+    skills: SessionSkills | None = None

@@ -9,7 +9,8 @@ from collections.abc import Collection, Iterable
 
 from geode.errors import ConfigError
 
-__all__ = ["MCP_SEPARATOR", "channel_tool_names", "check_tool_names", "known_tool_names"]
+__all__ = ["MCP_SEPARATOR", "OPTIONAL_TOOL_NAMES", "channel_tool_names", "check_tool_names",
+           "known_tool_names"]
 
 #: an MCP tool is ``SERVER__TOOL`` to the model (CONTRACT.md)
 MCP_SEPARATOR = "__"
@@ -54,12 +55,17 @@ def check_tool_names(
         )
 
 
+#: built-in tools a session has only when configured: ``web_search`` (``[search]``) and
+#: ``skill`` (skills installed); a binding may name them before they are
+OPTIONAL_TOOL_NAMES = frozenset({"web_search", "skill"})
+
+
 def known_tool_names() -> set[str]:
-    """The built-in tools, the channel-only tools (:func:`channel_tool_names`) and the names
-    the mode policies deny (``delegate_task``)."""
+    """The built-in tools (:data:`OPTIONAL_TOOL_NAMES` too), the channel-only tools
+    (:func:`channel_tool_names`) and the names the mode policies deny (``delegate_task``)."""
     from geode.policy import MODE_POLICIES
     from geode.tools.builtin import builtin_tools
 
-    names = {t.name for t in builtin_tools()} | channel_tool_names()
+    names = {t.name for t in builtin_tools()} | channel_tool_names() | OPTIONAL_TOOL_NAMES
     names.update(*(p.denied_tools for p in MODE_POLICIES.values()))
     return names

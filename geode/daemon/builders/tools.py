@@ -9,6 +9,7 @@ display, the kept results) reaches it as :class:`~geode.tools.deps.ToolDeps`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +28,9 @@ if TYPE_CHECKING:
     from geode.daemon.port_values import SessionOverrides
     from geode.hooks import HookRegistry, HookSystem
     from geode.mcp.manager import MCPServerManager
+    from geode.search import WebSearchClient
     from geode.settings import Settings
+    from geode.skills import OfferedSkills
 
 __all__ = ["PlanSource", "ToolsBuilder"]
 
@@ -46,14 +49,21 @@ class ToolsBuilder:
         hooks: HookRegistry,
         observers: HookSystem,
         mcp: MCPServerManager | None = None,
+        search: WebSearchClient | None = None,
     ) -> None:
+        """``search``: the ``[search]`` backend; given, ``web_search`` is registered too."""
         self.settings = settings
         self.hooks = hooks
         self.observers = observers
         self.mcp = mcp
+        self.search = search
         self.registry = ToolRegistry()
         for t in tools:
             self.registry.register(t)
+        if search is not None and "web_search" not in self.registry:
+            from geode.tools.builtin.web_search import web_search
+
+            self.registry.register(web_search)
         #: resource locks shared by every session of the process (a file, a host)
         self.locks = ResourceLocks()
         #: sessions' first tool plans (:class:`PlanSource`)
@@ -73,28 +83,43 @@ class ToolsBuilder:
         check_tool_names(allow_tools, known=known, mcp_servers=servers, what="--allow-tool")
         check_tool_names(deny_tools, known=known, mcp_servers=servers, what="--deny-tool")
         o = overrides
-        return session_scope(mode, channel_tools=o.tools, channel_approve=o.approve,
-                             computer_use=o.computer_use, approve_actions=o.approve_actions,
-                             allow_tools=allow_tools, deny_tools=deny_tools)
+        scope = session_scope(mode, channel_tools=o.tools, channel_approve=o.approve,
+                              computer_use=o.computer_use, approve_actions=o.approve_actions,
+                              allow_tools=allow_tools, deny_tools=deny_tools)
+        if scope.allow_list is not None and any(t.name == "skill" for t in extra_tools):
+            # the session was offered skills (its binding named them, or took them all):
+            # opening one is part of that offer, as read_result is of a cut result
+            scope = dataclasses.replace(scope, allow_list=scope.allow_list | {"skill"})
+        return scope
 
-    def deps(self, *, display: str | None = None) -> ToolDeps:
+    def skills_for(self, overrides: SessionOverrides) -> OfferedSkills:
+        """The skills a session is offered: every installed one, or the ones its caller
+        names (a binding's ``skills``); read from their folders now, so a skill installed or
+        edited since the last session shows in the next."""
+        from geode.skills import OfferedSkills, find_skills, skill_dirs
+
+        return OfferedSkills(find_skills(skill_dirs(self.settings)).pick(overrides.skills))
+
+    def deps(self, *, display: str | None = None,
+             skills: OfferedSkills | None = None) -> ToolDeps:
         """The tools' dependencies for a session (``display``: a computer-use session's X
-        display); the executor adds the kept results."""
+        display; ``skills``: the ones it is offered); the executor adds the kept results."""
         settled = self._settled_deps
-        return settled if not display else ToolDeps(
-            protected_paths=settled.protected_paths, sandbox_limits=settled.sandbox_limits,
-            display=display)
+        if not display and not skills:
+            return settled
+        return dataclasses.replace(settled, display=display or None, skills=skills or None)
 
     def executor(
         self, *, scope: SessionScope, workspace: Path, approver: Approver | None,
         records: Records, max_result_chars: int, display: str | None = None,
+        skills: OfferedSkills | None = None,
     ) -> ToolExecutor:
         """The session's tool boundary (every check, in order; see :mod:`geode.executor`)."""
         return ToolExecutor(
             scope=scope, workspace=workspace, hooks=self.hooks, observers=self.observers,
             approver=approver, receipts=records.receipts, timeline=records.timeline,
             locks=self.locks, max_result_chars=max_result_chars, results=records.results,
-            deps=self.deps(display=display),
+            deps=self.deps(display=display, skills=skills),
         )
 
     async def plan_source(self, scope: SessionScope,
@@ -128,7 +153,8 @@ class ToolsBuilder:
         # the Codex CLI login (a refresh token): GEODE reads it, so no tool may
         protected.append(codex_auth_file(self.settings.codex.home))
         return ToolDeps(protected_paths=tuple(protected),
-                        sandbox_limits=SandboxLimits(**self.settings.sandbox.model_dump()))
+                        sandbox_limits=SandboxLimits(**self.settings.sandbox.model_dump()),
+                        search=self.search)
 
 
 class PlanSource:
