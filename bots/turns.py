@@ -539,5 +539,5 @@ def session_overrides(binding: BindingSettings) -> SessionOverrides:
         approve_actions={"computer": frozenset(binding.approve_computer_actions)}
         if "computer" in binding.approve else {},
         time_budget_s=binding.time_budget_s, spend_caps=binding,
-        spend_scope=spend_scope(binding),
+        spend_scope=spend_scope(binding), skills=binding.skills,
     )

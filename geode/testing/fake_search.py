@@ -55,6 +55,12 @@ class FakeSearch(LoopbackFake):
         self.requests: list[SearchCall] = []
         #: answer every request with this HTTP status instead (an outage, a quota)
         self.status: int | None = None
+        #: web pages it also serves, by path (``/pages/NAME``): a result's URL to fetch
+        self.pages: dict[str, str] = {}
+
+    def page_url(self, name: str) -> str:
+        """The URL of page ``name`` (set its HTML in :attr:`pages` under ``/pages/NAME``)."""
+        return f"{self.base_url}pages/{name}"
 
     @property
     def base_url(self) -> str:
@@ -65,7 +71,14 @@ class FakeSearch(LoopbackFake):
         app.router.add_get("/res/v1/web/search", self._brave)
         app.router.add_post("/search", self._tavily)
         app.router.add_get("/search", self._searxng)
+        app.router.add_get("/pages/{name}", self._page)
         await self._serve(app)
+
+    async def _page(self, request: web.Request) -> web.Response:
+        html = self.pages.get(request.path)
+        if html is None:
+            return web.Response(status=404, text="not here")
+        return web.Response(text=html, content_type="text/html")
 
     def _refuse(self, key: str | None) -> web.Response | None:
         """A refusal (the set status, or 401 for a wrong key), or None; ``key`` None: the
