@@ -1,11 +1,11 @@
 """Computer-use channels: a binding with ``computer_use = true`` drives the daemon's X display
 (:class:`geode.daemon.display.ComputerDisplay`).
 
-* One computer-use turn at a time per display: :func:`on_display` holds the display for
-  the whole turn (a pointer and a keyboard cannot serve two agents); a turn of another
-  thread waits, FIFO, outside the lanes (it holds no slot meanwhile), and its ``/status``
-  says so; ``/stop`` takes it out of the wait. The hold ends however the turn ends (answer,
-  error, ``/stop``, shutdown).
+* One computer-use turn at a time per display: the run phase (:func:`bots.turn.run.on_display`)
+  holds the display for the whole turn (a pointer and a keyboard cannot serve two agents); a
+  turn of another thread waits, FIFO, outside the lanes (it holds no slot meanwhile), and its
+  ``/status`` says so; ``/stop`` takes it out of the wait. The hold ends however the turn
+  ends (answer, error, ``/stop``, shutdown).
 * People can watch: :class:`ScreenWatch` posts the screen to the thread after the agent's
   actions, at most every ``[computer] screenshot_every_s`` and never two uploads at once,
   and once more when the turn ends (when it used the screen).
@@ -20,29 +20,23 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import structlog
 
 from geode.loop.events import ToolResulted
 
 if TYPE_CHECKING:
-    from bots.commands import ActiveTurn
     from bots.events import ReplyTarget
     from bots.port import PlatformClient
-    from bots.progress import ProgressReporter
     from bots.store import ApprovalRecord
     from geode.daemon.display import ComputerDisplay
-    from geode.daemon.session import SessionContext
     from geode.loop import LoopEvent
     from geode.settings import BindingSettings
 
-__all__ = ["ScreenWatch", "approval_screen", "on_display"]
+__all__ = ["ScreenWatch", "approval_screen"]
 
 log = structlog.get_logger(__name__)
-
-_T = TypeVar("_T")
 
 #: takes the screenshot of a display (PNG bytes); the computer tool's own, by default
 Shoot = Callable[[str], Awaitable[bytes]]
@@ -159,43 +153,3 @@ def approval_screen(
             log.info("computer.approval_screen_failed", error=str(exc))
 
     return post
-
-
-async def on_display(
-    computer: ComputerDisplay | None, binding: BindingSettings, ctx: SessionContext,
-    run: Callable[[SessionContext], Awaitable[_T]], *, holder: str, active: ActiveTurn,
-    entered: Callable[[], None], client: PlatformClient, target: ReplyTarget,
-    progress: ProgressReporter | None = None,
-) -> _T:
-    """``run(ctx)`` holding the display when ``binding`` enables computer use (its session
-    then drives that display, and a :class:`ScreenWatch` posts the screen to ``target``);
-    other bindings' turns run at once.
-
-    While another thread's turn (``holder`` names this one) has the display, ``active``
-    says so for ``/status`` and ``/stop``, ``progress`` in the thread, and ``entered`` is
-    called: the turn is queued.
-    """
-    if computer is None or binding.computer_use is not True:
-        return await run(ctx)
-
-    def waiting(line: str) -> None:
-        if line:
-            entered()  # queued for the display: turns that arrived after it may go on
-        active.display_wait = bool(line)
-        active.waiting = line
-        if progress is not None:
-            progress.waiting_on(f"Waiting for the computer display: {line.split(': ', 1)[1]}"
-                                if line else None)
-
-    async with computer.turn(holder, on_wait=waiting) as display:
-        watch = ScreenWatch(client=client, target=target, display=display,
-                            every_s=computer.screenshot_every_s)
-        watch.start()
-        ended = False
-        try:
-            result = await run(replace(ctx, on_event=watch.tee(ctx.on_event),
-                                       overrides=replace(ctx.overrides, display=display)))
-            ended = True
-            return result
-        finally:
-            await watch.close(final=ended)

@@ -6,16 +6,18 @@ sessions only. It is an external effect (``safety="external"``): it runs when th
 lists it in ``tools`` (allowed) or ``approve`` (an approver says yes for each call), and is
 denied otherwise, like any other. The path is resolved like the file tools' (the race-free
 workspace walk, GEODE's own files refused). Images, recognised by their content, go as
-photos where the platform makes the difference (Telegram). The upload is exactly once
-across restarts: an outbox row keyed by the turn and the call (``bots.uploads``); the tool is
-``idempotent`` so that a turn resumed after a crash runs the call again, which then finds the
-row instead of uploading twice.
+photos where the platform makes the difference (Telegram). The tool is built once per layer;
+a call goes to the thread of the turn its session runs (``targets``, by session id). The
+upload is exactly once across restarts: an outbox row keyed by the turn and the call
+(``bots.uploads``); the tool is ``idempotent`` so that a turn resumed after a crash runs the
+call again, which then finds the row instead of uploading twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import posixpath
+from collections.abc import Mapping
 from typing import Annotated
 
 from pydantic import Field
@@ -34,9 +36,10 @@ __all__ = ["make_send_file"]
 CAPTION_MAX = 1024
 
 
-def make_send_file(*, client: PlatformClient, sender: FileSender, target: ReplyTarget
-                   ) -> ToolDef:
-    """The tool for one turn's thread (``target``), sending through ``sender``."""
+def make_send_file(*, client: PlatformClient, sender: FileSender,
+                   targets: Mapping[str, ReplyTarget]) -> ToolDef:
+    """The tool of one layer's turns, sending through ``sender`` into the thread a session's
+    running turn answers in (``targets``, by session id)."""
 
     def keys(args: dict[str, object], ctx: ToolContext) -> list[str]:
         return [path_key("file", ctx, str(args.get("path", "")))]
@@ -51,6 +54,9 @@ def make_send_file(*, client: PlatformClient, sender: FileSender, target: ReplyT
         """Send a file of the workspace to the people in this chat thread (uploaded as an
         attachment; images are shown as pictures). Use it to hand over a report, an export,
         a log or a screenshot; the file itself must exist in the workspace."""
+        target = targets.get(ctx.session_id)
+        if target is None:
+            raise ToolFailure("no thread to send to: this session has no turn running here")
         most = max(client.upload_limit(image=False), client.upload_limit(image=True))
         if most <= 0:
             raise ToolFailure(f"files cannot be sent on {client.platform}")

@@ -10,7 +10,7 @@ from typing import Any
 
 from bots.events import ReplyTarget
 from bots.format import Chunk
-from bots.progress import ProgressReporter
+from bots.turn import ProgressReporter
 from geode.loop.events import ModelResponded, ToolProposed, TurnStarted
 
 TARGET = ReplyTarget(channel="c", thread_root="1")

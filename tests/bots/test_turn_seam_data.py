@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bots.turns import friendly_failure
+from bots.turn import friendly_failure
 from geode.daemon.port import TurnOutcome
 from geode.loop import TurnResult
 from geode.loop.termination import TerminationReason

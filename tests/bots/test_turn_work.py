@@ -132,16 +132,16 @@ async def test_the_binding_folder_is_made_once_and_again_after_it_was_removed(
         real(self, *a, **kw)
 
     monkeypatch.setattr(Path, "mkdir", mkdir)
-    import bots.turns
+    import bots.turn.prepare
 
     resolved: list[Any] = []
-    real_workspace = bots.turns.binding_workspace
+    real_workspace = bots.turn.prepare.binding_workspace
 
     def workspace(home: Path, b: Any) -> Path:
         resolved.append(b)
         return real_workspace(home, b)
 
-    monkeypatch.setattr(bots.turns, "binding_workspace", workspace)
+    monkeypatch.setattr(bots.turn.prepare, "binding_workspace", workspace)
 
     async def turn(text: str) -> None:
         fake.user_says(CHAT, f"@geode_bot {text}", from_user=42)

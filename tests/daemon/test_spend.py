@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from bots.turns import session_overrides
+from bots.turn import session_overrides
 from geode.cli.app import _register, app
 from geode.daemon.metrics import DaemonMetrics
 from geode.daemon.port import SessionOverrides
@@ -82,7 +82,7 @@ class Rig:
         self.providers.append(provider)
         s = await rt.open_session(SessionContext(
             mode="DAEMON" if binding else "SCHEDULER", workspace=self.home, session_id=session,
-            # what a channel turn passes (bots.turns): the binding as neutral overrides
+            # what a channel turn passes (bots.turn): the binding as neutral overrides
             overrides=session_overrides(binding) if binding else SessionOverrides(),
             source=binding.platform if binding else "", user=user, thread=thread,
             provider=provider))

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from bots.turns import session_overrides
+from bots.turn import session_overrides
 from geode.daemon.port import SessionOverrides
 from geode.daemon.runtime import Runtime
 from geode.daemon.session import SessionContext

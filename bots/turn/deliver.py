@@ -1,0 +1,192 @@
+"""The deliver phase: the answer redacted, rendered, recorded ``ready`` under the turn's claim,
+then delivered; and the delivery of every outbox row (:class:`Deliverer`), one visible final
+reply per inbound message (``bots.store.outbox``).
+
+A turn's row records its progress message id as soon as that message exists; the final
+answer is then delivered by **editing** recorded messages (the progress message for the
+first chunk, recorded placeholders for the rest). An edit is idempotent ("message is not
+modified" means it is already there), so after a crash the deliverer just runs again: a
+reply whose send outcome is unknown is reconciled through the recorded message id, never
+re-sent blindly.
+
+Short notices (pairing codes, command answers) have no progress message: their row is
+marked ``sending`` before the single send; a crash inside that window leaves the row
+``uncertain`` and it is not re-sent (at most once; the Bot API cannot read history to check).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from bots.events import ReplyTarget
+from bots.format import Chunk
+from bots.observed import ChannelEvent, DeliveryRetried, RateLimited, ReplySent
+from bots.port import DeliveryError, PlatformClient
+from bots.store.outbox import PLACEHOLDER, Outbox, OutboxRow
+from bots.turn.steps import Answered, Done, Dropped, Ready
+from geode.secret_redaction import redact_text
+
+if TYPE_CHECKING:
+    from bots.turn.steps import TurnDeps
+
+__all__ = ["DeliverPhase", "Deliverer"]
+
+log = structlog.get_logger(__name__)
+
+
+class DeliverPhase:
+    """Records and delivers the answers of one layer's turns."""
+
+    def __init__(self, *, deps: TurnDeps) -> None:
+        self.deps = deps
+
+    async def record(self, step: Answered) -> Ready | Done:
+        """The final answer, redacted and rendered, recorded ``ready`` under the turn's
+        claim (a replica that lost the thread records nothing)."""
+        deps = self.deps
+        chunks = deps.client.render(redact_text(step.text))
+        ready = await deps.outbox.mark_ready(step.row.id, chunks, fence=step.fence)
+        if ready is None:
+            log.warning("turn.finished_elsewhere", row=step.row.id)
+            return Done("finished elsewhere")
+        deps.fault("final_recorded")
+        return Ready(row=ready, fresh=True)
+
+    async def dropped(self, step: Dropped) -> Ready | Done:
+        """A turn ``geode queue drop`` took: the notice recorded as its answer, if any."""
+        row = await self.deps.outbox.by_id(step.row.id)
+        return Ready(row=row) if row.status == "ready" else Done("dropped")
+
+    async def deliver(self, step: Ready) -> Done:
+        """Deliver the recorded answer (idempotent: safe to run again after any crash)."""
+        await self.deps.deliverer.deliver(step.row)
+        if step.fresh:
+            self.deps.fault("delivered")
+        return Done()
+
+
+def _rate_limited(exc: DeliveryError) -> bool:
+    """A platform's rate-limit answer (429 with Retry-After), as every connector maps it."""
+    return exc.kind == "retry" and exc.retry_after is not None
+
+
+class Deliverer:
+    """Sends outbox rows through the platform client, reconcilably."""
+
+    def __init__(
+        self, *, client: PlatformClient, outbox: Outbox,
+        fault: Any = None, max_attempts: int = 5,
+        observe: Callable[[ChannelEvent], None] | None = None,
+    ) -> None:
+        """``observe(event)``: the daemon's metrics (:class:`ReplySent` with the latency
+        from intake, :class:`DeliveryRetried`, :class:`RateLimited`)."""
+        self.client = client
+        self.outbox = outbox
+        self._fault = fault or (lambda point: None)
+        self.max_attempts = max_attempts
+        self._observe = observe or (lambda event: None)
+
+    async def deliver(self, row: OutboxRow) -> OutboxRow:
+        """Deliver a ``ready`` row (idempotent: safe to call again after any crash)."""
+        if row.status == "sent":
+            return row
+        if row.kind == "notice":
+            return await self._notice(row)
+        return await self._turn(row)
+
+    async def _notice(self, row: OutboxRow) -> OutboxRow:
+        if row.status == "sending":
+            # Crashed inside the send window: it may be visible already. Never re-send.
+            log.warning("outbox.notice_uncertain", row=row.id)
+            return await self.outbox.finish(row, status="uncertain",
+                                            error="send outcome unknown")
+        await self.outbox.update(row.id, status="sending")
+        ids: list[str] = []
+        try:
+            for chunk in row.chunks:
+                ids.append(await self._send_chunk(row.target, chunk))
+        except DeliveryError as exc:
+            if _rate_limited(exc):
+                self._observe(RateLimited(platform=self.client.platform))
+            status = "uncertain" if exc.kind == "unknown" else "failed"
+            return await self.outbox.finish(row, status=status, error=str(exc),
+                                            values={"message_ids": ids})
+        self._fault("notice_sent_before_record")
+        return await self._sent(row, ids)
+
+    async def _send_chunk(self, target: ReplyTarget, chunk: Chunk) -> str:
+        try:
+            return await self.client.send(target, chunk)
+        except DeliveryError as exc:
+            if exc.kind != "markup":
+                raise
+            log.info("outbox.markup_rejected_plain_fallback")
+            return await self.client.send(target, chunk, plain=True)
+
+    async def _edit_chunk(self, target: ReplyTarget, message_id: str, chunk: Chunk) -> str:
+        """Edit, falling back to plain text; returns the id now holding the chunk."""
+        for plain in (False, True):
+            try:
+                await self.client.edit(target, message_id, chunk, plain=plain)
+                return message_id
+            except DeliveryError as exc:
+                if exc.kind == "not_modified":
+                    return message_id  # already there: the reconciliation case
+                if exc.kind == "markup" and not plain:
+                    continue
+                if exc.kind == "not_found":
+                    # The message was deleted (by a person): nothing to duplicate, send anew.
+                    return await self._send_chunk(target, chunk)
+                raise
+        raise AssertionError("unreachable")
+
+    async def _turn(self, row: OutboxRow) -> OutboxRow:
+        ids = list(row.message_ids)
+        if not ids and row.progress_message_id:
+            ids = [row.progress_message_id]
+        attempt = 0
+        last = len(row.chunks)
+        while True:
+            try:
+                # Placeholders first, each recorded before the next: every final chunk is then
+                # delivered by an edit of a recorded message (idempotent on retry).
+                while len(ids) < len(row.chunks):
+                    mid = await self.client.send(row.target, Chunk(formatted=PLACEHOLDER,
+                                                                       fallback=PLACEHOLDER))
+                    self._fault("placeholder_sent_before_record")
+                    ids.append(mid)
+                    await self.outbox.update(row.id, message_ids=ids)
+                for i in range(row.edited, len(row.chunks)):
+                    held = await self._edit_chunk(row.target, ids[i], row.chunks[i])
+                    self._fault("final_edited_before_record")
+                    if held != ids[i]:
+                        ids[i] = held
+                    if i + 1 < len(row.chunks):
+                        # The last chunk's record is the finishing transaction below.
+                        await self.outbox.update(row.id, message_ids=ids, edited=i + 1)
+                break
+            except DeliveryError as exc:
+                attempt += 1
+                if _rate_limited(exc):
+                    self._observe(RateLimited(platform=self.client.platform))
+                if exc.kind == "fatal" or attempt >= self.max_attempts:
+                    log.warning("outbox.delivery_failed", row=row.id, error=str(exc))
+                    return await self.outbox.finish(
+                        row, status="failed", error=str(exc),
+                        values={"attempts": row.attempts + attempt})
+                self._observe(DeliveryRetried(platform=self.client.platform))
+                await asyncio.sleep(min(30.0, exc.retry_after or 0.2 * 2**attempt))
+                row = await self.outbox.by_id(row.id)
+                ids = list(row.message_ids) or ids
+        return await self._sent(row, ids, values={"edited": max(last, row.edited)})
+
+    async def _sent(
+        self, row: OutboxRow, ids: list[str], values: dict[str, Any] | None = None
+    ) -> OutboxRow:
+        sent, latency = await self.outbox.record_sent(row, ids, values=values)
+        self._observe(ReplySent(platform=self.client.platform, latency_s=latency))
+        return sent
