@@ -46,6 +46,7 @@ __all__ = [
     "BudgetSettings",
     "CodexSettings",
     "ComputerSettings",
+    "ConsoleSettings",
     "LoopSettings",
     "ModelSettings",
     "SandboxSettings",
@@ -343,6 +344,68 @@ class ComputerSettings(_Section):
     screenshot_every_s: float = Field(default=10.0, ge=0)
 
 
+class ConsoleSettings(_Section):
+    """``[console]``: the operator console served by ``geode serve`` (``bots.console``)."""
+
+    enabled: bool = False
+    #: HOST:PORT it listens on; loopback unless the operator says otherwise (see below)
+    listen: str = "127.0.0.1:8788"
+    #: the address people reach it at (a reverse proxy's https URL); sign-in links use it
+    public_url: str = ""
+    #: PLATFORM:USER_ID of the people who see every binding (a binding's approvers may sign
+    #: in too, and see their bindings only)
+    operators: list[str] = Field(default_factory=list)
+    #: serve a non-loopback address over plain http (the session cookie crosses the
+    #: network in the clear): only with this literal switch
+    allow_insecure_http: bool = False
+
+    @field_validator("operators")
+    @classmethod
+    def _qualified_ids(cls, v: list[str]) -> list[str]:
+        for op in v:
+            platform, sep, user = str(op).partition(":")
+            if not sep or not platform or not user:
+                raise ValueError(f"operators: {op!r} is not PLATFORM:USER_ID (a user id is "
+                                 "unique within its platform only)")
+        return v
+
+    @model_validator(mode="after")
+    def _safe_listen(self) -> ConsoleSettings:
+        host, _port = console_listen(self.listen)
+        url = self.public_url.strip()
+        if url and not url.startswith(("https://", "http://")):
+            raise ValueError(f"public_url {url!r} must start with https:// (or http://)")
+        if (self.enabled and not _loopback(host) and not url.startswith("https://")
+                and not self.allow_insecure_http):
+            raise ValueError(
+                f"[console] listen = {self.listen!r} is not a loopback address, and the "
+                "console would serve sign-in links and session cookies over plain http. "
+                'Put it behind an https reverse proxy and set public_url = "https://...", '
+                "or set allow_insecure_http = true if the network is yours alone.")
+        return self
+
+
+def console_listen(listen: str) -> tuple[str, int]:
+    """``[console] listen`` as (host, port); a ValueError says what is wrong."""
+    host, sep, port = listen.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"[console] listen = {listen!r}: use HOST:PORT, e.g. "
+                         '"127.0.0.1:8788"')
+    return host, int(port)
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class HookCommand(_Section):
     command: str
     matcher: str | None = None
@@ -376,6 +439,7 @@ class Settings(BaseSettings):
     hooks: dict[str, list[HookCommand]] = Field(default_factory=dict)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     computer: ComputerSettings = Field(default_factory=ComputerSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     log_level: str = "WARNING"
     log_json: bool = False
     #: where /healthz, /readyz and /metrics listen: loopback on bare metal, "0.0.0.0" in a container

@@ -6,7 +6,8 @@ Inbound events and cursors (:class:`InboundLog`, :class:`Cursors`), leases
 codes (:class:`PairingStore`), stored bindings (:class:`StoredBindings`) and approval
 requests (:class:`ApprovalRequests`), what was received of attachments
 (:class:`AttachmentRecords`), the operator's view of queued turns
-(:class:`ChannelQueue`), each with
+(:class:`ChannelQueue`), the operator console's links and sessions
+(:class:`ConsoleLinks`, :class:`ConsoleSessions`), each with
 named operations; :class:`ChannelStore` builds them on the harness's store and holds the
 units of work that span several tables (accepting a turn). The tables are on
 :data:`CHANNEL_METADATA`, handed to the harness by the composition root.
@@ -22,6 +23,7 @@ from bots.store._tables import CHANNEL_METADATA
 from bots.store.approvals import ApprovalRecord, ApprovalRequests, ApprovalStatus, Decision
 from bots.store.attachments import AttachmentRecord, AttachmentRecords, AttachmentStatus
 from bots.store.bindings import StoredBindings
+from bots.store.console import ConsoleLinks, ConsoleSession, ConsoleSessions, ConsoleThreads
 from bots.store.inbound import EVENTS_CHANNEL, Cursors, InboundLog, StoredEvent
 from bots.store.leases import Lease, Thread, ThreadLeaseLost, ThreadLeases
 from bots.store.outbox import PLACEHOLDER, Outbox, OutboxRow
@@ -43,6 +45,10 @@ __all__ = [
     "AttachmentStatus",
     "ChannelQueue",
     "ChannelStore",
+    "ConsoleLinks",
+    "ConsoleSession",
+    "ConsoleSessions",
+    "ConsoleThreads",
     "Cursors",
     "Decision",
     "InboundLog",
