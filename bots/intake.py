@@ -30,12 +30,12 @@ import structlog
 
 from bots.bindings import BindingTable
 from bots.events import InboundEvent
+from bots.observed import MessagesReceived
 from bots.options import LayerOptions
 from bots.port import PlatformClient, TurnHost
 from bots.router import BaseEventProcessor, Router
 from bots.store import EVENTS_CHANNEL, ChannelStore, Cursors, StoredEvent
 from geode.daemon.supervisor import Component, describe_error
-from geode.hooks.events import MessagesReceived
 from geode.secret_redaction import redact_text
 from geode.settings import BindingSettings
 from geode.store._retry import is_transient

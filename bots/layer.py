@@ -38,6 +38,7 @@ from bots.commands import ActiveTurn, CommandContext
 from bots.events import InboundEvent
 from bots.intake import ClaimState, Intake, Pump
 from bots.lease_keeper import LeaseKeeper
+from bots.metrics import ChannelMetrics
 from bots.options import LayerOptions
 from bots.outbound import Deliverer
 from bots.port import PlatformClient, TurnHost
@@ -98,6 +99,8 @@ class ChannelLayer:
         self.active: dict[str, ActiveTurn] = {}
         self.entry = EntryOrder()
         self.waiters = ApprovalWaiters()
+        # what the layer publishes is counted on the daemon's /metrics (once per daemon)
+        host.add_metrics(ChannelMetrics)
         # Collaborators get what they use, at construction (never the layer itself).
         self.deliverer = Deliverer(client=client, outbox=self.outbox,
                                    fault=self.fault, observe=host.publish)
