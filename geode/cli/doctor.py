@@ -118,15 +118,55 @@ async def _run_checks(cwd: Path) -> int:
     _group("store")
     failures += await _check_store(settings)
     _group("bindings")
-    failures += await _plugin_checks(settings)
+    await _list_bindings(settings)
     _group("mcp")
     failures += await _check_mcp(settings, secrets, cwd)
     _group("sandbox")
     failures += await _check_sandbox()
     _group("computer_use")
     failures += await _check_computer_use(settings)
+    _group("skills")
+    failures += _check_skills_and_search(settings, secrets)
     _group("file_modes")
     _check_modes(settings)
+    return failures
+
+
+def _check_skills_and_search(settings: Settings, secrets: Secrets) -> int:
+    """Every SKILL.md's front matter (a bad one fails, naming the file: it is not offered),
+    a binding's ``skills`` naming none installed (warn), and the ``[search]`` backend's key."""
+    from geode.search import load_backend
+    from geode.skills import find_skills, skill_dirs
+
+    failures = 0
+    scan = find_skills(skill_dirs(settings))
+    if scan.skills:
+        _line(True, "skills: " + ", ".join(sorted(scan.skills)), name="skills")
+    for problem in scan.problems:
+        failures += 1
+        _line(False, f"skill {problem.path}: {problem.problem}",
+              "fix its front matter (name: the folder's name; description: what it does and "
+              "when to use it); geode skills list shows every skill", name="skills")
+    for b in settings.bindings:
+        unknown = scan.unknown(b.skills or ())
+        if unknown:
+            _line(None, f"binding {b.platform} {b.channel}: skills {', '.join(unknown)} are not "
+                  "installed", f"add them under {settings.home / 'skills'} or [skills] paths",
+                  name="skills")
+    provider = settings.search.provider
+    spec = load_backend(provider) if provider else None
+    if spec is not None:
+        if spec.key_env and not secrets.get(spec.key_env):
+            failures += 1
+            _line(False, f"web search ({spec.name}): {spec.key_env} is not set",
+                  f"set {spec.key_env} in the environment or {settings.home / '.env'}",
+                  name="search")
+        elif not (settings.search.base_url or spec.default_base_url):
+            failures += 1
+            _line(False, f"web search ({spec.name}) has no base_url",
+                  "set [search] base_url to your instance's address", name="search")
+        else:
+            _line(True, f"web search: {spec.name}", name="search")
     return failures
 
 
@@ -211,19 +251,29 @@ async def _check_store(settings: Settings) -> int:
     return 0 if reachable else 1
 
 
-async def _plugin_checks(settings: Settings) -> int:
-    """Each plugin's doctor checks (the chat layer's: per binding, what runs freely, what
-    needs an approver's yes, and who can give it); the number that failed."""
-    from geode.plugins import load_part, plugins
+async def _list_bindings(settings: Settings) -> None:
+    """Per binding: what runs freely, what needs an approver's yes, and who can give it."""
+    from geode.cli.cmd_channels import approval_summary
 
-    failures = 0
-    for plugin in plugins():
-        if plugin.doctor:
-            for check in await load_part(plugin.doctor)(settings):
-                failures += check.status == "fail"
-                ok = {"ok": True, "warn": None, "fail": False}[check.status]
-                _line(ok, check.message, check.fix, name=check.name)
-    return failures
+    rows = [("config", b) for b in settings.bindings]
+    try:
+        from bots.store import StoredBindings
+        from geode.store import open_store
+
+        async with await open_store(settings.store_url) as store:
+            rows += [("store", b) for b in await StoredBindings(store=store).list()]
+    except Exception:  # the store check above reported it already
+        pass
+    for src, b in rows:
+        free = ("read-only tools (DAEMON default)" if b.tools is None
+                else ", ".join(b.tools) or "no tools")
+        where = f"{b.team}/{b.channel}" if b.team else b.channel
+        nobody = bool(b.approve) and not b.approvers
+        _line(
+            None if nobody else True,
+            f"binding {b.platform} {where} [{src}]: runs freely: {free}; {approval_summary(b)}",
+            'give the binding approvers = ["USER_ID", ...] (or remove its approve list)',
+        )
 
 
 async def _check_mcp(settings: Settings, secrets: Secrets, cwd: Path) -> int:

@@ -2,8 +2,7 @@
 
 Works on the store, whether ``geode serve`` runs or not (any number of replicas): a dropped
 message's reply becomes the notice; the daemon delivers it instead of running the message
-when it would have got its lanes, or the next start's recovery does. The chat layer's plugin
-(:mod:`bots.plugin`) adds the command to ``geode``.
+when it would have got its lanes, or the next start's recovery does.
 """
 
 from __future__ import annotations
@@ -15,12 +14,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from geode.cli._common import load_typed, open_store
+from geode.cli._common import open_store
+from geode.cli.app import app
 
 if TYPE_CHECKING:
     from bots.store import QueuedMessage
 
 queue_app = typer.Typer(help="Channel messages waiting for a lane.", no_args_is_help=True)
+app.add_typer(queue_app, name="queue")
 
 
 def _age(received: datetime, now: datetime) -> str:
@@ -34,8 +35,9 @@ def _age(received: datetime, now: datetime) -> str:
 
 async def _queued() -> list[QueuedMessage]:
     from bots.store import ChannelQueue
+    from geode.cli._runtime import load
 
-    settings, _ = load_typed()
+    settings, _ = load()
     async with await open_store(settings) as store:
         return await ChannelQueue(store=store).list()
 
@@ -71,8 +73,9 @@ def queue_drop(
 ) -> None:
     """End a queued message unanswered; its thread is told an operator removed it."""
     from bots.store import ChannelQueue
+    from geode.cli._runtime import load
 
-    settings, _ = load_typed()
+    settings, _ = load()
 
     async def main() -> bool:
         async with await open_store(settings) as store:
