@@ -114,7 +114,7 @@ def _root(
 # In the order ``geode --help`` lists them.
 _COMMAND_MODULES = ("cmd_channels", "cmd_info", "cmd_init", "cmd_mcp", "cmd_run", "cmd_serve",
                     "cmd_ask", "cmd_repl", "cmd_schedule", "cmd_sessions", "cmd_usage",
-                    "cmd_db", "cmd_skills", "cmd_queue")
+                    "cmd_db", "cmd_skills", "cmd_queue", "cmd_replay")
 
 
 #: each command (or command group) and the module that defines it: a command imports only its
@@ -135,6 +135,7 @@ _COMMAND_MODULE = {
     "usage": "cmd_usage",
     "db": "cmd_db",
     "queue": "cmd_queue",
+    "replay": "cmd_replay",
 }
 
 

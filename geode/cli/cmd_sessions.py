@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -205,3 +206,56 @@ def sessions_transcript(
         typer.echo("no messages yet")
     for line in render_transcript(entries):
         typer.echo(line)
+
+
+@sessions_app.command("export")
+def sessions_export(
+    session_id: Annotated[str, typer.Argument(help="The session id.")],
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Write to this file instead of stdout.")] = None,
+) -> None:
+    """The session as JSON lines, redacted: a header, then per turn the user's input, each
+    model response, each tool result (with its effect receipt) and each recorded decision.
+    `geode replay FILE` reads it."""
+    from geode.replay import load_recording, to_jsonl
+
+    settings, _ = load_typed()  # registers the credentials the redaction masks
+
+    async def main() -> list[str]:
+        async with await open_store(settings) as store:
+            await _require_session(store, session_id)
+            return list(to_jsonl(await load_recording(store, session_id), store.secrets))
+
+    lines = asyncio.run(main())
+    text = "".join(f"{line}\n" for line in lines)
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+
+
+@sessions_app.command("fork")
+def sessions_fork(
+    session_id: Annotated[str, typer.Argument(help="The session id.")],
+    at: Annotated[str | None, typer.Option(
+        "--at", help="After this turn: its number (1 = the first) or its id; default the "
+        "latest.")] = None,
+) -> None:
+    """A new session whose conversation is this one's after turn --at (its parent is
+    recorded); prints its id. `geode run --session NEW` continues it."""
+    from geode.errors import ConfigError
+    from geode.replay import fork_session
+
+    settings, _ = load_typed()
+
+    async def main() -> Any:
+        async with await open_store(settings) as store:
+            await _require_session(store, session_id)
+            return await fork_session(store, session_id, at=at)
+
+    try:
+        fork = asyncio.run(main())
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(fork.session_id)

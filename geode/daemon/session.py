@@ -80,8 +80,22 @@ class SessionContext:
         return {"SCHEDULER": "schedule", "DAEMON": "channel"}.get(self.mode, "cli")
 
     def session_metadata(self) -> dict[str, Any]:
-        """Written once, when the session is created (``geode run -c`` looks it up)."""
-        return {"source": self.session_source(), "workspace": str(self.workspace)}
+        """Written once, when the session is created (``geode run -c`` looks it up).
+
+        ``policy``: the tool policy the caller asked for beyond its mode (flags, a binding's
+        lists), so ``geode replay`` checks the session against the policy it ran under."""
+        meta: dict[str, Any] = {"source": self.session_source(), "workspace": str(self.workspace)}
+        o = self.overrides
+        policy: dict[str, Any] = {k: v for k, v in (
+            ("allow_tools", sorted(self.allow_tools)), ("deny_tools", sorted(self.deny_tools)),
+            ("approve", sorted(o.approve)), ("binding", o.spend_scope)) if v}
+        if o.tools is not None:
+            policy["tools"] = sorted(o.tools)
+        if o.computer_use:
+            policy["computer_use"] = True
+        if policy:
+            meta["policy"] = policy
+        return meta
 
 
 @dataclass(kw_only=True)
