@@ -345,7 +345,7 @@ async def _tg_calls(fake: Fake) -> AsyncIterator[None]:
     from telegram import ReactionTypeEmoji, Update
     from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
-    from bots.telegram._request import AiohttpRequest
+    from bots.telegram.client import AiohttpRequest
 
     async def reply(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         msg = update.effective_message

@@ -12,14 +12,14 @@ from geode._imports import import_without, lazy_attributes
 
 if TYPE_CHECKING:
     from bots.port import TurnHost
-    from bots.telegram._ratelimit import PerChatRateLimiter
+    from bots.telegram.client import PerChatRateLimiter
     from bots.telegram.connector import TelegramConnector
     from bots.telegram.options import TelegramOptions
     from geode.settings import Secrets, Settings
 
 __all__ = ["PerChatRateLimiter", "TelegramConnector", "TelegramOptions", "build_connector"]
 
-_LAZY = {"PerChatRateLimiter": "bots.telegram._ratelimit",
+_LAZY = {"PerChatRateLimiter": "bots.telegram.client",
          "TelegramConnector": "bots.telegram.connector",
          "TelegramOptions": "bots.telegram.options"}
 

@@ -1,18 +1,72 @@
-"""The Telegram client: what the layer sends through (send / edit / react / upload / typing),
-with the ``ApprovalControls`` (inline keyboards, ``answerCallbackQuery``) and
-``AttachmentReader`` abilities; not ``ReadBack`` (the Bot API reads no history). Telegram
-errors become :class:`~bots.port.DeliveryError` kinds in one place, :func:`_map_error`.
+"""The Telegram client: everything a send goes through, in one module.
 
-A mixin of :class:`~bots.telegram.connector.TelegramConnector`: it reads the bot the
-connector builds at connect; it holds nothing of the intake.
+* **The client** (:class:`TelegramClient`): what the layer sends through (send / edit /
+  react / upload / typing), with the ``ApprovalControls`` (inline keyboards,
+  ``answerCallbackQuery``) and ``AttachmentReader`` abilities; not ``ReadBack`` (the Bot
+  API reads no history). Telegram errors become :class:`~bots.port.DeliveryError` kinds in
+  one place, :func:`_map_error`. A mixin of
+  :class:`~bots.telegram.connector.TelegramConnector`: it reads the bot the connector
+  builds at connect; it holds nothing of the intake.
+* **Pacing** (:class:`PerChatRateLimiter`): a PTB rate limiter that honours 429
+  ``retry_after`` per chat, without freezing the others.
+
+  PTB's ``AIORateLimiter`` pauses *every* request of the bot while it sleeps off one chat's
+  ``retry_after`` (a global event): one flooded group then delays every other chat's
+  replies, the "429 freeze" peers' users report. This limiter keeps PTB's
+  ``BaseRateLimiter`` interface (plugged in with ``ExtBot(rate_limiter=...)``) and the same
+  throughput limits (``aiolimiter``: overall per second, group ``sendMessage`` per minute),
+  but a 429 only holds back later requests *to that chat*. A ``retry_after`` longer than
+  ``max_retry_after_s`` is not slept on inside the request: it is raised, so the caller can
+  keep the reply in the outbox instead of blocking a worker for minutes.
+
+  Answers first: the overall budget (30 requests/s by default) is shared by every call,
+  and a reply is three of them (the 👀 reaction, the progress message, the answer as its
+  edit) plus "typing" every few seconds per running turn. When the budget is short, the
+  cosmetic calls (``sendChatAction``, ``setMessageReaction``) take only what the others
+  leave: they wait while any other request waits for the budget, and a "typing" that
+  cannot go at once is dropped (it lasts 5 s and the next one follows), so a burst of
+  typing indicators never delays an answer.
+* **The transport** (:class:`AiohttpRequest`): python-telegram-bot networking on aiohttp
+  instead of httpx.
+
+  PTB's default ``HTTPXRequest`` (httpx + httpcore + anyio) costs a large share of the CPU
+  of a reply; aiohttp is already in the process (the webhook server, the fakes) and is
+  cheaper per request. :class:`AiohttpRequest` keeps the contract of PTB's
+  ``BaseRequest``; status codes are mapped to ``TelegramError`` subclasses by PTB itself
+  (``BaseRequest._request_wrapper``).
+
+  TLS trusts the system's CA store (which honours ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``)
+  plus certifi's bundle, so hosts that worked with httpx (certifi) keep working, including
+  slim images without system CAs.
+
+  Not supported, on purpose: proxies (the session ignores ``HTTP(S)_PROXY``) and HTTP/2. A
+  deployment that needs either sets ``[channels.telegram] http_backend = "httpx"``.
+
+They are one module so that a send is one hop of ours: the layer calls the client, and
+PTB calls back into the pacing and the transport beside it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import json
+import re
+import ssl
+import time
+from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import aiohttp
+import certifi
+import structlog
+from aiolimiter import AsyncLimiter
 from telegram import InputFile, ReplyParameters
+from telegram._utils.defaultvalue import DefaultValue
+from telegram._utils.types import ODVInput
 from telegram.error import (
     BadRequest,
     Forbidden,
@@ -22,16 +76,33 @@ from telegram.error import (
     TelegramError,
     TimedOut,
 )
-from telegram.ext import ExtBot
+from telegram.ext import BaseRateLimiter, ExtBot
+from telegram.request import BaseRequest, HTTPXRequest, RequestData
 
 from bots._download import TOO_LARGE, stream_to_file, telegram_file_url
 from bots.events import Attachment, InboundEvent, ReplyTarget
 from bots.format import Chunk
 from bots.port import AttachmentRefused, DeliveryError
-from bots.telegram._convert import approval_keyboard
-from bots.telegram._ratelimit import retry_after_seconds
 
-__all__ = ["CAPTION_LIMIT", "DOCUMENT_LIMIT_MB", "PHOTO_LIMIT_MB", "TelegramClient"]
+__all__ = [
+    "APPROVAL_ACTION",
+    "CAPTION_LIMIT",
+    "COSMETIC",
+    "DOCUMENT_LIMIT_MB",
+    "PHOTO_LIMIT_MB",
+    "AiohttpRequest",
+    "HttpBackend",
+    "PerChatRateLimiter",
+    "TelegramClient",
+    "approval_keyboard",
+    "build_request",
+    "retry_after_seconds",
+]
+
+log = structlog.get_logger(__name__)
+
+# -- the client ------------------------------------------------------------------------------
+
 
 #: Bot API upload limits (MiB): documents, photos; captions in characters
 DOCUMENT_LIMIT_MB = 50
@@ -96,7 +167,7 @@ class TelegramClient:
 
     async def send_approval(self, target: ReplyTarget, chunk: Chunk, *, short_id: str) -> str:
         """The request with an inline keyboard (Approve / Deny); a click comes back as a
-        ``callback_query`` (``_convert``), answered by :meth:`answer_action`."""
+        ``callback_query`` (:mod:`bots.telegram.inbound`), answered by :meth:`answer_action`."""
         assert self.bot is not None
         data = self._route(target)
         data.update(_text(chunk, False))
@@ -226,3 +297,361 @@ def _map_error(exc: TelegramError, *, sending: bool) -> DeliveryError:
         # The request may have reached Telegram: for a send the outcome is unknown.
         return DeliveryError("unknown" if sending else "retry", text)
     return DeliveryError("fatal", text)
+
+
+#: ``callback_data`` of the approval buttons (``bots.approvals``): ``geode:approve:K7Q2XM``;
+#: a click on one is read back by :mod:`bots.telegram.inbound`
+APPROVAL_ACTION = re.compile(r"^geode:(approve|deny):([A-Z0-9]{4,16})$")
+
+
+def approval_keyboard(short_id: str) -> dict[str, Any]:
+    """The inline keyboard of an approval request: Approve / Deny."""
+    return {"inline_keyboard": [[
+        {"text": "✅ Approve", "callback_data": f"geode:approve:{short_id}"},
+        {"text": "🚫 Deny", "callback_data": f"geode:deny:{short_id}"},
+    ]]}
+
+
+# -- pacing ----------------------------------------------------------------------------------
+
+
+JSONDict = dict[str, Any]
+#: calls that only decorate a reply: they get the overall budget the others leave
+COSMETIC = frozenset({"sendChatAction", "setMessageReaction"})
+
+
+def retry_after_seconds(exc: RetryAfter) -> float:
+    """``retry_after`` as seconds, whichever representation this PTB version keeps."""
+    raw = getattr(exc, "_retry_after", None)
+    if isinstance(raw, timedelta):
+        return raw.total_seconds()
+    if isinstance(raw, int | float):
+        return float(raw)
+    return 1.0
+
+
+class PerChatRateLimiter(BaseRateLimiter[int]):
+    """Throughput limits plus per-chat 429 back-off (see the module docstring).
+
+    Args:
+        overall_max_rate: requests per ``overall_time_period`` for the whole bot (0 = off).
+        group_max_rate: ``sendMessage`` calls per ``group_time_period`` per group (0 = off).
+        max_retries: retries of one request after a 429.
+        max_retry_after_s: longest ``retry_after`` slept on inside a request.
+        on_retry: told of each 429 slept off and retried here (the daemon's metrics).
+    """
+
+    def __init__(
+        self,
+        *,
+        overall_max_rate: float = 30,
+        overall_time_period: float = 1,
+        group_max_rate: float = 20,
+        group_time_period: float = 60,
+        max_retries: int = 3,
+        max_retry_after_s: float = 30.0,
+        on_retry: Callable[[], None] | None = None,
+    ) -> None:
+        self._overall = (AsyncLimiter(overall_max_rate, overall_time_period)
+                         if overall_max_rate > 0 else None)
+        #: how long one request's share of the overall budget takes to come back
+        self._slot_s = overall_time_period / overall_max_rate if overall_max_rate > 0 else 0.0
+        #: requests other than cosmetic ones now waiting for the overall budget
+        self._waiting = 0
+        self.dropped_typing = 0
+        self._group_rate = group_max_rate
+        self._group_period = group_time_period
+        self._groups: dict[str, AsyncLimiter] = {}
+        self.max_retries = max_retries
+        self.max_retry_after_s = max_retry_after_s
+        #: chat id -> monotonic time before which nothing is sent to it
+        self._held_until: dict[str, float] = {}
+        self.hits: list[tuple[str, float]] = []  # (chat, retry_after) for tests and metrics
+        #: called for each 429 slept off here (one raised to the caller is the caller's to count)
+        self._on_retry = on_retry or (lambda: None)
+
+    async def initialize(self) -> None:
+        return None
+
+    async def shutdown(self) -> None:
+        return None
+
+    def _group(self, chat: str) -> Any:
+        if self._group_rate <= 0:
+            return contextlib.nullcontext()
+        limiter = self._groups.get(chat)
+        if limiter is None:
+            limiter = self._groups[chat] = AsyncLimiter(self._group_rate, self._group_period)
+        return limiter
+
+    async def _take_overall(self, endpoint: str) -> bool:
+        """One unit of the overall budget; False: a "typing" dropped instead (see module)."""
+        limiter = self._overall
+        if limiter is None:
+            return True
+        if endpoint not in COSMETIC:
+            self._waiting += 1
+            try:
+                await limiter.acquire()
+            finally:
+                self._waiting -= 1
+            return True
+        while self._waiting or not limiter.has_capacity():
+            if endpoint == "sendChatAction":
+                self.dropped_typing += 1
+                return False
+            await asyncio.sleep(self._slot_s)
+        await limiter.acquire()
+        return True
+
+    async def _wait_for_chat(self, chat: str | None) -> None:
+        while chat is not None:
+            delay = self._held_until.get(chat, 0.0) - time.monotonic()
+            if delay <= 0:
+                return
+            await asyncio.sleep(delay)
+
+    async def process_request(
+        self,
+        callback: Callable[..., Coroutine[Any, Any, bool | JSONDict | list[JSONDict]]],
+        args: Any,
+        kwargs: dict[str, Any],
+        endpoint: str,
+        data: dict[str, Any],
+        rate_limit_args: int | None,
+    ) -> bool | JSONDict | list[JSONDict]:
+        raw_chat = data.get("chat_id")
+        chat = None if raw_chat is None else str(raw_chat)
+        is_group = chat is not None and (chat.startswith("-") or chat.startswith("@"))
+        retries = self.max_retries if rate_limit_args is None else rate_limit_args
+        for attempt in range(retries + 1):
+            await self._wait_for_chat(chat)
+            try:
+                group = self._group(chat) if is_group and endpoint == "sendMessage" and chat \
+                    else contextlib.nullcontext()
+                async with group:
+                    if not await self._take_overall(endpoint):
+                        return True  # the Bot API's answer to sendChatAction
+                    return await callback(*args, **kwargs)
+            except RetryAfter as exc:
+                delay = retry_after_seconds(exc)
+                self.hits.append((chat or "", delay))
+                if chat is not None:
+                    # Only this chat waits; other chats' requests go on.
+                    until = time.monotonic() + delay + 0.05
+                    self._held_until[chat] = max(self._held_until.get(chat, 0.0), until)
+                if attempt == retries or delay > self.max_retry_after_s:
+                    raise
+                log.info("telegram.rate_limited", chat=chat, retry_after=delay,
+                         endpoint=endpoint)
+                self._on_retry()
+                if chat is None:
+                    await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+
+# -- the transport ---------------------------------------------------------------------------
+
+
+HttpBackend = Literal["aiohttp", "httpx"]
+
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+class AiohttpRequest(BaseRequest):
+    """PTB's ``BaseRequest`` on one ``aiohttp.ClientSession``.
+
+    The session is created by :meth:`initialize` and closed by :meth:`shutdown`; the pair can
+    be repeated. Timeouts follow ``HTTPXRequest`` (same defaults; ``None`` means no limit),
+    mapped onto ``aiohttp.ClientTimeout``:
+
+    * ``read_timeout`` → ``sock_read``: the longest gap between bytes of the response, as in
+      httpx. aiohttp starts it once the request body is written.
+    * ``connect_timeout`` → ``sock_connect``; ``connect_timeout + pool_timeout`` →
+      ``connect`` (aiohttp's single budget for waiting for a pooled connection *and* opening
+      a new one; no limit if either is ``None``).
+    * ``write_timeout``: aiohttp has no per-write timeout. A body without files fits in the
+      socket buffer, so it is not enforced there; an upload (files) is instead bounded as a
+      whole by ``total = pool + connect + write + read`` when all four are finite. As in
+      ``HTTPXRequest``, uploads default to ``media_write_timeout``.
+
+    Proxies and HTTP/2 are not supported (use ``HTTPXRequest``).
+
+    Args:
+        connection_pool_size: the most connections open at once (``TCPConnector(limit=...)``).
+        read_timeout: default seconds; see above.
+        write_timeout: default seconds for requests without files.
+        connect_timeout: default seconds to open a connection.
+        pool_timeout: default seconds to wait for a free connection when all are busy.
+        media_write_timeout: default write timeout for requests that upload files.
+    """
+
+    __slots__ = (
+        "_connect_timeout",
+        "_media_write_timeout",
+        "_pool_size",
+        "_pool_timeout",
+        "_read_timeout",
+        "_session",
+        "_write_timeout",
+    )
+
+    def __init__(
+        self,
+        *,
+        connection_pool_size: int = 256,
+        read_timeout: float | None = 5.0,
+        write_timeout: float | None = 5.0,
+        connect_timeout: float | None = 5.0,
+        pool_timeout: float | None = 1.0,
+        media_write_timeout: float | None = 20.0,
+    ) -> None:
+        if connection_pool_size < 1:
+            raise ValueError("connection_pool_size must be at least 1")
+        self._pool_size = connection_pool_size
+        self._read_timeout = read_timeout
+        self._write_timeout = write_timeout
+        self._connect_timeout = connect_timeout
+        self._pool_timeout = pool_timeout
+        self._media_write_timeout = media_write_timeout
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def read_timeout(self) -> float | None:
+        """The default read timeout (see :attr:`BaseRequest.read_timeout`)."""
+        return self._read_timeout
+
+    async def initialize(self) -> None:
+        """Open the session (a no-op while one is open)."""
+        ssl_context = await asyncio.to_thread(_ssl_context)  # reads CA files: off the loop
+        # No await between the check and the assignment: concurrent calls open one session.
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._pool_size, ssl=ssl_context),
+                headers={"User-Agent": self.USER_AGENT},
+                timeout=aiohttp.ClientTimeout(),  # per request, see _timeout
+                trust_env=False,  # no proxies from the environment: not supported here
+            )
+
+    async def shutdown(self) -> None:
+        """Close the session and its connections (a no-op when closed)."""
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            await session.close()
+
+    async def do_request(
+        self,
+        url: str,
+        method: str,
+        request_data: RequestData | None = None,
+        read_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+        write_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+        connect_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+        pool_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+    ) -> tuple[int, bytes]:
+        """See :meth:`BaseRequest.do_request`.
+
+        Raises:
+            TimedOut: a timeout, including waiting for a pooled connection.
+            NetworkError: the connection failed.
+            RuntimeError: not initialized (PTB reports it as a ``NetworkError``).
+        """
+        session = self._session
+        if session is None or session.closed:
+            raise RuntimeError("This AiohttpRequest is not initialized!")
+        files = request_data is not None and request_data.contains_files
+        timeout = self._timeout(
+            read_timeout, write_timeout, connect_timeout, pool_timeout, files=files
+        )
+        data: aiohttp.FormData | bytes | None = None
+        headers = None
+        if request_data is not None:
+            if files:
+                data = _multipart(request_data)
+            elif params := request_data.parameters:
+                # One JSON body (the Bot API takes application/json): a single dumps instead
+                # of PTB's per-value encoding plus URL-encoding of the form HTTPXRequest sends.
+                data = json.dumps(params, ensure_ascii=False).encode()
+                headers = _JSON_HEADERS
+        try:
+            async with session.request(
+                method, url, data=data, headers=headers, timeout=timeout
+            ) as response:
+                return response.status, await response.read()
+        except aiohttp.ConnectionTimeoutError as exc:
+            raise TimedOut(
+                "Connect or pool timeout: no connection within the connect + pool timeouts "
+                "(all pooled connections busy, or the host did not answer). The request was "
+                "*not* sent to Telegram."
+            ) from exc
+        except TimeoutError as exc:  # includes aiohttp.ServerTimeoutError (a socket read)
+            raise TimedOut(f"Timed out ({exc.__class__.__name__}: {exc})") from exc
+        except aiohttp.ClientError as exc:
+            # The class name helps when the message is empty (as in HTTPXRequest).
+            raise NetworkError(f"aiohttp.{exc.__class__.__name__}: {exc}") from exc
+
+    def _timeout(
+        self,
+        read: ODVInput[float],
+        write: ODVInput[float],
+        connect: ODVInput[float],
+        pool: ODVInput[float],
+        *,
+        files: bool,
+    ) -> aiohttp.ClientTimeout:
+        read_s = self._read_timeout if isinstance(read, DefaultValue) else read
+        connect_s = self._connect_timeout if isinstance(connect, DefaultValue) else connect
+        pool_s = self._pool_timeout if isinstance(pool, DefaultValue) else pool
+        write_s: float | None
+        if isinstance(write, DefaultValue):
+            write_s = self._media_write_timeout if files else self._write_timeout
+        else:
+            write_s = write
+        acquire = None if connect_s is None or pool_s is None else connect_s + pool_s
+        total = None
+        if files and acquire is not None and write_s is not None and read_s is not None:
+            total = acquire + write_s + read_s
+        return aiohttp.ClientTimeout(
+            total=total, connect=acquire, sock_connect=connect_s, sock_read=read_s
+        )
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.load_verify_locations(cafile=certifi.where())
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+def _multipart(request_data: RequestData) -> aiohttp.FormData:
+    # Fields first, then files, as httpx orders them. quote_fields=False: names and file names
+    # go out as UTF-8 with quotes escaped, like httpx (aiohttp would %-encode file names).
+    form = aiohttp.FormData(quote_fields=False, default_to_multipart=True)
+    for name, value in request_data.json_parameters.items():
+        form.add_field(name, value)
+    for name, (filename, content, mime) in request_data.multipart_data.items():
+        form.add_field(name, content, filename=filename, content_type=mime)
+    return form
+
+
+def build_request(
+    backend: HttpBackend,
+    *,
+    connection_pool_size: int,
+    read_timeout: float | None = 5.0,
+    write_timeout: float | None = 5.0,
+    connect_timeout: float | None = 5.0,
+    pool_timeout: float | None = 1.0,
+) -> BaseRequest:
+    """The ``BaseRequest`` for ``[channels.telegram] http_backend``, same timeouts either way."""
+    if backend == "httpx":
+        return HTTPXRequest(
+            connection_pool_size=connection_pool_size, read_timeout=read_timeout,
+            write_timeout=write_timeout, connect_timeout=connect_timeout,
+            pool_timeout=pool_timeout,
+        )
+    return AiohttpRequest(
+        connection_pool_size=connection_pool_size, read_timeout=read_timeout,
+        write_timeout=write_timeout, connect_timeout=connect_timeout, pool_timeout=pool_timeout,
+    )

@@ -14,11 +14,12 @@ Intake (one of):
 
 The connector is three parts: :mod:`bots.telegram.inbound` (conversion and intake: the
 poller, the webhook), :mod:`bots.telegram.client` (send / edit / react / upload / typing and
-the optional abilities) and this module's glue (the bot, connect / disconnect, the intake
-lease). The renderer is :mod:`bots.telegram.format`.
+the optional abilities, with the pacing and the HTTP transport a send goes through) and this
+module's glue (the bot, connect / disconnect, the intake lease). The renderer is
+:mod:`bots.telegram.format`.
 
 Pending updates are never dropped at start: the backlog is the catch-up (bounded by
-``catch_up_max_age_s``). Rate limits: :class:`~bots.telegram._ratelimit.PerChatRateLimiter`.
+``catch_up_max_age_s``). Rate limits: :class:`~bots.telegram.client.PerChatRateLimiter`.
 """
 from __future__ import annotations
 
@@ -34,9 +35,7 @@ from bots._aio import reap
 from bots.connector import PlatformUnreachableError
 from bots.format import Chunk
 from bots.port import TurnHost
-from bots.telegram._ratelimit import PerChatRateLimiter
-from bots.telegram._request import build_request
-from bots.telegram.client import TelegramClient, _Bot
+from bots.telegram.client import PerChatRateLimiter, TelegramClient, _Bot, build_request
 from bots.telegram.format import TELEGRAM_LIMIT, chunk_markdown, render_progress
 from bots.telegram.inbound import TelegramInbound
 from bots.telegram.options import TelegramOptions

@@ -3,10 +3,7 @@ them, one splitter keeps every chunk within its limit with code blocks closed.""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pytest
@@ -35,6 +32,7 @@ from bots.render import (
 )
 from bots.slack import chunk_mrkdwn
 from bots.telegram.format import chunk_markdown
+from tests.bots._walk import module_walk
 
 
 def test_markdown_is_parsed_once_into_neutral_blocks() -> None:
@@ -122,49 +120,11 @@ def test_any_markdown_in_any_dialect_is_bounded_and_closed(md: str, limit: int) 
         assert c.formatted.count("<<<") == c.formatted.count(">>>")
 
 
-_ROOT = Path(__file__).resolve().parents[2]
 #: an answer that takes every path of the renderer: the parser, every kind of block, a list,
 #: a table, an entity, a code block longer than a message (split), a paragraph cut
 _EVERYTHING = ("# Title\n\n- one **bold** `code`\n  - nested [link](https://x.org)\n\n"
                "| a | b |\n|-|-|\n| 1 | 2 |\n\n> quoted & <odd>\n\n---\n\n"
                "```py\n" + "x = 1  # a line of code\n" * 400 + "```\n\n" + "word " * 2000)
-
-
-def _module_edges(call: Callable[[], Any]) -> set[tuple[str, str]]:
-    """The distinct ``caller -> callee`` pairs of project modules while ``call`` runs (as
-    ``benchmarks/trace_turn.py`` counts a turn's module hops: the nearest project frame
-    up the stack is the caller; this test module is not a project module)."""
-    modules: dict[str, str | None] = {}
-
-    def module_of(filename: str) -> str | None:
-        if filename not in modules:
-            try:
-                rel = Path(filename).resolve().relative_to(_ROOT).as_posix()
-            except ValueError:
-                rel = ""
-            modules[filename] = (rel[:-3].replace("/", ".")
-                                 if rel.startswith(("bots/", "geode/")) else None)
-        return modules[filename]
-
-    edges: set[tuple[str, str]] = set()
-
-    def hook(frame: FrameType, event: str, arg: Any) -> None:
-        callee = module_of(frame.f_code.co_filename) if event == "call" else None
-        up = frame.f_back
-        while callee is not None and up is not None:
-            caller = module_of(up.f_code.co_filename)
-            if caller is not None:
-                if caller != callee:
-                    edges.add((caller, callee))
-                return
-            up = up.f_back
-
-    sys.setprofile(hook)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
-    return edges
 
 
 @pytest.mark.parametrize(("dialect", "render"), [
@@ -177,6 +137,8 @@ def test_rendering_a_reply_walks_the_shared_renderer_and_the_dialect_only(
     # the shared renderer is one module: a reply goes from the platform's dialect into it
     # and back (the dialect's callbacks), through no other module of ours
     render()  # imports done: only the rendering is measured
-    edges = _module_edges(render)
+    with module_walk() as walk:
+        render()
+    edges = walk.edges
     assert (dialect, "bots.render") in edges
     assert edges <= {(dialect, "bots.render"), ("bots.render", dialect)}, sorted(edges)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from bots.telegram._ratelimit import PerChatRateLimiter
+from bots.telegram.client import PerChatRateLimiter
 
 RATE = 10  # per second: one slot back every 0.1 s
 

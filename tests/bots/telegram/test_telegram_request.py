@@ -1,4 +1,4 @@
-"""The aiohttp transport for python-telegram-bot (``bots.telegram._request``), driven through a
+"""The aiohttp transport for python-telegram-bot (``bots.telegram.client``), driven through a
 real PTB ``Bot`` against the wire-level fake Telegram server (and, for timeouts and headers, a
 tiny local aiohttp server)."""
 
@@ -22,9 +22,10 @@ from bots.connector import DeliveryError
 from bots.events import ReplyTarget
 from bots.format import Chunk
 from bots.telegram import TelegramConnector, TelegramOptions
-from bots.telegram._request import AiohttpRequest, build_request
+from bots.telegram.client import AiohttpRequest, PerChatRateLimiter, build_request
 from bots.telegram.connector import _Bot
 from bots.testing.telegram import FakeTelegramServer
+from tests.bots._walk import module_walk
 from tests.bots.conftest import CHAT, TOKEN, finals
 
 
@@ -366,3 +367,23 @@ async def test_send_answered_without_a_message_id_is_unknown():
         with pytest.raises(DeliveryError) as info:
             await connector.send(target, Chunk(formatted="hi", fallback="hi"))
     assert info.value.kind == "unknown"  # it may be visible: reconcile, never blindly re-send
+
+
+async def test_a_paced_send_walks_one_module_of_ours(fake: FakeTelegramServer):
+    # the client, its pacing and its transport are one module: a send, an edit, a reaction
+    # and "typing", paced by the rate limiter, enter bots.telegram.client and nothing else
+    fake.add_chat(CHAT)
+    target = ReplyTarget(channel=str(CHAT), thread_root="1")
+    async with AiohttpRequest() as request:
+        connector = TelegramConnector(host=None, token=TOKEN)  # type: ignore[arg-type]  # unused
+        connector.bot = _Bot(token=TOKEN, base_url=fake.base_url, request=request,
+                             rate_limiter=PerChatRateLimiter())
+        await connector.send(target, Chunk(formatted="warm", fallback="warm"))  # first calls
+        with module_walk() as walk:
+            mid = await connector.send(target, Chunk(formatted="<b>a</b>", fallback="a"))
+            await connector.edit(target, mid, Chunk(formatted="<b>b</b>", fallback="b"))
+            await connector.react(target, mid, "👀")
+            await connector.typing(target)
+    assert [c.method for c in fake.calls][-4:] == [
+        "sendMessage", "editMessageText", "setMessageReaction", "sendChatAction"]
+    assert walk.modules == {"bots.telegram.client"}, sorted(walk.edges)
