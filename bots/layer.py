@@ -35,23 +35,15 @@ from bots._aio import reap
 from bots.approvals import ApprovalWaiters
 from bots.bindings import BindingTable
 from bots.commands import ActiveTurn, CommandContext
-from bots.dispatcher import (
-    BaseEventProcessor,
-    DispatchContext,
-    Dispatcher,
-    ThreadOrderedProcessor,
-)
 from bots.events import InboundEvent
-from bots.intake import Intake
+from bots.intake import ClaimState, Intake, Pump
 from bots.lease_keeper import LeaseKeeper
+from bots.metrics import ChannelMetrics
 from bots.options import LayerOptions
-from bots.outbound import Deliverer
 from bots.port import PlatformClient, TurnHost
-from bots.pump import ClaimState, Pump
-from bots.router import Router
-from bots.senders import SenderPolicy
+from bots.router import BaseEventProcessor, BotIdentity, Router, ThreadOrderedProcessor
 from bots.store import ChannelStore, Thread
-from bots.turns import EntryOrder, TurnDeps, TurnRunner
+from bots.turn import Deliverer, EntryOrder, TurnDeps, TurnRunner
 from bots.uploads import FileSender
 from geode.daemon.supervisor import TaskSupervisor
 from geode.settings import BindingSettings
@@ -97,24 +89,27 @@ class ChannelLayer:
         self.pairing = records.pairing
         self.thread_leases = records.thread_leases
         self.approvals = records.approvals
-        self.senders = SenderPolicy(pairing=self.pairing)
         self.bindings = BindingTable(configured=bindings, stored=records.bindings)
         self.processor = processor or ThreadOrderedProcessor(
             max_concurrent=options.max_concurrent_threads)
-        #: test seam: called with a point name; a test raises there to simulate a crash
+        #: test seam: called with a point name; a test raises there to simulate a crash.
+        #: Given as it is to the intake, the router, the pump, the deliverer and the turns
+        #: (None: they call nothing).
         self.fault: Callable[[str], None] = fault or _no_fault
         self.active: dict[str, ActiveTurn] = {}
         self.entry = EntryOrder()
         self.waiters = ApprovalWaiters()
+        # what the layer publishes is counted on the daemon's /metrics (once per daemon)
+        host.add_metrics(ChannelMetrics)
         # Collaborators get what they use, at construction (never the layer itself).
         self.deliverer = Deliverer(client=client, outbox=self.outbox,
-                                   fault=self._fault_at, observe=host.publish)
+                                   fault=fault, observe=host.publish)
         self.files = FileSender(client=client, outbox=self.outbox)
         self.turns = TurnRunner(deps=TurnDeps(
             client=client, host=host, inbound=self.inbound, outbox=self.outbox,
             deliverer=self.deliverer, threads=self.threads, index=self.index,
             thread_leases=self.thread_leases, options=options, active=self.active,
-            fault=self._fault_at, approvals=self.approvals, waiters=self.waiters,
+            fault=fault, approvals=self.approvals, waiters=self.waiters,
             entry=self.entry, queue=records.queue, files=self.files,
             attachments=records.attachments,
         ))
@@ -123,35 +118,23 @@ class ChannelLayer:
                                        approvals=self.approvals, waiters=self.waiters)
         #: what the intake, the pump, the router and the lease keeper share about claiming
         self.state = ClaimState()
+        #: the middleware chain, the sender policy and the decisions (bots.router)
         self.router = Router(
-            state=self.state, client=client, records=records, bindings=self.bindings,
-            senders=self.senders, processor=self.processor, deliverer=self.deliverer,
-            turns=self.turns, commands=self.commands, active=self.active, entry=self.entry,
-            fault=self._fault_at)
-        self.dispatcher = Dispatcher(
-            ctx=DispatchContext(
-                owner=self.owner, inbound=self.inbound, bindings=self.bindings,
-                threads=self.threads, senders=self.senders,
-                bot_user_id=client.bot_user_id, bot_username=client.bot_username,
-                ignore=self.router.ignore, pairing_notice=self.router.pairing_notice,
-            ),
-            route=self.router.route,
-        )
+            signals=self.state, client=client, records=records, bindings=self.bindings,
+            processor=self.processor, deliverer=self.deliverer, turns=self.turns,
+            commands=self.commands, active=self.active, entry=self.entry, fault=fault)
         self.keeper = LeaseKeeper(
             state=self.state, router=self.router, client=client, records=records, host=host,
             options=options, bindings=self.bindings, processor=self.processor,
             deliverer=self.deliverer, turns=self.turns)
         self.pump = Pump(
             state=self.state, client=client, records=records, host=host, options=options,
-            processor=self.processor, dispatcher=self.dispatcher,
+            processor=self.processor, router=self.router,
             after_outage=self.keeper.after_outage_soon)
         #: the port platform code uses (``BaseConnector.intake``)
         self.intake = Intake(
             state=self.state, pump=self.pump, client=client, records=records, host=host,
-            options=options, bindings=self.bindings, fault=self._fault_at)
-
-    def _fault_at(self, point: str) -> None:
-        self.fault(point)  # read on each call: a test may set the seam after construction
+            options=options, bindings=self.bindings, fault=fault)
 
     @property
     def processing(self) -> bool:
@@ -173,6 +156,9 @@ class ChannelLayer:
         (``/readyz`` names the one that stalls). Raises if the take-over fails (the caller
         retries: nothing has started then).
         """
+        # the connector has logged in: who the bot is is known now, and handed on as a value
+        c = self.client
+        self.router.identify(BotIdentity(user_id=c.bot_user_id(), username=c.bot_username()))
         if self.state.processing:
             return
         await self.bindings.refresh(force=True)

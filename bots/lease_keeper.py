@@ -18,17 +18,15 @@ import time
 import structlog
 
 from bots.bindings import BindingTable
-from bots.dispatcher import BaseEventProcessor
 from bots.events import thread_key
+from bots.intake import ClaimState
+from bots.observed import ThreadLeaseLost, ThreadLeases, ThreadsTakenOver
 from bots.options import LayerOptions
-from bots.outbound import Deliverer
 from bots.port import PlatformClient, TurnHost
-from bots.pump import ClaimState
-from bots.router import Router
+from bots.router import BaseEventProcessor, Router
 from bots.store import ChannelStore, Thread
-from bots.turns import TurnRunner
+from bots.turn import Deliverer, TurnRunner
 from geode.daemon.supervisor import Component, describe_error
-from geode.hooks.events import ThreadLeaseLost, ThreadLeases, ThreadsTakenOver
 from geode.store._retry import is_transient, log_store_failure
 
 __all__ = ["LeaseKeeper"]

@@ -1,4 +1,4 @@
-"""The outbox table: one visible final reply per inbound message (delivery: ``bots.outbound``).
+"""The outbox table: one visible final reply per inbound message (delivery: ``bots.turn.deliver``).
 
 Each reply owed is a ``channel_outbox`` row keyed by (session, turn), written *before*
 anything is sent. A turn's row records its progress message id as soon as that message
@@ -16,7 +16,7 @@ A turn's progress message is recorded like an answer: its *intent* first, then t
 then its id. The intent (``progress_state = "sending"``) is written with the row itself, in
 the transaction that accepts the turn (no transaction of its own); the id follows the send
 (:meth:`Outbox.record_progress_message`). A turn recovered after a crash finds its row in
-one of three states: an id (the placeholder is edited on: ``bots.progress``), no intent (no
+one of three states: an id (the placeholder is edited on: ``bots.turn.run``), no intent (no
 placeholder was ever sent), or an intent without an id: the send's outcome is unknown, and
 it is reconciled like an uncertain answer, never re-sent blindly: where the platform can
 read the thread back (Slack, Discord) the bot's unrecorded "⏳" placeholder is found and
