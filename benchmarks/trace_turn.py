@@ -19,8 +19,8 @@ Figures (defined in docs/architecture.md, "A chat turn, end to end"):
 * ``all module edges`` — the same, the harness's insides included.
 * ``cross-module calls`` — the hops counted each time they happen.
 * ``harness entries`` — calls of the harness port's ``run_turn`` (``Daemon.run_turn``).
-* ``turns re-entries`` — calls into the chat turn's modules (``bots/turns*``) from another
-  module, each counted.
+* ``turns re-entries`` — calls into the chat turn's modules (``bots/turn/``) from a module
+  outside them, each counted.
 * ``loop events`` — the typed loop events the harness handed back to the layer's sink,
   all through one ``on_event`` stream.
 
@@ -49,6 +49,8 @@ _ROOTS = ("geode/", "bots/")
 _DOUBLES = ("geode/testing/", "bots/testing/", "geode/providers/scripted.py")
 TOKEN = "123456:TRACE-TOKEN"
 CHAT = -100777
+QUESTION = "what is the answer?"
+MENTION = f"@geode_bot {QUESTION}"
 
 
 @dataclass
@@ -59,6 +61,13 @@ class Walk:
     modules: set[str] = field(default_factory=set)
     harness_entries: int = 0
     turns_reentries: int = 0
+    #: loop events the harness's ``emit`` handed to the layer, and the sinks they went to
+    loop_events: int = 0
+    sinks: set[object] = field(default_factory=set)
+    #: the project modules on the stack (innermost first, followed across task creations)
+    #: where the mention was first recorded, and where the answer was handed to the SDK
+    received: list[str] = field(default_factory=list)
+    answered: list[str] = field(default_factory=list)
 
 
 def on_the_walk(caller: str, callee: str) -> bool:
@@ -82,6 +91,8 @@ class Figures:
     event_streams: int
     seconds: float
     edges: list[str]
+    path_hops: int
+    path: list[str]
 
 
 class _Tracer:
@@ -90,7 +101,44 @@ class _Tracer:
         self._module: dict[str, str | None] = {}
         #: frames seen (kept alive so an id is never reused): a resumption is no new call
         self._seen: dict[int, FrameType] = {}
+        #: each task created during the walk -> the modules on its creator's stack
+        self._creators: dict[asyncio.Task[Any], list[str]] = {}
         self.on = False
+
+    def stack(self, frame: FrameType | None) -> list[str]:
+        """The project modules on ``frame``'s stack, innermost first, then on the stack that
+        created the running task (and so on): the chain of calls that led here."""
+        mods: list[str] = []
+        while frame is not None:
+            mod = self.module_of(frame.f_code.co_filename)
+            if mod is not None:
+                mods.append(mod)
+            frame = frame.f_back
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            task = None
+        if task is not None:
+            mods.extend(self._creators.get(task, ()))
+        return mods
+
+    def task_factory(self, loop: asyncio.AbstractEventLoop, coro: Any,
+                     **kw: Any) -> asyncio.Task[Any]:
+        """The loop's task factory while tracing: a task remembers who created it."""
+        task = asyncio.Task(coro, loop=loop, **kw)
+        if self.on:
+            self._creators[task] = self.stack(sys._getframe(1))
+        return task
+
+    def _answer_sent(self, frame: FrameType) -> bool:
+        """``frame`` is the Bot API call (python-telegram-bot's ``_post``) that sends or
+        edits in the final answer."""
+        code = frame.f_code
+        if code.co_name != "_post" or not code.co_filename.endswith("telegram/_bot.py"):
+            return False
+        data = frame.f_locals.get("data")
+        return (frame.f_locals.get("endpoint") in ("sendMessage", "editMessageText")
+                and isinstance(data, dict) and "the answer" in str(data.get("text", "")))
 
     def module_of(self, filename: str) -> str | None:
         found = self._module.get(filename, "")
@@ -110,7 +158,11 @@ class _Tracer:
         if event != "call" or not self.on:
             return
         callee = self.module_of(frame.f_code.co_filename)
-        if callee is None or id(frame) in self._seen:
+        if callee is None:
+            if self._answer_sent(frame):
+                self.walk.answered = self.stack(frame)
+            return
+        if id(frame) in self._seen:
             return
         self._seen[id(frame)] = frame
         walk = self.walk
@@ -124,11 +176,18 @@ class _Tracer:
             if caller is not None:
                 break
             caller_frame = caller_frame.f_back
+        if (callee.startswith("bots.store") and not walk.received
+                and _carries_the_mention(frame)):
+            walk.received = self.stack(frame)  # the mention reaches the store: received
         if caller is None or caller == callee:
             return
+        if (caller == "geode.loop._util" and caller_frame is not None
+                and caller_frame.f_code.co_name == "emit" and callee.startswith("bots.")):
+            walk.loop_events += 1  # a loop event handed to the layer's sink
+            walk.sinks.add(frame.f_code)
         walk.edges[(caller, callee)] += 1
-        if callee.startswith("bots.turn"):
-            walk.turns_reentries += 1
+        if callee.startswith("bots.turn") and not caller.startswith("bots.turn"):
+            walk.turns_reentries += 1  # the driver calling its own phases is not a re-entry
 
 
 async def trace_one_mention(home: Path) -> Figures:
@@ -164,32 +223,67 @@ async def trace_one_mention(home: Path) -> Figures:
             # message in a new thread, as steady state sees it
             fake.user_says(CHAT, "@geode_bot warm up", from_user=42)
             await _reply(fake, 1)
-            sink_events: list[object] = []
-            streams: set[int] = set()
-            _watch_sink(sink_events, streams)
+            await asyncio.sleep(0.5)  # the warm-up's bookkeeping after its send is not traced
+            asyncio.get_running_loop().set_task_factory(tracer.task_factory)
             sys.setprofile(tracer.hook)
             threading.setprofile(tracer.hook)
             tracer.on = True
             started = time.perf_counter()
-            fake.user_says(CHAT, "@geode_bot what is the answer?", from_user=42)
+            fake.user_says(CHAT, MENTION, from_user=42)
             await _reply(fake, 2)
             tracer.on = False
             seconds = time.perf_counter() - started
         finally:
             sys.setprofile(None)
             threading.setprofile(None)
-            _unwatch_sink()
+            asyncio.get_running_loop().set_task_factory(None)
             await daemon.shutdown()
     walk = tracer.walk
     hops = {e: n for e, n in walk.edges.items() if on_the_walk(*e)}
+    path = the_path(walk.received, walk.answered)
     return Figures(
         module_hops=len(hops), all_module_edges=len(walk.edges),
         cross_module_calls=sum(hops.values()),
         modules=len(walk.modules), harness_entries=walk.harness_entries,
-        turns_reentries=walk.turns_reentries, loop_events=len(sink_events),
-        event_streams=len(streams), seconds=round(seconds, 3),
+        turns_reentries=walk.turns_reentries, loop_events=walk.loop_events,
+        event_streams=len(walk.sinks), seconds=round(seconds, 3),
         edges=[f"{a} -> {b} ({n})" for (a, b), n in sorted(hops.items())],
+        path_hops=max(len(path) - 1, 0), path=path,
     )
+
+
+def _carries_the_mention(frame: FrameType) -> bool:
+    """An argument of ``frame`` is the traced mention (an event, or a batch of them)."""
+    for value in list(frame.f_locals.values()):
+        items = value[:8] if isinstance(value, (list, tuple)) else (value,)
+        for item in items:
+            parts = item if isinstance(item, tuple) else ()  # e.g. (event, status)
+            for obj in (item, getattr(item, "event", None), *parts):
+                text = getattr(obj, "text", None)
+                if isinstance(text, str) and QUESTION in text:
+                    return True
+    return False
+
+
+def _chain(stack: list[str]) -> list[str]:
+    """A stack (innermost first) as the modules it passed through, outermost first, from
+    the first ``bots`` module (the task runner that hosts a connector's loop is no hop),
+    a module called again from itself counted once."""
+    mods: list[str] = []
+    for mod in reversed(stack):
+        if not mods and not mod.startswith("bots."):
+            continue
+        if not mods or mods[-1] != mod:
+            mods.append(mod)
+    return mods
+
+
+def the_path(received: list[str], answered: list[str]) -> list[str]:
+    """The mention's path end to end: the calls that carried it from the connector to
+    the store (received), then those that carried the turn from the loop that took it up
+    to the Bot API call sending the answer (answered). Each list's module changes are
+    its hops, and the hand-over between the two is one more."""
+    return [*_chain(received), *_chain(answered)]
 
 
 async def _reply(fake: Any, n: int, within: float = 30.0) -> None:
@@ -199,32 +293,6 @@ async def _reply(fake: Any, n: int, within: float = 30.0) -> None:
         while sum(1 for m in fake.messages_in(CHAT, from_bot=True)  # noqa: ASYNC110
                   if m.plain_text == "the answer") < n:
             await asyncio.sleep(0.005)
-
-
-_SAVED: dict[str, Any] = {}
-
-
-def _watch_sink(events: list[object], streams: set[int]) -> None:
-    """Count the loop events the harness hands the layer, and through how many sinks."""
-    from bots.progress import ProgressReporter
-    from geode.loop.events import LoopEvent
-
-    original = ProgressReporter.on_event
-    _SAVED["on_event"] = original
-
-    async def on_event(self: ProgressReporter, event: LoopEvent) -> None:
-        events.append(event)
-        streams.add(id(self))
-        await original(self, event)
-
-    ProgressReporter.on_event = on_event  # type: ignore[method-assign]
-
-
-def _unwatch_sink() -> None:
-    from bots.progress import ProgressReporter
-
-    if "on_event" in _SAVED:
-        ProgressReporter.on_event = _SAVED.pop("on_event")  # type: ignore[method-assign]
 
 
 def measure() -> Figures:
@@ -244,6 +312,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(asdict(figures), indent=2))
         return
+    print(f"path hops           {figures.path_hops} (received, then answered, end to end)")
     print(f"module hops         {figures.module_hops}")
     print(f"all module edges    {figures.all_module_edges} (the harness's insides included)")
     print(f"cross-module calls  {figures.cross_module_calls}")
@@ -253,6 +322,7 @@ def main() -> None:
     print(f"loop events         {figures.loop_events} through {figures.event_streams} stream")
     print(f"traced for          {figures.seconds:.2f} s")
     if args.edges:
+        print("path:", " -> ".join(figures.path))
         print("\n".join(figures.edges))
 
 

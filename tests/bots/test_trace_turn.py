@@ -17,6 +17,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "trace_turn.py"
 #: typing or progress call that timing may add or spare
 MAX_MODULE_HOPS = 72
 MAX_TURNS_REENTRIES = 10
+#: the mention's path end to end (received, then answered): the bound the architecture keeps
+MAX_PATH_HOPS = 20
 
 
 def test_one_mention_enters_the_harness_once_within_the_documented_hops() -> None:
@@ -31,3 +33,8 @@ def test_one_mention_enters_the_harness_once_within_the_documented_hops() -> Non
     assert figures["event_streams"] == 1 and figures["loop_events"] >= 2
     assert 0 < figures["module_hops"] <= MAX_MODULE_HOPS, figures["edges"]
     assert figures["turns_reentries"] <= MAX_TURNS_REENTRIES, figures["edges"]
+    # the path runs from Telegram's inbound side to Telegram's client, through the store
+    path = figures["path"]
+    assert path[0].startswith("bots.") and path[-1].startswith("bots.telegram."), path
+    assert any(mod.startswith("bots.store") for mod in path), path
+    assert 0 < figures["path_hops"] == len(path) - 1 <= MAX_PATH_HOPS, path
