@@ -323,7 +323,7 @@ async def _receive_one(
 async def receive_attachments(
     client: PlatformClient, event: InboundEvent, *, binding: BindingSettings,
     workspace: Path, folder: Path, records: AttachmentRecords, event_id: int,
-    session_id: str = "", fault: Callable[[str], None] = _no_fault,
+    session_id: str = "", fault: Callable[[str], None] | None = None,
     protected: Sequence[Path] = (),
 ) -> Received:
     """Receive ``event``'s attachments (``event_id``: its inbound row) into ``folder``
@@ -333,6 +333,7 @@ async def receive_attachments(
     out = Received()
     if not event.attachments:
         return out
+    fault = fault or _no_fault
     own = await asyncio.to_thread(own_inodes, protected, workspace)
     known = await records.for_event(event_id)
     await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)

@@ -43,6 +43,7 @@ class DeliverPhase:
 
     def __init__(self, *, deps: TurnDeps) -> None:
         self.deps = deps
+        self._fault = deps.fault or _no_fault
 
     async def record(self, step: Answered) -> Ready | Done:
         """The final answer, redacted and rendered, recorded ``ready`` under the turn's
@@ -53,7 +54,7 @@ class DeliverPhase:
         if ready is None:
             log.warning("turn.finished_elsewhere", row=step.row.id)
             return Done("finished elsewhere")
-        deps.fault("final_recorded")
+        self._fault("final_recorded")
         return Ready(row=ready, fresh=True)
 
     async def dropped(self, step: Dropped) -> Ready | Done:
@@ -65,8 +66,12 @@ class DeliverPhase:
         """Deliver the recorded answer (idempotent: safe to run again after any crash)."""
         await self.deps.deliverer.deliver(step.row)
         if step.fresh:
-            self.deps.fault("delivered")
+            self._fault("delivered")
         return Done()
+
+
+def _no_fault(point: str) -> None:
+    """The test seam when no test listens (here, so that it is no call out of the phase)."""
 
 
 def _rate_limited(exc: DeliveryError) -> bool:
@@ -86,7 +91,7 @@ class Deliverer:
         from intake, :class:`DeliveryRetried`, :class:`RateLimited`)."""
         self.client = client
         self.outbox = outbox
-        self._fault = fault or (lambda point: None)
+        self._fault = fault or _no_fault
         self.max_attempts = max_attempts
         self._observe = observe or (lambda event: None)
 

@@ -150,6 +150,7 @@ class RunPhase:
 
     def __init__(self, *, deps: TurnDeps) -> None:
         self.deps = deps
+        self._fault = deps.fault or _no_fault
         #: the thread each running turn's session answers in, by session id: where its
         #: ``send_file`` calls go (the tool is built once, not per turn)
         self._targets: dict[str, ReplyTarget] = {}
@@ -177,7 +178,7 @@ class RunPhase:
         self._targets[row.session_key] = row.target
         try:
             await progress.start()
-            deps.fault("progress_started")
+            self._fault("progress_started")
         except BaseException:
             await self.hide(shown)
             raise
@@ -225,11 +226,11 @@ class RunPhase:
             match ev:
                 case TurnStarted(turn_id=turn_id):
                     active.loop_turn_id = turn_id
-                    deps.fault("turn_started")
+                    self._fault("turn_started")
                     if active.stop_requested and active.session is not None:
                         active.session.cancel()  # /stop came while the session was opening
                 case ToolProposed():
-                    deps.fault("tool_call")
+                    self._fault("tool_call")
                 case _:
                     pass
             await progress.on_event(ev)
@@ -281,7 +282,7 @@ class RunPhase:
             return _error_text(exc)
         finally:
             active.queue_task = None
-        deps.fault("turn_finished")
+        self._fault("turn_finished")
         return _answer_text(result)
 
     def _session_context(
@@ -328,8 +329,12 @@ class RunPhase:
             index=deps.index, on_wait=waiting, stopped=lambda: active.stop_requested,
             before_request=approval_screen(deps.host.computer, binding, deps.client,
                                            turn.row.target),
-            files=deps.files, fault=deps.fault,
+            files=deps.files, fault=self._fault,
         )
+
+
+def _no_fault(point: str) -> None:
+    """The test seam when no test listens (here, so that it is no call out of the phase)."""
 
 
 def _answer_text(result: TurnResult) -> str:
@@ -458,7 +463,7 @@ class ProgressReporter:
         self.typing_interval_s = typing_interval_s
         self.typing_delay_s = typing_delay_s
         self.ack_emoji = ack_emoji
-        self._fault = fault or (lambda point: None)
+        self._fault = fault or _no_fault
         self.message_id: str | None = row.progress_message_id
         self.recovered = recovered
         self.lines: list[str] = []

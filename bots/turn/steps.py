@@ -79,8 +79,9 @@ class TurnDeps:
     options: LayerOptions
     #: the turns running now, by thread key (``/stop`` and ``/status`` read it)
     active: dict[str, ActiveTurn]
-    #: test seam: called at named points; a test raises there to simulate a crash
-    fault: Callable[[str], None]
+    #: test seam: called at named points; a test raises there to simulate a crash (None:
+    #: no test listens, and the turn calls nothing)
+    fault: Callable[[str], None] | None
     #: approval requests of the binding's ``approve`` tools, and the waits to wake
     approvals: ApprovalRequests
     waiters: ApprovalWaiters
