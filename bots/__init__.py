@@ -21,6 +21,7 @@ from geode._imports import lazy_attributes
 
 if TYPE_CHECKING:
     from bots.connector import BaseConnector
+    from bots.console import Console
     from bots.events import Attachment, InboundEvent, ReplyTarget, thread_key
     from bots.format import Chunk
     from bots.layer import ChannelLayer
@@ -58,9 +59,11 @@ __getattr__ = lazy_attributes(__name__, _LAZY)
 
 def build_connectors(
     host: TurnHost, settings: Settings, secrets: Secrets
-) -> list[BaseConnector]:
+) -> list[BaseConnector | Console]:
     """The connectors ``[channels.*]`` enables (``geode serve`` adds each to the daemon), each
-    built by its platform's spec (only the configured platforms' SDKs are imported).
+    built by its platform's spec (only the configured platforms' SDKs are imported), and the
+    operator console when ``[console] enabled`` (hosted the same way: started once the store
+    is open, stopped before it closes).
 
     Raises:
         ConfigError: a configured channel lacks its token, has an invalid option, or names
@@ -70,7 +73,7 @@ def build_connectors(
     from bots.connector import BaseConnector
     from bots.platforms import build_connector
 
-    out: list[BaseConnector] = []
+    out: list[BaseConnector | Console] = []
     for name, raw in settings.channels.items():
         if raw.get("enabled", True):
             connector = build_connector(name, host=host, settings=settings, secrets=secrets,
@@ -79,4 +82,8 @@ def build_connectors(
                 raise TypeError(f"the {name} platform's builder made {connector!r}, not a "
                                 "BaseConnector")
             out.append(connector)
+    if settings.console.enabled:
+        from bots.console import Console
+
+        out.append(Console(host=host, settings=settings))
     return out

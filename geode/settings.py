@@ -347,6 +347,7 @@ class ComputerSettings(_Section):
 class ConsoleSettings(_Section):
     """``[console]``: the operator console served by ``geode serve`` (``bots.console``)."""
 
+    #: serve the console inside ``geode serve``
     enabled: bool = False
     #: HOST:PORT it listens on; loopback unless the operator says otherwise (see below)
     listen: str = "127.0.0.1:8788"

@@ -2,7 +2,7 @@
 approvals as the threads, signed in with the chat identity (a one-time link).
 
 :class:`Console` is what ``geode serve`` hosts when ``[console] enabled = true``;
-:func:`issue_link` makes a sign-in link (``geode console link``, ``/console``). Who sees
+:func:`issue_link` makes a sign-in link (``geode console link``). Who sees
 what: :mod:`bots.console.access`; the routes' security rules: :mod:`bots.console.app`.
 """
 

@@ -216,9 +216,9 @@ async def _session(request: web.Request,
                if token else None)
     if session is None:
         return respond(request, "message.html", {
-            "title": "Sign in", "error": "Not signed in (or the session ended). Send "
-            "/console to the bot in a direct message, or run `geode console link --as "
-            "PLATFORM:USER_ID` on the host, and open the link."}, status=401)
+            "title": "Sign in", "error": "Not signed in (or the session ended). Run "
+            "`geode console link --as PLATFORM:USER_ID` on the host, and open the link."},
+            status=401)
     who = Identity(platform=session.platform, user_id=session.user_id)
     access = await deps.access()
     if not access.may_sign_in(who):

@@ -1,4 +1,4 @@
-"""Making a sign-in link for a chat identity (``geode console link``, ``/console``)."""
+"""Making a sign-in link for a chat identity (``geode console link``)."""
 
 from __future__ import annotations
 

@@ -170,6 +170,9 @@ async def thread(request: web.Request) -> web.Response:
                       "payload": r.payload, "created_at": r.created_at} for r in timeline],
         "approvals": [_request(r, who, access) for r in requests],
         "files_in": [f.to_json() for f in files],
+        # the page follows the thread live from its last timeline row (bots.console.live)
+        "events_url": "/threads/" + quote(t.thread_key, safe="") + "/events?after="
+                      + str(max((r.id for r in timeline), default=0)),
     }
     return respond(request, "thread.html", data)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from bots.console import pages, signin
+from bots.console import live, pages, signin
 from bots.console.app import DEPS_KEY, ENV_KEY, ConsoleDeps, jinja_env, security
 
 __all__ = ["build_app"]
@@ -20,12 +20,19 @@ def build_app(deps: ConsoleDeps) -> web.Application:
     app = web.Application(middlewares=security(), client_max_size=64 * 1024)
     app[DEPS_KEY] = deps
     app[ENV_KEY] = jinja_env()
+    feeds = app[live.FEEDS_KEY] = live.ThreadFeeds()
+
+    async def close_feeds(_app: web.Application) -> None:
+        await feeds.close()
+
+    app.on_shutdown.append(close_feeds)
     app.router.add_get("/signin", signin.signin_page)
     app.router.add_post("/signin", signin.signin)
     app.router.add_post("/signout", signin.signout)
     app.router.add_get("/", pages.overview)
     app.router.add_get("/threads", pages.threads)
     app.router.add_get("/threads/{key}", pages.thread)
+    app.router.add_get("/threads/{key}/events", live.thread_events)
     app.router.add_get("/approvals", pages.approvals)
     app.router.add_post("/approvals/{id}", pages.decide)
     app.router.add_get("/usage", pages.usage)

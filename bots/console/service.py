@@ -8,7 +8,7 @@ Where it may listen is checked when the configuration is read
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import structlog
 
@@ -30,10 +30,17 @@ class _Readiness(Protocol):
 
 
 class ConsoleHost(Protocol):
-    """What the console uses of ``geode serve`` (``geode.daemon.Daemon`` is one)."""
+    """What the console needs of ``geode serve``: the database (the chat layer's
+    ``TurnHost`` has it; ``geode.daemon.Daemon`` is one)."""
 
     @property
     def database(self) -> Database | None: ...
+
+
+@runtime_checkable
+class ShowsReadiness(Protocol):
+    """A host whose readiness checks the Overview shows (the daemon's health server);
+    checked once, when the console starts."""
 
     @property
     def health(self) -> _Readiness | None: ...
@@ -84,7 +91,7 @@ class Console:
         store = self._host.database
         if not isinstance(store, Store):
             raise RuntimeError("the console starts after the daemon's store is open")
-        health = self._host.health
+        health = self._host.health if isinstance(self._host, ShowsReadiness) else None
         deps = ConsoleDeps(store=store, settings=self._settings, base_url="",
                            readiness=health.readiness if health is not None else None)
         runner = web.AppRunner(build_app(deps), access_log=None)

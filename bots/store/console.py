@@ -23,7 +23,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from bots.store._tables import Base, threads_table
 from geode.errors import GeodeError
-from geode.store.models import sessions_table, utcnow
+from geode.store.models import sessions_table, timeline_table, utcnow
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -102,6 +102,7 @@ _L = cast(Table, ConsoleLinkModel.__table__)
 _S = cast(Table, ConsoleSessionModel.__table__)
 _T = threads_table
 _SESS = sessions_table
+_TL = timeline_table
 _ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"
 
 
@@ -278,6 +279,25 @@ class ConsoleThreads:
         q = q.order_by(_T.c.updated_at.desc()).limit(limit)
         rows = await self._store.run_read(lambda conn: conn.execute(q).all())
         return [_thread(r) for r in rows]
+
+    async def changes(self, session_id: str, *, after_id: int,
+                      limit: int = 200) -> tuple[int, list[dict[str, Any]]]:
+        """What a live page needs to follow a session: its message count now, and its
+        timeline rows after ``after_id`` (oldest first), in one read."""
+        rows_q = (select(_TL).where(_TL.c.session_id == session_id, _TL.c.id > after_id)
+                  .order_by(_TL.c.id).limit(limit))
+        count_q = select(_SESS.c.message_count).where(_SESS.c.id == session_id)
+
+        def read(conn: Connection) -> tuple[int, list[dict[str, Any]]]:
+            count = conn.execute(count_q).scalar()
+            rows = [{"id": r.id, "turn_id": r.turn_id, "kind": r.kind,
+                     "payload": dict(r.payload or {}), "created_at": r.created_at}
+                    for r in conn.execute(rows_q)]
+            return int(count or 0), rows
+
+        # no flush_later(): a live page must not force the daemon's deferred rows out early
+        # (they are committed with its next write, and shown then)
+        return await self._store.run_read(read)
 
     async def get(self, thread_key: str) -> ThreadSummary | None:
         q = (select(_T, _SESS.c.title)

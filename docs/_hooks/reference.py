@@ -186,6 +186,9 @@ INTROS = {
                  "[Security model](../security/index.md).",
     "[computer]": "The X display of computer-use channels; see "
                   "[Files and computer use](../files-and-computer-use.md).",
+    "[console]": "The operator console inside `geode serve`: sign-in with the chat identity, "
+                 "threads, approvals and usage in a browser; see [Operator console]"
+                 "(../console.md).",
 }
 
 #: meanings of keys whose model has no comment for them, by "[table].key"

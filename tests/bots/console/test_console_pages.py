@@ -1,0 +1,127 @@
+"""The console's pages: what each shows, as HTML and as JSON, over a real store."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from bots.events import InboundEvent
+from bots.store import ThreadSessions
+from geode.messages import Message
+from geode.store.usage import UsageRecord
+from tests.bots.console.conftest import ALICE, OPERATOR, Console, open_request
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def _thread(console: Console, channel: str, root: str, title: str) -> str:
+    event = InboundEvent(platform="telegram", workspace="", channel=channel, thread_root=root,
+                         message_id=root, sender="5", dedupe_key=f"tg:{channel}:{root}")
+    state = await ThreadSessions(store=console.store).engage(event)
+    await console.store.sessions.create(state.session_id, mode="daemon", model="m",
+                                        title=title, if_missing=True)
+    return state.session_id
+
+
+async def test_threads_are_listed_per_binding_and_searchable(console: Console) -> None:
+    await _thread(console, "-1001", "10", "deploy the docs")
+    await _thread(console, "-1001", "11", "weekly report")
+    await _thread(console, "-1002", "12", "bob's thread")
+    op = await console.sign_in(OPERATOR)
+    status, page = await op.json("/threads")
+    assert status == 200
+    got = {g["binding"]: sorted(t["title"] for t in g["threads"]) for g in page["groups"]}
+    assert got == {"telegram:-1001": ["deploy the docs", "weekly report"],
+                   "telegram:-1002": ["bob's thread"]}
+    status, page = await op.json("/threads?q=DOCS")
+    assert [t["title"] for g in page["groups"] for t in g["threads"]] == ["deploy the docs"]
+    status, page = await op.json("/threads?binding=telegram:-1002")
+    assert [g["binding"] for g in page["groups"]] == ["telegram:-1002"]
+    html = await (await op.client.get("/threads")).text()
+    assert "deploy the docs" in html and "/threads/telegram%3A%3A-1001%3A10" in html
+
+
+async def test_a_thread_page_has_its_transcript_timeline_and_requests(
+        console: Console) -> None:
+    sid = await _thread(console, "-1001", "10", "notes")
+    await console.store.checkpointer(sid).save(
+        messages=[Message.user("write the notes <b>now</b>"), Message.assistant("Done.")],
+        state={}, status="active", turn_id="t1")
+    await console.store.timeline.append(session_id=sid, turn_id="t1", kind="turn.started",
+                                        payload={"sender": "5"})
+    await open_request(console.store, channel="-1001", approvers=["42"], session=sid)
+    alice = await console.sign_in(ALICE)
+    status, page = await alice.json(f"/threads/{sid}")
+    assert status == 200
+    assert [(e["role"], e["text"]) for e in page["transcript"]] == [
+        ("user", "write the notes <b>now</b>"), ("assistant", "Done.")]
+    assert "turn.started" in [r["kind"] for r in page["timeline"]]
+    assert [(a["tool"], a["status"], a["may_decide"]) for a in page["approvals"]] == [
+        ("write_file", "pending", True)]
+    html = await (await alice.client.get(f"/threads/{sid}")).text()
+    # the model's and the users' words are escaped, never markup
+    assert "&lt;b&gt;now&lt;/b&gt;" in html and "<b>now</b>" not in html
+
+
+async def test_the_approvals_page_shows_the_whole_call_with_its_buttons(
+        console: Console) -> None:
+    rec = await open_request(console.store, channel="-1001", approvers=["42"])
+    alice = await console.sign_in(ALICE)
+    html = await (await alice.client.get("/approvals")).text()
+    assert rec.short_id in html and "write notes.txt (2 bytes)" in html
+    assert f'action="/approvals/{rec.id}"' in html
+    assert 'value="approve"' in html and 'value="deny"' in html
+
+
+async def test_overview_counts_today_and_spend_against_the_caps(console: Console) -> None:
+    console.settings.bindings[0].max_tokens_per_day = 1000
+    console.settings.budgets.max_usd_per_day = 5.0
+    now = int(time.time() * 1000)
+    await console.store.usage.record(UsageRecord(
+        session_id="s", binding="telegram:-1001", platform="telegram", user="5", model="m",
+        input_tokens=100, output_tokens=20, cost_usd=0.5), at_ms=now)
+    await console.store.usage.record(UsageRecord(
+        session_id="s2", binding="telegram:-1002", platform="telegram", user="77", model="m",
+        input_tokens=7, output_tokens=3), at_ms=now)
+    await open_request(console.store, channel="-1001", approvers=["42"])
+    op = await console.sign_in(OPERATOR)
+    status, page = await op.json("/")
+    assert status == 200 and page["operator"] is True
+    assert page["today"]["tokens"] == 130 and page["pending_approvals"] == 1
+    caps = {(c["where"], c["cap"]): c["used"] for c in page["caps"]}
+    assert caps[("[budgets] (daemon-wide)", "max_usd_per_day")] == pytest.approx(0.5)
+    assert caps[("binding telegram:-1001", "max_tokens_per_day")] == 120
+    # an approver sees its own binding only, and no daemon-wide figures
+    alice = await console.sign_in(ALICE)
+    status, page = await alice.json("/")
+    assert page["today"] is None and page["readiness"] is None
+    assert [(b["key"], b["today"]["tokens"]) for b in page["bindings"]] == [
+        ("telegram:-1001", 120)]
+
+
+async def test_usage_is_a_server_rendered_svg_chart(console: Console) -> None:
+    now = int(time.time() * 1000)
+    for binding, tokens in (("telegram:-1001", 300), ("telegram:-1002", 50)):
+        await console.store.usage.record(UsageRecord(
+            session_id="s", binding=binding, platform="telegram", user="5", model="m",
+            input_tokens=tokens, output_tokens=0), at_ms=now)
+    op = await console.sign_in(OPERATOR)
+    html = await (await op.client.get("/usage?by=binding")).text()
+    assert "<svg" in html and html.count("<rect") == 2 and "style=" not in html
+    status, page = await op.json("/usage?by=model")
+    assert status == 200 and [(r["key"], r["tokens"]) for r in page["rows"]] == [("m", 350)]
+    alice = await console.sign_in(ALICE)
+    status, page = await alice.json("/usage?by=binding")
+    assert [(r["key"], r["tokens"]) for r in page["rows"]] == [("telegram:-1001", 300)]
+    status, page = await alice.json("/usage")
+    assert [r["tokens"] for r in page["rows"]] == [300]
+    status, _ = await alice.json("/usage?by=user")  # spans every binding: operators only
+    assert status == 400
+
+
+async def test_the_static_files_are_served_and_the_script_is_ours(console: Console) -> None:
+    r = await console.client.get("/static/console.js")
+    body: Any = await r.text()
+    assert r.status == 200 and "import" not in body and "http" not in body
