@@ -43,8 +43,6 @@ class RecordedModel(BaseProvider):
         self._responses: list[Message] = []
         self._usage: list[Usage] = []
         self._pos = 0
-        #: the tools each call offered the model, in call order
-        self.offered: list[frozenset[str]] = []
 
     def start_turn(self, turn: RecordedTurn) -> None:
         self._responses = list(turn.responses)
@@ -55,7 +53,6 @@ class RecordedModel(BaseProvider):
         self._pos = 0
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        self.offered.append(frozenset(t.name for t in request.tools))
         if self._pos >= len(self._responses):
             raise ModelError(
                 f"replay: the recording has no model response {self._pos + 1} for this turn "

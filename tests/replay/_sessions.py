@@ -36,6 +36,8 @@ class Scenario:
     overrides: SessionOverrides = field(default_factory=SessionOverrides)
     #: files the workspace holds before the session
     seed: Mapping[str, str] = field(default_factory=dict)
+    #: tools the recording process had and a replay does not (an MCP server's)
+    extra_tools: Sequence[ToolDef] = ()
 
 
 def _id(scenario: int, n: int) -> str:
@@ -87,6 +89,10 @@ def scenarios() -> list[Scenario]:
         ], allow_tools=(), mode="DAEMON",
             overrides=SessionOverrides(tools=["read_file", "write_file"], approve=("write_file",),
                                        spend_scope="telegram:-100")),
+        Scenario("mcp", [
+            ("look it up", [ToolCall("docs__lookup", {"topic": "replay"}, id="toolu_mcp_l"),
+                            "found it"]),
+        ], extra_tools=(DOCS_LOOKUP,)),
     ]
     if sandbox_available():
         found.append(Scenario("bash", [
@@ -105,6 +111,22 @@ async def _ann(request: ApprovalRequest) -> ApprovalAnswer:
                               outcome="approved", note="approved by ann (42)")
     return ApprovalAnswer(answer="deny", by="ann (42)", by_id="42", by_name="ann",
                           outcome="denied", note="denied by ann (42)")
+
+
+#: calls of the recorded MCP tool (a replay must answer from the record, never call it)
+LOOKUPS: list[str] = []
+
+
+async def _lookup(ctx: ToolContext, topic: str) -> str:
+    LOOKUPS.append(topic)
+    return f"docs on {topic}: see replay.md"
+
+
+#: an MCP server's tool as the session factory sees one (``SERVER__TOOL``, source mcp:SERVER)
+DOCS_LOOKUP = ToolDef(name="docs__lookup", description="Look a topic up in the docs.",
+                      input_schema={"type": "object", "properties": {"topic": {"type": "string"}},
+                                    "required": ["topic"]},
+                      handler=_lookup, source="mcp:docs")
 
 
 async def _page(ctx: ToolContext, **_: Any) -> str:
@@ -136,7 +158,8 @@ async def record(home: Path, count: int) -> list[str]:
             model = ScriptedProvider([item for turn in script for item in turn])
             session = await runtime.open_session(SessionContext(
                 mode=sc.mode, workspace=ws, provider=model, allow_tools=sc.allow_tools,
-                overrides=sc.overrides, approver=_ann, model="scripted"))
+                overrides=sc.overrides, approver=_ann, model="scripted",
+                extra_tools=sc.extra_tools))
             for prompt, _ in sc.turns:
                 await session.run(prompt)
             model.assert_complete()

@@ -14,6 +14,7 @@ import pytest
 from geode.executor.decisions import Allow
 from geode.replay import Recording, ReplayPolicy, SessionReplay, replay_all
 from geode.settings import load_settings
+from tests.replay._sessions import LOOKUPS
 from tests.replay.conftest import SESSIONS, Recorded
 
 
@@ -56,12 +57,16 @@ async def test_replaying_the_recorded_sessions_finds_no_difference(
     recorded: Recorded,
 ) -> None:
     before = {ws: _tree(ws) for ws in recorded.home.glob("ws-*")}
+    lookups = len(LOOKUPS)
     results = await _replay(recorded)
     assert [r.session_id for r in results] == recorded.ids
     assert [d for r in results for d in r.differences] == []
     assert sum(r.turns for r in results) == sum(len(r.turns) for r in recorded.recordings)
     # the tools ran on throwaway copies: the recorded workspaces are as they were
     assert {ws: _tree(ws) for ws in recorded.home.glob("ws-*")} == before
+    # the MCP tool's calls were answered from their recorded results, never made again
+    assert _calls(recorded.recordings, "docs__lookup")
+    assert len(LOOKUPS) == lookups
 
 
 async def test_denying_write_file_reports_exactly_the_steps_that_used_it(
