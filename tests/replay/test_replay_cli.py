@@ -17,6 +17,7 @@ from geode.cli.app import app
 from geode.logging import configure_logging
 from geode.messages import Message
 from geode.replay import RecordedTurn, Recording, read_jsonl, to_jsonl
+from tests.daemon.conftest import geode
 from tests.replay.conftest import Recorded
 
 
@@ -137,3 +138,15 @@ def test_a_receipt_without_a_result_is_exported_too() -> None:
     lines = list(to_jsonl(rec))
     assert json.loads(lines[-1])["type"] == "receipt"
     assert read_jsonl(lines).receipts[0]["status"] == "uncertain"
+
+
+def test_the_geode_command_replays_and_exits_by_the_outcome(one_of_each: Recorded) -> None:
+    # the real entry point: the command registered lazily, ConfigError -> exit 2
+    sid = _session(one_of_each, "edit")
+    same = geode(one_of_each.home, "replay", "--session", sid)
+    assert same.returncode == 0, same.stderr
+    assert "no difference" in same.stdout
+    stricter = geode(one_of_each.home, "replay", "--session", sid, "--deny-tool", "edit_file")
+    assert stricter.returncode == 1, stricter.stderr
+    assert stricter.stdout.count("denied by scope") == 2
+    assert geode(one_of_each.home, "replay").returncode == 2
