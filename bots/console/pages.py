@@ -158,6 +158,7 @@ async def thread(request: web.Request) -> web.Response:
     timeline = await deps.store.timeline.list(t.session_id, limit=500)
     requests = await ApprovalRequests(store=deps.store).for_session(t.session_id)
     files = await AttachmentRecords(store=deps.store).for_session(t.session_id)
+    receipts = await deps.store.receipts.list_for(t.session_id)
     queued = [q.position for q in await ChannelQueue(store=deps.store).list()
               if q.platform == t.platform and q.workspace == t.workspace
               and q.channel == t.channel and q.thread == t.thread_root]
@@ -170,6 +171,10 @@ async def thread(request: web.Request) -> web.Response:
                       "payload": r.payload, "created_at": r.created_at} for r in timeline],
         "approvals": [_request(r, who, access) for r in requests],
         "files_in": [f.to_json() for f in files],
+        "receipts": [{"turn_id": r.turn_id, "call_id": r.call_id, "tool": r.tool,
+                      "status": r.status, "detail": r.detail, "approved_by": r.approved_by,
+                      "approved_by_name": r.approved_by_name, "at": r.updated_at}
+                     for r in receipts],
         # the page follows the thread live from its last timeline row (bots.console.live)
         "events_url": "/threads/" + quote(t.thread_key, safe="") + "/events?after="
                       + str(max((r.id for r in timeline), default=0)),
@@ -237,9 +242,19 @@ async def decide(request: web.Request) -> web.Response:
     return see_other("/approvals")
 
 
+def _binding(b: BindingSettings, configured: set[int]) -> dict[str, Any]:
+    """A binding as the Usage page lists it (read only), with where it comes from."""
+    return {"key": binding_key(b), "platform": b.platform, "channel": b.channel,
+            "team": b.team,
+            "source": "config.toml" if id(b) in configured else "geode bindings add",
+            "model": b.model or "(default)", "tools": b.tools, "approve": b.approve,
+            "approvers": b.approvers, "allow_users": b.allow_users, "caps": b.caps()}
+
+
 async def usage(request: web.Request) -> web.Response:
-    """Tokens and cost by day (with a chart), binding, user or model. An approver sees its
-    bindings' days and bindings only (the ledger's other groupings span every binding)."""
+    """Tokens and cost by day (with a chart), binding, user or model, and the bindings (read
+    only, with where each comes from). An approver sees its bindings' days and bindings only
+    (the ledger's other groupings span every binding)."""
     from geode.store.usage import UsageFilter
 
     deps, who, access = _who(request)
@@ -276,8 +291,10 @@ async def usage(request: web.Request) -> web.Response:
             if total is not None and total.calls:
                 rows.append((datetime.fromtimestamp(s / 1000, zone).date().isoformat(), total))
     table = [{"key": k or "(outside channels)", **_totals(t)} for k, t in rows]
+    configured = {id(b) for b in deps.settings.bindings}
     data: dict[str, Any] = {"title": "Usage", "by": by, "groupings": list(groupings),
-                            "days": USAGE_DAYS, "rows": table}
+                            "days": USAGE_DAYS, "rows": table,
+                            "bindings": [_binding(b, configured) for b in mine]}
     if not wants_json(request):
         data["chart"] = bar_chart([(r["key"], float(r["tokens"])) for r in table],
                                   title=f"tokens by {by}, last {USAGE_DAYS} days")

@@ -125,3 +125,26 @@ async def test_the_static_files_are_served_and_the_script_is_ours(console: Conso
     r = await console.client.get("/static/console.js")
     body: Any = await r.text()
     assert r.status == 200 and "import" not in body and "http" not in body
+
+
+async def test_usage_lists_the_bindings_with_where_each_comes_from(console: Console) -> None:
+    from bots.store import StoredBindings
+    from geode.settings import BindingSettings
+
+    await StoredBindings(store=console.store).add(BindingSettings(
+        platform="telegram", channel="-1003", approvers=["42"]))
+    alice = await console.sign_in(ALICE)
+    status, page = await alice.json("/usage")
+    assert status == 200
+    assert [(b["key"], b["source"]) for b in page["bindings"]] == [
+        ("telegram:-1001", "config.toml"), ("telegram:-1003", "geode bindings add")]
+
+
+async def test_a_thread_page_lists_its_effect_receipts(console: Console) -> None:
+    sid = await _thread(console, "-1001", "10", "notes")
+    await console.store.receipts.intend(session_id=sid, turn_id="t1", call_id="c1",
+                                        tool="write_file", args_hash="h")
+    alice = await console.sign_in(ALICE)
+    status, page = await alice.json(f"/threads/{sid}")
+    assert status == 200 and [(r["tool"], r["call_id"]) for r in page["receipts"]] == [
+        ("write_file", "c1")]
