@@ -17,8 +17,8 @@ other's internals.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, runtime_checkable
 
 from bots.events import Attachment, InboundEvent, ReplyTarget
 from bots.format import Chunk, human_size
@@ -28,10 +28,15 @@ if TYPE_CHECKING:
     from datetime import datetime
     from pathlib import Path
 
+    from prometheus_client import CollectorRegistry
+
+    from bots.observed import ChannelEvent
     from bots.store import Cursors
-    from geode.hooks.events import ChannelEvent
+    from geode.daemon.metrics import EventCounters
     from geode.settings import BindingSettings
     from geode.store.database import Database
+
+    _Counters = TypeVar("_Counters", bound=EventCounters)
 
 __all__ = [
     "ApprovalControls",
@@ -242,7 +247,8 @@ class Intake(Protocol):
 class TurnHost(HarnessPort, Protocol):
     """What the layer needs from ``geode serve`` (``geode.daemon.Daemon`` is one): the
     harness port, the database the channel records are built on, the publisher of the
-    channels' events, and how many channel turns may run at once. Never the runtime."""
+    channels' events and the metrics that count them, and how many channel turns may run
+    at once. Never the runtime."""
 
     @property
     def database(self) -> Database | None:
@@ -251,6 +257,12 @@ class TurnHost(HarnessPort, Protocol):
 
     def publish(self, event: ChannelEvent) -> None:
         """Tell the daemon's observers (metrics); they decide nothing."""
+        ...
+
+    def add_metrics(self, build: Callable[[CollectorRegistry], _Counters]) -> _Counters:
+        """Count the layer's events on the daemon's ``/metrics``: ``build`` registers its
+        counters on the daemon's registry and they observe what :meth:`publish` carries;
+        once per daemon (every connector's layer asks; the first one builds them)."""
         ...
 
     @property

@@ -1,5 +1,6 @@
 """The one base of GEODE's typed events (the loop's, :mod:`geode.loop.events`; the
-executor's, the chat layer's and the spend control's, :mod:`geode.hooks.events`).
+executor's and the spend control's, :mod:`geode.hooks.events`; the chat layer defines its
+own on it, in ``bots``).
 
 An event is a frozen dataclass with a wire name (:attr:`TypedEvent.kind`, a class constant)
 and :attr:`TypedEvent.data` (its fields as a dict): consumers ``match`` on the type;

@@ -404,14 +404,9 @@ KNOWN_GEODE_CYCLES: frozenset[str] = frozenset()
 KNOWN_BOTS_CYCLES: frozenset[str] = frozenset()
 #: modules in a cycle that runs through both ``geode/`` and ``bots/``
 KNOWN_GEODE_BOTS_CYCLES: frozenset[str] = frozenset()
-#: ``geode/`` modules that import ``bots`` instead of asking the platform registry: the CLI
-#: commands that read the channel tables or start the connectors, and a demo shim
-KNOWN_GEODE_IMPORTS_BOTS: frozenset[str] = frozenset({
-    "geode.cli.cmd_channels", "geode.cli.cmd_queue", "geode.cli.cmd_serve",
-    "geode.cli.cmd_sessions", "geode.cli.doctor", "geode.cli.preflight",
-    "geode.cli.cmd_init",  # (#32) reads each spec's init lines from bots.platforms
-    "geode.testing.telegram_demo",
-})
+#: ``geode/`` modules that import ``bots`` instead of asking a registry (``geode.platforms``,
+#: ``geode.plugins``: the chat layer's commands, checks and connectors are its plugin's)
+KNOWN_GEODE_IMPORTS_BOTS: frozenset[str] = frozenset()
 #: modules outside ``geode/store`` and ``bots/store`` that import SQLAlchemy
 KNOWN_SQL_OUTSIDE_THE_STORES: frozenset[str] = frozenset({
     # a database URL parsed (make_url) to check or show it: the store could offer that

@@ -34,13 +34,13 @@ from telegram.error import InvalidToken, TelegramError
 from bots._aio import reap
 from bots.connector import PlatformUnreachableError
 from bots.format import Chunk
+from bots.observed import RateLimited
 from bots.port import TurnHost
 from bots.telegram.client import PerChatRateLimiter, TelegramClient, _Bot, build_request
 from bots.telegram.format import TELEGRAM_LIMIT, chunk_markdown, render_progress
 from bots.telegram.inbound import TelegramInbound
 from bots.telegram.options import TelegramOptions
 from geode.errors import ConfigError
-from geode.hooks.events import RateLimited
 from geode.settings import BindingSettings
 
 __all__ = ["TelegramConnector", "TelegramOptions"]

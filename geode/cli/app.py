@@ -111,17 +111,18 @@ def _root(
     _state.LOG_LEVEL = log_level
 
 
-# In the order ``geode --help`` lists them.
-_COMMAND_MODULES = ("cmd_channels", "cmd_info", "cmd_init", "cmd_mcp", "cmd_run", "cmd_serve",
+# In the order ``geode --help`` lists them (then the plugins' commands).
+_COMMAND_MODULES = ("cmd_info", "cmd_init", "cmd_mcp", "cmd_run", "cmd_serve",
                     "cmd_ask", "cmd_repl", "cmd_schedule", "cmd_sessions", "cmd_usage",
-                    "cmd_db", "cmd_skills", "cmd_queue", "cmd_replay")
+                    "cmd_db", "cmd_skills", "cmd_replay")
 
 
 #: each command (or command group) and the module that defines it: a command imports only its
-#: own module (``cmd_channels`` alone is ~28 ms); help, completion and typos import them all.
-#: tests/cli/test_lazy_commands.py checks this against what the modules register.
+#: own module; help, completion and typos import them all. A plugin's commands (the chat
+#: layer's ``bindings``, ``pairing``, ``queue``) come from its spec (:mod:`geode.plugins`),
+#: read only for a command not named here. tests/cli/test_lazy_commands.py checks this
+#: against what the modules register.
 _COMMAND_MODULE = {
-    "bindings": "cmd_channels", "pairing": "cmd_channels",
     "models": "cmd_info", "doctor": "cmd_info",
     "init": "cmd_init",
     "mcp": "cmd_mcp", "trust": "cmd_mcp",
@@ -134,21 +135,68 @@ _COMMAND_MODULE = {
     "skills": "cmd_skills",
     "usage": "cmd_usage",
     "db": "cmd_db",
-    "queue": "cmd_queue",
     "replay": "cmd_replay",
 }
 
 
 def _register(command: str | None = None) -> None:
-    """Import the module of ``command``, or every command module (help, unknown commands).
+    """Register ``command`` (its module, or the plugin command of that name), or every command
+    (help, completion, unknown commands).
 
-    Each module adds its commands to ``app``; imports stay light (no SDKs at import time).
+    Each module adds its commands to ``app``; a plugin's are added here. Imports stay light
+    (no SDKs at import time).
+
+    Raises:
+        ConfigError: the plugin that has ``command`` does not load.
     """
     import importlib
 
     module = _COMMAND_MODULE.get(command) if command is not None else None
-    for name in (module,) if module is not None else _COMMAND_MODULES:
+    if module is not None:
+        importlib.import_module(f"geode.cli.{module}")
+        return
+    if command is not None:
+        from geode.plugins import command_owner
+
+        ref = command_owner(command)
+        if ref is not None:
+            _add_plugin_command(command, ref)
+            return
+    for name in _COMMAND_MODULES:
         importlib.import_module(f"geode.cli.{name}")
+    _add_plugin_commands()
+
+
+#: the plugin commands already on ``app`` (``_register`` may run more than once: tests)
+_PLUGIN_COMMANDS_ADDED: set[str] = set()
+
+
+def _add_plugin_command(command: str, ref: str) -> None:
+    from geode.plugins import load_part
+
+    if command in _PLUGIN_COMMANDS_ADDED:
+        return
+    found = load_part(ref)
+    if isinstance(found, typer.Typer):
+        app.add_typer(found, name=command)
+    else:  # one command, a function
+        app.command(name=command)(found)
+    _PLUGIN_COMMANDS_ADDED.add(command)
+
+
+def _add_plugin_commands() -> None:
+    """Every plugin's commands, after the harness's own. A plugin that does not load is
+    said on stderr and left out: help and the harness's own commands still answer."""
+    from geode.plugins import plugin_commands
+
+    try:
+        commands = plugin_commands()
+    except ConfigError as exc:
+        typer.echo(f"warning: {exc}", err=True)
+        return
+    for command, ref in commands.items():
+        if command not in _COMMAND_MODULE:  # the harness's own name wins
+            _add_plugin_command(command, ref)
 
 
 #: the root options, accepted after the subcommand too (``geode serve --log-level INFO``)
@@ -205,7 +253,11 @@ def _command_of(args: list[str]) -> str | None:
 
 def main() -> None:
     args = hoist_root_options(sys.argv[1:])
-    _register(_command_of(args))
+    try:
+        _register(_command_of(args))
+    except ConfigError as exc:  # the plugin that has this command does not load
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
     if args and not _INFO_ONLY.intersection(args):
         # A command runs, and logs: structlog without rich, before any module imports it
         # (geode._imports), and without colorama (Windows console colours: GEODE's console

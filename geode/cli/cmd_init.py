@@ -28,11 +28,12 @@ _ENV_HEAD = """\
 
 
 def _env_template() -> str:
-    """The commented ``.env``: the providers' keys, then each registered platform's lines
-    (its spec's ``env_lines``)."""
-    from bots.platforms import platform_specs
+    """The commented ``.env``: the providers' keys, then each plugin's lines (the chat
+    layer's: each registered platform's)."""
+    from geode.plugins import load_part, plugins
 
-    lines = [line for spec in platform_specs().values() for line in spec.env_lines]
+    lines = [line for plugin in plugins() if plugin.env_lines
+             for line in load_part(plugin.env_lines)()]
     return _ENV_HEAD + "".join(f"{line}\n" for line in lines)
 
 

@@ -60,11 +60,14 @@ def serve(
     daemon = Daemon(settings=settings, secrets=secrets_, provider_factory=factory,
                     workspace=resolve_cwd(cwd) if cwd else None, drain_timeout_s=drain_timeout,
                     settle_heap=True, provider_label=label)
-    from bots import build_connectors
+    from geode.plugins import load_part, plugins
 
-    # Every enabled [channels.*] connector runs inside this daemon, on its lanes and store.
-    for connector in build_connectors(daemon, settings, secrets_):
-        daemon.add_connector(connector)
+    # What plugins host runs inside this daemon, on its lanes and store: the chat layer's
+    # connectors, one per enabled [channels.*] (each imports only its own platform's SDK).
+    for plugin in plugins():
+        if plugin.connectors:
+            for connector in load_part(plugin.connectors)(daemon, settings, secrets_):
+                daemon.add_connector(connector)
 
     async def main() -> None:
         await daemon.start()

@@ -82,14 +82,18 @@ def sessions_show(
     """One session: status, checkpoint head, approvals (requested / decided / expired, by
     whom), effect receipts (uncertain ones flagged) and the attachments its channel thread
     received (saved where, or refused and why)."""
-    from bots.store import AttachmentRecords
+    from geode.plugins import load_part, plugins
 
     settings, _ = load_typed()
 
     async def main() -> dict[str, Any]:
         async with await open_store(settings) as store:
             record = await _require_session(store, session_id)
-            attachments = await AttachmentRecords(store=store).for_session(session_id)
+            # what plugins add (the chat layer: the attachments its thread received)
+            details: dict[str, Any] = {"attachments": []}
+            for plugin in plugins():
+                if plugin.session_details:
+                    details.update(await load_part(plugin.session_details)(store, session_id))
             checkpoints = await store.checkpoints.list(session_id, limit=1000)
             receipts = await store.receipts.list_for(session_id)
             approvals = [r for r in await store.timeline.list(session_id)
@@ -119,7 +123,7 @@ def sessions_show(
                                "resumed": bool(r.payload.get("resumed", False)),
                                "at": r.created_at.isoformat() if r.created_at else None}
                               for r in approvals],
-                "attachments": [a.to_json() for a in attachments],
+                **details,
             }
 
     info = asyncio.run(main())

@@ -118,7 +118,7 @@ async def _run_checks(cwd: Path) -> int:
     _group("store")
     failures += await _check_store(settings)
     _group("bindings")
-    await _list_bindings(settings)
+    failures += await _plugin_checks(settings)
     _group("mcp")
     failures += await _check_mcp(settings, secrets, cwd)
     _group("sandbox")
@@ -251,29 +251,19 @@ async def _check_store(settings: Settings) -> int:
     return 0 if reachable else 1
 
 
-async def _list_bindings(settings: Settings) -> None:
-    """Per binding: what runs freely, what needs an approver's yes, and who can give it."""
-    from geode.cli.cmd_channels import approval_summary
+async def _plugin_checks(settings: Settings) -> int:
+    """Each plugin's doctor checks (the chat layer's: per binding, what runs freely, what
+    needs an approver's yes, and who can give it); the number that failed."""
+    from geode.plugins import load_part, plugins
 
-    rows = [("config", b) for b in settings.bindings]
-    try:
-        from bots.store import StoredBindings
-        from geode.store import open_store
-
-        async with await open_store(settings.store_url) as store:
-            rows += [("store", b) for b in await StoredBindings(store=store).list()]
-    except Exception:  # the store check above reported it already
-        pass
-    for src, b in rows:
-        free = ("read-only tools (DAEMON default)" if b.tools is None
-                else ", ".join(b.tools) or "no tools")
-        where = f"{b.team}/{b.channel}" if b.team else b.channel
-        nobody = bool(b.approve) and not b.approvers
-        _line(
-            None if nobody else True,
-            f"binding {b.platform} {where} [{src}]: runs freely: {free}; {approval_summary(b)}",
-            'give the binding approvers = ["USER_ID", ...] (or remove its approve list)',
-        )
+    failures = 0
+    for plugin in plugins():
+        if plugin.doctor:
+            for check in await load_part(plugin.doctor)(settings):
+                failures += check.status == "fail"
+                ok = {"ok": True, "warn": None, "fail": False}[check.status]
+                _line(ok, check.message, check.fix, name=check.name)
+    return failures
 
 
 async def _check_mcp(settings: Settings, secrets: Secrets, cwd: Path) -> int:

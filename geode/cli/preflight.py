@@ -3,11 +3,10 @@
 ``geode serve`` refuses to start (exit 2) when one fails; ``geode doctor`` runs the very
 same function and reports every result, so a config that serve refuses makes doctor say
 the same words and exit non-zero (a binding's model id used to pass doctor and fail serve).
-What is checked: each configured binding's model id and tool names, the bindings'
-workspaces, and each ``[channels.*]`` section (a known platform, its typed options with no
-unknown key, the secrets an enabled one needs, its spec's own checks). Platforms come from
-the registry (``bots.platforms``, the ``geode.platforms`` entry points); nothing here names
-one.
+What is checked: each configured binding's model id and tool names, then each plugin's start
+checks (:attr:`geode.plugins.HarnessPlugin.preflight`; the chat layer's: the bindings'
+workspaces and each ``[channels.*]`` section). Nothing here names a platform or imports the
+chat layer.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ class Check:
 
 def preflight(settings: Settings, secrets: Secrets) -> list[Check]:
     """Every start check of ``settings``, in order; none raises."""
-    return [*_bindings(settings), _workspaces(settings), *_channels(settings, secrets)]
+    return [*_bindings(settings), *_plugins(settings, secrets)]
 
 
 def refuse_failed(checks: list[Check]) -> None:
@@ -68,43 +67,11 @@ def _bindings(settings: Settings) -> list[Check]:
     return out
 
 
-def _workspaces(settings: Settings) -> Check:
-    from bots.workspaces import check_workspaces
+def _plugins(settings: Settings, secrets: Secrets) -> list[Check]:
+    from geode.plugins import load_part, plugins
 
-    try:
-        check_workspaces(settings.home, settings.bindings)
-    except ConfigError as exc:
-        return Check(name="workspaces", status="fail", message=str(exc))
-    return Check(name="workspaces", status="ok",
-                 message="each binding has its own workspace (or shares one on purpose)")
-
-
-def _channels(settings: Settings, secrets: Secrets) -> list[Check]:
-    from bots.platforms import channel_options, missing_tokens
-
-    out = []
-    for platform, raw in settings.channels.items():
-        name = f"channel {platform}"
-        try:
-            options = channel_options(platform, raw)
-        except ConfigError as exc:
-            out.append(Check(name=name, status="fail", message=str(exc),
-                             fix=f"fix [channels.{platform}] in config.toml"))
-            continue
-        if not options.enabled:
-            out.append(Check(name=name, status="ok",
-                             message=f"[channels.{platform}]: enabled = false (not started)"))
-            continue
-        missing = missing_tokens(platform, options, secrets)
-        if missing:
-            out += [Check(name=name, status="fail", message=m,
-                          fix=f"add it to {settings.home / '.env'} (mode 0600)") for m in missing]
-            continue
-        bound = sum(b.platform == platform for b in settings.bindings)
-        out.append(Check(
-            name=name, status="ok" if bound else "warn",
-            message=f"[channels.{platform}]: options valid, credentials set, "
-                    f"{bound} binding(s) in config.toml",
-            fix="" if bound else f"add one: geode bindings add {platform} CHANNEL_ID "
-                                 "(see `geode bindings add --help`)"))
+    out: list[Check] = []
+    for plugin in plugins():
+        if plugin.preflight:
+            out += load_part(plugin.preflight)(settings, secrets)
     return out

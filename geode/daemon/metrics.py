@@ -3,16 +3,17 @@
 Every event reaches them typed (frozen dataclasses they ``match`` on, never an event name):
 :meth:`DaemonMetrics.on_loop_event` takes the loop's (a denied tool result carries the check
 that denied it; :class:`~geode.loop.events.ModelCallFinished`, observer-only, feeds calls and
-errors per model), :meth:`DaemonMetrics.on_event` the channel layer's and the spend control's
+errors per model), :meth:`DaemonMetrics.on_event` the spend control's
 (:mod:`geode.hooks.events`: :class:`~geode.hooks.events.UsageRecorded` feeds tokens and cost,
 :class:`~geode.hooks.events.SpendCapReached` the refused calls). Both decide nothing and are
 synchronous (the HookSystem runs them inline).
 
 Model latency is the loop's own measure of each answered model call (retries included).
 
-Per platform, the channel layer's events feed messages received, replies sent (with the
-latency from the message's intake to its delivered reply), deliveries retried and rate-limit
-answers (HTTP 429 / ``RetryAfter``).
+Another package counts its own events on the same ``/metrics`` through
+:meth:`DaemonMetrics.extend`: its counters (an :class:`EventCounters`) are built once on
+this registry and subscribed to the events they name (the chat layer's per-platform
+metrics, which the harness never names).
 
 Each daemon owns a :class:`~prometheus_client.CollectorRegistry` (not the global one), so
 several daemons (tests) never collide.
@@ -20,22 +21,13 @@ several daemons (tests) never collide.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from geode.hooks.events import (
-    DeliveryRetried,
-    MessagesReceived,
-    ObservedEvent,
-    RateLimited,
-    ReplySent,
-    SpendCapReached,
-    ThreadLeaseLost,
-    ThreadLeases,
-    ThreadsTakenOver,
-    UsageRecorded,
-)
+from geode._events import TypedEvent
+from geode.hooks.events import ObservedEvent, SpendCapReached, UsageRecorded
 from geode.loop.events import (
     ModelCallFinished,
     ModelResponded,
@@ -45,13 +37,30 @@ from geode.loop.events import (
     TurnStarted,
 )
 
-__all__ = ["CONTENT_TYPE", "DaemonMetrics"]
+if TYPE_CHECKING:
+    from geode.hooks.system import HookSystem
+
+__all__ = ["CONTENT_TYPE", "DaemonMetrics", "EventCounters"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120)
-_REPLY_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 _WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
+
+
+class EventCounters(Protocol):
+    """Counters another package registers on the daemon's registry (built from it), fed by
+    that package's own typed events: what :meth:`DaemonMetrics.extend` takes."""
+
+    #: the event types :meth:`on_event` counts (the others are not delivered to it)
+    EVENTS: ClassVar[tuple[type[TypedEvent], ...]]
+
+    def on_event(self, event: TypedEvent) -> None:
+        """A typed observer: synchronous and quick (the HookSystem runs it inline)."""
+        ...
+
+
+_Counters = TypeVar("_Counters", bound=EventCounters)
 
 
 class DaemonMetrics:
@@ -78,15 +87,6 @@ class DaemonMetrics:
                                      ["outcome"], registry=r)
         self.ipc_errors = Counter("geode_ipc_protocol_errors",
                                   "IPC connections closed for a bad frame.", registry=r)
-        self.threads_held = Gauge("geode_channel_threads_held",
-                                  "Threads whose lease this replica holds, per platform.",
-                                  ["platform"], registry=r)
-        self.thread_takeovers = Counter("geode_channel_thread_takeovers",
-                                        "Threads taken over from a stopped or dead replica.",
-                                        ["platform"], registry=r)
-        self.thread_leases_lost = Counter("geode_channel_thread_leases_lost",
-                                          "Threads another replica took while this one ran them.",
-                                          ["platform"], registry=r)
         self.model_tokens = Counter("geode_model_tokens",
                                     "Model tokens as reported by the provider, by binding "
                                     "(platform:channel, empty outside channels), model, platform "
@@ -102,20 +102,9 @@ class DaemonMetrics:
                                    "model and outcome.", ["model", "outcome"], registry=r)
         self.model_errors = Counter("geode_model_errors", "Failed model calls, by model and "
                                     "error kind.", ["model", "kind"], registry=r)
-        self.messages_received = Counter("geode_channel_messages_received",
-                                         "Platform events recorded, per platform.",
-                                         ["platform"], registry=r)
-        self.replies_sent = Counter("geode_channel_replies_sent",
-                                    "Replies delivered, per platform.", ["platform"], registry=r)
-        self.reply_latency = Histogram("geode_channel_reply_latency_seconds",
-                                       "From a message's intake to its delivered reply.",
-                                       ["platform"], buckets=_REPLY_BUCKETS, registry=r)
-        self.deliveries_retried = Counter("geode_channel_deliveries_retried",
-                                          "Reply deliveries tried again after a failure.",
-                                          ["platform"], registry=r)
-        self.rate_limited = Counter("geode_channel_rate_limited",
-                                    "Rate-limit answers (HTTP 429, RetryAfter) to the layer's "
-                                    "sends, per platform.", ["platform"], registry=r)
+        #: another package's counters by the callable that built them (:meth:`extend`)
+        self._extensions: dict[Callable[[CollectorRegistry], EventCounters], EventCounters] = {}
+        self._subscribed: list[tuple[HookSystem, EventCounters]] = []
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -153,14 +142,12 @@ class DaemonMetrics:
                 pass
 
     #: the events :meth:`on_event` counts (the others are not delivered to it)
-    EVENTS: ClassVar[tuple[type, ...]] = (
-        UsageRecorded, SpendCapReached, MessagesReceived, ReplySent, DeliveryRetried,
-        RateLimited, ThreadLeases, ThreadsTakenOver, ThreadLeaseLost)
+    EVENTS: ClassVar[tuple[type[TypedEvent], ...]] = (UsageRecorded, SpendCapReached)
 
     def on_event(self, event: ObservedEvent) -> None:
-        """The typed observer (``HookSystem.subscribe_events``) of the channel layer's events
-        (``bots.layer``, its deliverer, the connectors) and the spend control's; the
-        executor's are counted from the loop's ``ToolResulted``."""
+        """The typed observer (``HookSystem.subscribe_events``) of the spend control's
+        events; the executor's are counted from the loop's ``ToolResulted``, another
+        package's by the counters it added (:meth:`extend`)."""
         match event:
             case UsageRecorded(binding=binding, platform=platform, model=model, cost_usd=cost):
                 labels = {"binding": binding, "model": model, "platform": platform}
@@ -170,21 +157,22 @@ class DaemonMetrics:
                     self.model_cost.labels(**labels).inc(cost)
             case SpendCapReached(cap=cap, binding=binding, platform=platform):
                 self.spend_caps_reached.labels(cap=cap, binding=binding, platform=platform).inc()
-            case MessagesReceived(platform=platform, count=count):
-                self.messages_received.labels(platform=platform).inc(count)
-            case ReplySent(platform=platform, latency_s=latency):
-                self.replies_sent.labels(platform=platform).inc()
-                if latency is not None:
-                    self.reply_latency.labels(platform=platform).observe(max(0.0, latency))
-            case DeliveryRetried(platform=platform):
-                self.deliveries_retried.labels(platform=platform).inc()
-            case RateLimited(platform=platform):
-                self.rate_limited.labels(platform=platform).inc()
-            case ThreadLeases(platform=platform, held=held):
-                self.threads_held.labels(platform=platform).set(held)
-            case ThreadsTakenOver(platform=platform, count=count):
-                self.thread_takeovers.labels(platform=platform).inc(count)
-            case ThreadLeaseLost(platform=platform):
-                self.thread_leases_lost.labels(platform=platform).inc()
             case _:
                 pass
+
+    def extend(self, build: Callable[[CollectorRegistry], _Counters], *,
+               observers: HookSystem) -> _Counters:
+        """Another package's counters on this registry, fed by ``observers``.
+
+        Built by ``build(self.registry)`` at the first call and subscribed to the events
+        they name; a later call with the same ``build`` (a second connector on the same
+        daemon, a restart on new observers) returns the same counters, subscribed once per
+        ``observers``: a metric's name registers once per registry.
+        """
+        counters = self._extensions.get(build)
+        if counters is None:
+            counters = self._extensions[build] = build(self.registry)
+        if not any(o is observers and c is counters for o, c in self._subscribed):
+            observers.subscribe_events(counters.on_event, only=counters.EVENTS)
+            self._subscribed.append((observers, counters))
+        return counters  # type: ignore[return-value]  # keyed by its own build

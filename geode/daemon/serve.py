@@ -32,22 +32,23 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import structlog
+from prometheus_client import CollectorRegistry
 
 from geode.daemon.display import ComputerDisplay, open_computer_display
 from geode.daemon.health import HealthServer
 from geode.daemon.ipc import Connection, HomeLock, IPCServer, RunRequest
 from geode.daemon.lanes import LaneKind, LaneQueue, QueueObserver
-from geode.daemon.metrics import DaemonMetrics
+from geode.daemon.metrics import DaemonMetrics, EventCounters
 from geode.daemon.port import OnSession, SessionStatus, TurnOutcome
 from geode.daemon.runtime import Runtime
 from geode.daemon.scheduler import Job, JobStore, Scheduler
 from geode.daemon.session import Session, SessionContext
 from geode.daemon.supervisor import Component, TaskSupervisor, describe_error
 from geode.errors import ConfigError, ShuttingDown
-from geode.hooks.events import ChannelEvent
+from geode.hooks.events import ObservedEvent
 from geode.loop import TurnResult
 from geode.messages import ImageBlock
 from geode.providers.base import BaseProvider
@@ -56,6 +57,8 @@ from geode.store.database import Database
 from geode.store.space import volume_problem
 
 __all__ = ["Connector", "Daemon", "ProviderFactory"]
+
+_Counters = TypeVar("_Counters", bound=EventCounters)
 
 log = structlog.get_logger(__name__)
 
@@ -167,11 +170,19 @@ class Daemon:
         """The database the channel records are built on (None until :meth:`start`)."""
         return self.runtime.store if self.runtime is not None else None
 
-    def publish(self, event: ChannelEvent) -> None:
+    def publish(self, event: ObservedEvent) -> None:
         """Tell the daemon's observers (its metrics) of a channel's event; they decide
         nothing. Before the store opened, nobody listens."""
         if self.runtime is not None:
             self.runtime.observers.publish(event)
+
+    def add_metrics(self, build: Callable[[CollectorRegistry], _Counters]) -> _Counters:
+        """Count a hosted layer's events on this daemon's ``/metrics``: its counters are
+        built once on the daemon's registry and observe what :meth:`publish` carries
+        (:meth:`DaemonMetrics.extend`). After :meth:`start` opened the store."""
+        if self.runtime is None:
+            raise RuntimeError("metrics are added after Daemon.start() opened the store")
+        return self.metrics.extend(build, observers=self.runtime.observers)
 
     @property
     def channel_capacity(self) -> int:

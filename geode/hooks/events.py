@@ -1,12 +1,12 @@
-"""The observer-only events of the executor, the chat layer and the spend control: unions of
-frozen dataclasses (on the shared base :class:`geode._events.TypedEvent`).
+"""The harness's observer-only events beside the loop's: the executor's and the spend
+control's, unions of frozen dataclasses (on the shared base :class:`geode._events.TypedEvent`).
 
-The loop's events live in :mod:`geode.loop.events`; these are the other vocabularies the
-daemon's observers (metrics, evidence) see. They live here, in ``geode``, so the daemon can
-``match`` on the channel layer's events without importing ``bots`` (``bots`` imports this
-module and constructs them). :meth:`geode.hooks.HookSystem.publish` hands them typed to
-``subscribe_events`` observers and, as ``(kind, data)``, to the name-based ones, so those
-names and payloads stay what they were.
+The loop's events live in :mod:`geode.loop.events`. :meth:`geode.hooks.HookSystem.publish`
+carries any typed event (:data:`ObservedEvent`): these, and those another package defines
+for its own observers (the chat layer's, in ``bots.observed``, counted by its own metrics),
+so the harness names no chat event. It hands them typed to ``subscribe_events`` observers
+(metrics, evidence) and, as ``(kind, data)``, to the name-based ones, so those names and
+payloads stay what they were.
 """
 
 from __future__ import annotations
@@ -17,92 +17,16 @@ from typing import ClassVar, TypeAlias
 from geode._events import TypedEvent
 
 __all__ = [
-    "ChannelEvent",
-    "DeliveryRetried",
-    "MessagesReceived",
+    "HarnessEvent",
     "ObservedEvent",
-    "RateLimited",
-    "ReplySent",
     "SpendCapReached",
     "SpendEvent",
-    "ThreadLeaseLost",
-    "ThreadLeases",
-    "ThreadsTakenOver",
     "ToolDenied",
     "ToolEvent",
     "ToolFinished",
     "ToolStarted",
     "UsageRecorded",
 ]
-
-
-# -- the chat layer (bots) ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class _OnPlatform(TypedEvent):
-    """A channel event of one platform (its metrics are labelled by it)."""
-
-    platform: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class MessagesReceived(_OnPlatform):
-    """Platform events recorded by the layer's intake."""
-
-    kind: ClassVar[str] = "channel.messages_received"
-    count: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReplySent(_OnPlatform):
-    """A reply delivered; ``latency_s`` from its message's intake (None when unknown)."""
-
-    kind: ClassVar[str] = "channel.reply_sent"
-    latency_s: float | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class DeliveryRetried(_OnPlatform):
-    """A reply delivery tried again after a failure."""
-
-    kind: ClassVar[str] = "channel.delivery_retried"
-
-
-@dataclass(frozen=True, kw_only=True)
-class RateLimited(_OnPlatform):
-    """A rate-limit answer (HTTP 429, ``RetryAfter``) to one of the layer's sends."""
-
-    kind: ClassVar[str] = "channel.rate_limited"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ThreadLeases(_OnPlatform):
-    """The thread leases this replica holds after a renewal."""
-
-    kind: ClassVar[str] = "channel.thread_leases"
-    held: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class ThreadsTakenOver(_OnPlatform):
-    """Threads taken over from a stopped or dead replica."""
-
-    kind: ClassVar[str] = "channel.threads_taken_over"
-    count: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class ThreadLeaseLost(_OnPlatform):
-    """A thread another replica took while this one ran it."""
-
-    kind: ClassVar[str] = "channel.thread_lease_lost"
-
-
-ChannelEvent: TypeAlias = (
-    MessagesReceived | ReplySent | DeliveryRetried | RateLimited | ThreadLeases
-    | ThreadsTakenOver | ThreadLeaseLost
-)
 
 
 # -- the executor ---------------------------------------------------------------------------
@@ -176,5 +100,10 @@ class SpendCapReached(TypedEvent):
 
 SpendEvent: TypeAlias = UsageRecorded | SpendCapReached
 
-#: what :meth:`geode.hooks.HookSystem.publish` carries
-ObservedEvent: TypeAlias = ChannelEvent | ToolEvent | SpendEvent
+#: the harness's own published events
+HarnessEvent: TypeAlias = ToolEvent | SpendEvent
+
+#: what :meth:`geode.hooks.HookSystem.publish` carries: any typed event, the harness's
+#: (:data:`HarnessEvent`) and another package's (the chat layer's); observers ``match`` on
+#: the classes they know and take only those (``subscribe_events(..., only=...)``)
+ObservedEvent: TypeAlias = TypedEvent

@@ -35,12 +35,12 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from importlib.metadata import EntryPoint, distributions
 from types import MappingProxyType
 from typing import Any, Literal, TypeAlias, cast, get_args, overload
 
 import structlog
 
+from geode._entry_points import entry_points as entry_points  # re-exported: its old home
 from geode.errors import ConfigError
 from geode.loop.protocols import PromptDecision, TurnInfo
 
@@ -418,34 +418,6 @@ class HookPromptGate:
             return PromptDecision(blocked=True, reason=outcome.blocked)
         text = "\n\n".join((outcome.prompt, *outcome.context))
         return PromptDecision(prompt=text if text != prompt else None)
-
-
-def entry_points(group: str, *, every_copy: bool = False) -> list[EntryPoint]:
-    """``importlib.metadata.entry_points(group=group)``, parsing only the distributions whose
-    ``entry_points.txt`` mentions ``group`` (the standard call parses every installed one's:
-    ~7 ms of each start for a group nobody but a hook plugin declares).
-
-    The same distributions in the same order: each distribution name once, the first found on
-    ``sys.path`` (an older copy further down is shadowed, as there). ``every_copy`` reads
-    every copy instead: a stale ``*.egg-info`` left in a source checkout on ``sys.path``
-    then cannot hide what the installed copy declares.
-    """
-    found: list[EntryPoint] = []
-    seen: set[str] = set()
-    for dist in distributions():
-        name = getattr(dist, "_normalized_name", None) or _normalize(dist.name)
-        if name in seen and not every_copy:
-            continue
-        seen.add(name)
-        text = dist.read_text("entry_points.txt")
-        if text and group in text:
-            found += dist.entry_points.select(group=group)
-    return found
-
-
-def _normalize(name: str) -> str:
-    # importlib.metadata.Prepared.normalize: PEP 503, then "-" -> "_"
-    return re.sub(r"[-_.]+", "-", name).lower().replace("-", "_")
 
 
 def load_entry_point_hooks(registry: HookRegistry, *, group: str = "geode.hooks") -> list[str]:

@@ -2,14 +2,14 @@
 
 A typed observer (:meth:`HookSystem.subscribe_loop`) gets ``(session_id, event)`` for the
 loop's events (its stream and the observer-only model call events), frozen dataclasses it
-``match``es on; :meth:`HookSystem.publish` hands the executor's, the chat layer's and the
-spend control's typed events (:mod:`geode.hooks.events`) to :meth:`HookSystem.subscribe_events`
-observers. A name-based observer (shell hooks, user plugins) sees every one of them too, as
-``(event.kind, data)`` (``session_id`` first for loop events) with a read-only copy of the
-data, so it cannot change what the harness does or sees. Observers' exceptions are logged and
-dropped. Delivery is synchronous (the loop calls it without awaiting); what an observer
-returns to await is scheduled as a task and :meth:`HookSystem.drain` waits for them
-(shutdown, tests).
+``match``es on; :meth:`HookSystem.publish` hands any other typed event (the executor's and the
+spend control's, :mod:`geode.hooks.events`; another package's, e.g. the chat layer's) to
+:meth:`HookSystem.subscribe_events` observers. A name-based observer (shell hooks, user
+plugins) sees every one of them too, as ``(event.kind, data)`` (``session_id`` first for loop
+events) with a read-only copy of the data, so it cannot change what the harness does or
+sees. Observers' exceptions are logged and dropped. Delivery is synchronous (the loop calls
+it without awaiting); what an observer returns to await is scheduled as a task and
+:meth:`HookSystem.drain` waits for them (shutdown, tests).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ log = structlog.get_logger(__name__)
 ObserverFn: TypeAlias = Callable[[str, Mapping[str, Any]], Awaitable[object] | None]
 #: a typed observer of one session's loop events: ``(session_id, event)``
 LoopObserverFn: TypeAlias = Callable[[str, "ObservedLoopEvent"], Awaitable[object] | None]
-#: a typed observer of the executor's, the chat layer's and the spend control's events
-#: (``geode.hooks.events``)
+#: a typed observer of the published events (the executor's and the spend control's,
+#: ``geode.hooks.events``, and another package's: any typed event)
 EventObserverFn: TypeAlias = Callable[["ObservedEvent"], Awaitable[object] | None]
 
 
@@ -69,9 +69,9 @@ class HookSystem:
 
     def subscribe_events(self, fn: EventObserverFn, *,
                          only: tuple[type, ...] | None = None) -> EventObserverFn:
-        """Add a typed observer of the executor's, the channel layer's and the spend
-        control's events (sync and quick, or async as :meth:`subscribe_loop`; ``only`` as
-        there)."""
+        """Add a typed observer of the published events (the executor's, the spend
+        control's, another package's): sync and quick, or async as :meth:`subscribe_loop`;
+        ``only`` as there."""
         self._event_observers.append((fn, only))
         return fn
 

@@ -75,17 +75,17 @@ async def test_a_channel_turns_span_names_its_platform_channel_and_thread(make_s
 
 
 async def test_channel_events_reach_the_metrics_as_typed_values(make_stack, fake, monkeypatch):
-    from geode.daemon.metrics import DaemonMetrics
-    from geode.hooks.events import MessagesReceived, ReplySent
+    from bots.metrics import ChannelMetrics
+    from bots.observed import MessagesReceived, ReplySent
 
     seen: list[object] = []
-    counted = DaemonMetrics.on_event
+    counted = ChannelMetrics.on_event
 
-    def spy(self: DaemonMetrics, event: object) -> None:
+    def spy(self: ChannelMetrics, event: object) -> None:
         seen.append(event)
         counted(self, event)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(DaemonMetrics, "on_event", spy)
+    monkeypatch.setattr(ChannelMetrics, "on_event", spy)
     stack = make_stack()
     await stack.start()
     fake.user_says(CHAT, "@geode_bot typed please", from_user=42)

@@ -21,7 +21,7 @@ import atexit, json, sys
 def _report():
     with open({out!r}, "w") as f:
         json.dump(sorted(m for m in sys.modules
-                         if m.startswith("geode.cli.cmd_") or m in {watch!r}), f)
+                         if m.startswith(("geode.cli.cmd_", "bots.cli.")) or m in {watch!r}), f)
 atexit.register(_report)
 sys.argv = ["geode", *{argv!r}]
 from geode.cli import main
@@ -64,8 +64,22 @@ def test_the_command_map_names_every_command_and_its_module() -> None:
                    if c.callback is not None}
         assert len(modules) == 1, (group.name, modules)
         registered[group.name] = modules.pop()
-    assert {k: f"geode.cli.{v}" for k, v in app_module._COMMAND_MODULE.items()} == registered
+    # the harness's own commands, then its plugins' (the chat layer's), each where it says
+    assert {**{k: f"geode.cli.{v}" for k, v in app_module._COMMAND_MODULE.items()},
+            **_plugin_modules()} == registered
     assert set(app_module._COMMAND_MODULE.values()) == set(app_module._COMMAND_MODULES)
+
+
+def _plugin_modules() -> dict[str, str]:
+    """Each plugin command and the module that defines it (from the plugins' specs)."""
+    from geode.plugins import plugin_commands
+
+    return {name: ref.partition(":")[0] for name, ref in plugin_commands().items()}
+
+
+def _module_of(name: str) -> str:
+    return (f"geode.cli.{app_module._COMMAND_MODULE[name]}" if name in app_module._COMMAND_MODULE
+            else _plugin_modules()[name])
 
 
 def test_command_of_finds_the_subcommand_past_the_root_options() -> None:
@@ -98,13 +112,13 @@ def test_a_projects_mcp_section_is_still_seen(tmp_path: Path) -> None:
 
 
 def test_each_command_answers_with_only_its_module_imported(tmp_path: Path) -> None:
-    names = sorted(app_module._COMMAND_MODULE)
+    names = sorted({*app_module._COMMAND_MODULE, *_plugin_modules()})
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda n: _run(tmp_path, n, n, "--help"), names))
     for name, (rc, out, loaded) in zip(names, results, strict=True):
         assert rc == 0, (name, out)
         assert f"geode {name} [OPTIONS]" in out, (name, out)
-        own = f"geode.cli.{app_module._COMMAND_MODULE[name]}"
+        own = _module_of(name)
         # cmd_ask, cmd_info and cmd_mcp reuse cmd_run's helpers; nothing else comes along
         assert set(loaded) - set(WATCH) <= {own, "geode.cli.cmd_run"}, (name, loaded)
 
@@ -113,8 +127,9 @@ def test_help_and_unknown_commands_still_see_every_command(tmp_path: Path) -> No
     rc, out, loaded = _run(tmp_path, "help", "--help")
     assert rc == 0, out
     assert [m for m in loaded if m not in WATCH] == sorted(
-        f"geode.cli.{m}" for m in app_module._COMMAND_MODULES)
-    for name in app_module._COMMAND_MODULE:
+        {*(f"geode.cli.{m}" for m in app_module._COMMAND_MODULES),
+         *_plugin_modules().values()})
+    for name in {*app_module._COMMAND_MODULE, *_plugin_modules()}:
         assert f" {name} " in out, (name, out)
     rc, out, _ = _run(tmp_path, "typo", "sesions")
     assert rc == 2 and "No such command 'sesions'" in out, out

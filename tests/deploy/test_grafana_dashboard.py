@@ -8,6 +8,7 @@ from pathlib import Path
 
 from prometheus_client.metrics import MetricWrapperBase
 
+from bots.metrics import ChannelMetrics
 from geode.daemon.metrics import DaemonMetrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-dashboard.json"
@@ -15,9 +16,12 @@ _SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_
 
 
 def _exported() -> dict[str, set[str]]:
-    """Sample name -> its label names, for every metric of the daemon."""
+    """Sample name -> its label names, for every metric of the daemon (the channel layer's
+    are added to its registry by the layer, as ``geode serve`` does)."""
     out: dict[str, set[str]] = {}
-    for metric in vars(DaemonMetrics()).values():
+    daemon = DaemonMetrics()
+    channels = ChannelMetrics(daemon.registry)
+    for metric in [*vars(daemon).values(), *vars(channels).values()]:
         if isinstance(metric, MetricWrapperBase):
             labels = set(metric._labelnames)
             for suffix in _SUFFIXES[metric._type]:

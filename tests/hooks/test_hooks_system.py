@@ -112,7 +112,7 @@ def test_async_observer_without_a_loop_is_dropped_cleanly() -> None:
 
 
 def test_publish_gives_typed_observers_the_dataclass_and_named_ones_kind_and_data() -> None:
-    from geode.hooks.events import ReplySent
+    from bots.observed import ReplySent
 
     hs = HookSystem()
     typed: list[object] = []
@@ -131,7 +131,8 @@ def test_publish_gives_typed_observers_the_dataclass_and_named_ones_kind_and_dat
 
 
 async def test_async_typed_observers_run_as_tasks_drain_waits_for() -> None:
-    from geode.hooks.events import ObservedEvent, ReplySent
+    from bots.observed import ReplySent
+    from geode.hooks.events import ObservedEvent
     from geode.loop.events import ObservedLoopEvent, TurnStarted
 
     hs = HookSystem()

@@ -1,5 +1,8 @@
 """Channel commands: ``geode bindings list / add / remove``, ``geode pairing list / approve``.
 
+The chat layer's plugin (:mod:`bots.plugin`) adds them to ``geode``; this module only defines
+them (importing it registers nothing, and costs no SDK).
+
 Bindings from ``[[bindings]]`` in config.toml are shown but never changed here (the file is
 the operator's source of truth); ``bindings add`` stores a binding in the store, where a
 running ``geode serve`` picks it up within seconds. ``pairing approve CODE`` allows the
@@ -15,8 +18,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from geode.cli.app import app
-
 if TYPE_CHECKING:
     from geode.settings import BindingSettings, Settings
     from geode.store import Store
@@ -24,17 +25,15 @@ if TYPE_CHECKING:
 bindings_app = typer.Typer(help="Channels the bot serves, and their DAEMON policy.",
                            no_args_is_help=True)
 pairing_app = typer.Typer(help="Pairing codes of unknown senders.", no_args_is_help=True)
-app.add_typer(bindings_app, name="bindings")
-app.add_typer(pairing_app, name="pairing")
 
 #: the platform arguments' help: the registered platforms are listed where a name is wrong
 _PLATFORM_HELP = "A registered platform (the name of its [channels.NAME] table)."
 
 
 def _settings() -> Settings:
-    from geode.cli._runtime import load
+    from geode.cli._common import load_typed
 
-    settings, _ = load()
+    settings, _ = load_typed()
     return settings
 
 
@@ -233,9 +232,8 @@ def bindings_sync_commands(
     """Register the slash commands (/new /reset /status /stop /help) per guild, on request."""
     from bots.platforms import platform_specs, resolve
     from bots.store import StoredBindings
-    from geode.cli._runtime import load
+    from geode.cli._common import load_typed
     from geode.errors import ConfigError
-    from geode.settings import Secrets
 
     syncing = {n: s.sync_commands for n, s in platform_specs().items() if s.sync_commands}
     if not platform and len(syncing) == 1:
@@ -244,8 +242,7 @@ def bindings_sync_commands(
         raise ConfigError(f"sync-commands supports --platform {' | '.join(sorted(syncing))}, "
                           f"not {platform!r}.")
     sync = resolve(syncing[platform])
-    settings, secrets = load()
-    assert isinstance(secrets, Secrets)
+    settings, secrets = load_typed()
 
     async def main() -> list[str]:
         async with await _open(settings) as store:

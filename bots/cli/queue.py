@@ -2,7 +2,8 @@
 
 Works on the store, whether ``geode serve`` runs or not (any number of replicas): a dropped
 message's reply becomes the notice; the daemon delivers it instead of running the message
-when it would have got its lanes, or the next start's recovery does.
+when it would have got its lanes, or the next start's recovery does. The chat layer's plugin
+(:mod:`bots.plugin`) adds the command to ``geode``.
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from geode.cli._common import open_store
-from geode.cli.app import app
+from geode.cli._common import load_typed, open_store
 
 if TYPE_CHECKING:
     from bots.store import QueuedMessage
 
 queue_app = typer.Typer(help="Channel messages waiting for a lane.", no_args_is_help=True)
-app.add_typer(queue_app, name="queue")
 
 
 def _age(received: datetime, now: datetime) -> str:
@@ -35,9 +34,8 @@ def _age(received: datetime, now: datetime) -> str:
 
 async def _queued() -> list[QueuedMessage]:
     from bots.store import ChannelQueue
-    from geode.cli._runtime import load
 
-    settings, _ = load()
+    settings, _ = load_typed()
     async with await open_store(settings) as store:
         return await ChannelQueue(store=store).list()
 
@@ -73,9 +71,8 @@ def queue_drop(
 ) -> None:
     """End a queued message unanswered; its thread is told an operator removed it."""
     from bots.store import ChannelQueue
-    from geode.cli._runtime import load
 
-    settings, _ = load()
+    settings, _ = load_typed()
 
     async def main() -> bool:
         async with await open_store(settings) as store:
