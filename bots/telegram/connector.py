@@ -12,11 +12,11 @@ Intake (one of):
   time), records the update, and only then answers 200 (a failure answers 500, and
   Telegram redelivers).
 
-The connector is three parts: :mod:`bots.telegram.inbound` (conversion and intake: the
+The connector is four parts: :mod:`bots.telegram.inbound` (conversion and intake: the
 poller, the webhook), :mod:`bots.telegram.client` (send / edit / react / upload / typing and
-the optional abilities, with the pacing and the HTTP transport a send goes through) and this
-module's glue (the bot, connect / disconnect, the intake lease). The renderer is
-:mod:`bots.telegram.format`.
+the optional abilities, with the pacing and the HTTP transport a send goes through),
+:mod:`bots.telegram.format` (render: Telegram's dialect of the shared renderer) and this
+module's glue (the bot, connect / disconnect, the intake lease).
 
 Pending updates are never dropped at start: the backlog is the catch-up (bounded by
 ``catch_up_max_age_s``). Rate limits: :class:`~bots.telegram.client.PerChatRateLimiter`.
@@ -33,11 +33,10 @@ from telegram.error import InvalidToken, TelegramError
 
 from bots._aio import reap
 from bots.connector import PlatformUnreachableError
-from bots.format import Chunk
 from bots.observed import RateLimited
 from bots.port import TurnHost
 from bots.telegram.client import PerChatRateLimiter, TelegramClient, _Bot, build_request
-from bots.telegram.format import TELEGRAM_LIMIT, chunk_markdown, render_progress
+from bots.telegram.format import TelegramRenderer
 from bots.telegram.inbound import TelegramInbound
 from bots.telegram.options import TelegramOptions
 from geode.errors import ConfigError
@@ -48,7 +47,7 @@ __all__ = ["TelegramConnector", "TelegramOptions"]
 log = structlog.get_logger(__name__)
 
 
-class TelegramConnector(TelegramClient, TelegramInbound):
+class TelegramConnector(TelegramRenderer, TelegramClient, TelegramInbound):
     """Telegram via python-telegram-bot. See the module docstring.
 
     Args:
@@ -61,7 +60,6 @@ class TelegramConnector(TelegramClient, TelegramInbound):
     """
 
     platform = "telegram"
-    text_limit = TELEGRAM_LIMIT
 
     def __init__(
         self,
@@ -100,12 +98,6 @@ class TelegramConnector(TelegramClient, TelegramInbound):
 
     def bot_username(self) -> str | None:
         return self.username or None
-
-    def render(self, markdown: str) -> list[Chunk]:
-        return chunk_markdown(markdown, limit=self.text_limit)
-
-    def render_progress(self, text: str) -> Chunk:
-        return render_progress(text)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

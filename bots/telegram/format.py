@@ -1,5 +1,7 @@
 """Model Markdown -> Telegram HTML: the Telegram dialect of the shared renderer
-(:mod:`bots.render`), in chunks with their plain-text fallback.
+(:mod:`bots.render`), in chunks with their plain-text fallback; and the connector's render
+part (:class:`TelegramRenderer`), so that the layer's ``render`` calls land next to the
+dialect (a reply renders through this module and :mod:`bots.render` only).
 
 Only the tags Telegram's HTML accepts (``b i s u code pre a blockquote``): headings become
 bold lines, lists bullets, tables a ``<pre>`` grid. Every chunk carries its plain-text twin,
@@ -11,6 +13,7 @@ dropped), never mid-tag; a long code block becomes several closed ``<pre>`` bloc
 from __future__ import annotations
 
 import html
+from typing import ClassVar
 
 from bots.format import Chunk
 from bots.render import (
@@ -32,6 +35,7 @@ __all__ = [
     "TELEGRAM_HTML",
     "TELEGRAM_LIMIT",
     "TelegramHtml",
+    "TelegramRenderer",
     "chunk_markdown",
     "markdown_to_telegram_html",
     "render_progress",
@@ -119,3 +123,19 @@ def chunk_markdown(markdown: str, *, limit: int = TELEGRAM_LIMIT) -> list[Chunk]
 def render_progress(text: str) -> Chunk:
     """A progress message's plain lines as Telegram HTML (escaped) with their fallback."""
     return Chunk(formatted=_esc(text), fallback=text)
+
+
+class TelegramRenderer:
+    """The render part of :class:`~bots.telegram.connector.TelegramConnector` (a mixin, as
+    its client and inbound halves are): the connector's ``render`` / ``render_progress``."""
+
+    #: Telegram's message limit (UTF-16 units)
+    text_limit: ClassVar[int] = TELEGRAM_LIMIT
+
+    def render(self, markdown: str) -> list[Chunk]:
+        """The model's Markdown as Telegram HTML chunks within :attr:`text_limit`."""
+        return chunk(markdown, TELEGRAM_HTML, limit=self.text_limit)
+
+    def render_progress(self, text: str) -> Chunk:
+        """Plain progress lines, escaped for Telegram HTML."""
+        return render_progress(text)
