@@ -84,7 +84,19 @@ def _read_export(file: Path) -> Recording:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{file}: cannot read it ({exc.strerror or exc}).") from exc
-    return read_jsonl(text.splitlines(), where=str(file))
+    return read_jsonl(_export_lines(text), where=str(file))
+
+
+def _export_lines(text: str) -> list[str]:
+    """The export's records, one per line: as written (JSON lines), or from the one object
+    ``geode sessions export --json`` writes."""
+    try:
+        whole = json.loads(text)
+    except ValueError:
+        return text.splitlines()  # JSON lines: several documents
+    if isinstance(whole, dict) and isinstance(whole.get("records"), list):
+        return [json.dumps(r) for r in whole["records"]]
+    return text.splitlines()
 
 
 async def _recordings(

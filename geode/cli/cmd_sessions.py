@@ -217,10 +217,12 @@ def sessions_export(
     session_id: Annotated[str, typer.Argument(help="The session id.")],
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="Write to this file instead of stdout.")] = None,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help='One JSON object ({"records": [...]}) instead of JSON lines.')] = False,
 ) -> None:
     """The session as JSON lines, redacted: a header, then per turn the user's input, each
     model response, each tool result (with its effect receipt) and each recorded decision.
-    `geode replay FILE` reads it."""
+    `geode replay FILE` reads it (either form)."""
     from geode.replay import load_recording, to_jsonl
 
     settings, _ = load_typed()  # registers the credentials the redaction masks
@@ -231,7 +233,11 @@ def sessions_export(
             return list(to_jsonl(await load_recording(store, session_id), store.secrets))
 
     lines = asyncio.run(main())
-    text = "".join(f"{line}\n" for line in lines)
+    if json_out:
+        records = ",".join(lines)  # each line is one JSON object already
+        text = f'{{"records": [{records}]}}\n'
+    else:
+        text = "".join(f"{line}\n" for line in lines)
     if output is None:
         typer.echo(text, nl=False)
     else:

@@ -76,6 +76,12 @@ def test_export_then_replay_the_file(
     replayed = cli.invoke(app, ["replay", str(export), "--json"])
     assert replayed.exit_code == 0, replayed.output
     assert json.loads(replayed.stdout)["sessions"][0]["session_id"] == sid
+    # the one-object form holds the same records, and replays the same
+    one = cli.invoke(app, ["sessions", "export", sid, "--json"])
+    assert json.loads(one.stdout)["records"] == records
+    export.write_text(one.stdout, encoding="utf-8")
+    again = cli.invoke(app, ["replay", str(export)])
+    assert again.exit_code == 0 and "no difference" in again.stdout
 
 
 def test_the_export_is_redacted() -> None:
