@@ -139,11 +139,11 @@ def recording_tools() -> list[ToolDef]:
             for t in builtin_tools()]
 
 
-async def record(home: Path, count: int) -> list[str]:
+async def record(home: Path, count: int, *, store_url: str | None = None) -> list[str]:
     """Record ``count`` sessions (the scenarios in turn, unique call ids per copy) in the
-    store of ``home``; returns their ids, oldest first."""
+    store of ``home`` (or at ``store_url``); returns their ids, oldest first."""
     settings, secrets = load_settings(cwd=home, env={"GEODE_HOME": str(home)})
-    store = await open_store(settings.store_url)
+    store = await open_store(store_url or settings.store_url)
     kinds = scenarios()
     ids = []
     async with Runtime(settings=settings, secrets=secrets, store=store,

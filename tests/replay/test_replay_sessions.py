@@ -14,7 +14,7 @@ import pytest
 from geode.executor.decisions import Allow
 from geode.replay import Recording, ReplayPolicy, SessionReplay, replay_all
 from geode.settings import load_settings
-from tests.replay._sessions import LOOKUPS
+from tests.replay._sessions import LOOKUPS, record, scenarios
 from tests.replay.conftest import SESSIONS, Recorded
 
 
@@ -130,3 +130,26 @@ async def test_a_turn_whose_timeline_was_pruned_is_replayed_not_compared(
                               recordings=[pruned])
     assert result.differences == ()
     assert any("turn 1" in n and "not compared" in n for n in result.notes)
+
+
+async def test_sessions_recorded_in_postgresql_replay_and_fork(
+    pg_store_url: str, tmp_path: Path
+) -> None:
+    from geode.replay import fork_session, load_recording
+    from geode.store import open_store
+
+    home = tmp_path / "home"
+    home.mkdir()
+    ids = await record(home, len(scenarios()), store_url=pg_store_url)
+    store = await open_store(pg_store_url)
+    try:
+        recordings = [await load_recording(store, sid) for sid in ids]
+        fork = await fork_session(store, ids[0], at="1")
+        forked = await store.sessions.get(fork.session_id)
+        assert forked is not None and forked.parent_session_id == ids[0]
+    finally:
+        await store.aclose()
+    assert [len(r.turns) for r in recordings] == [len(sc.turns) for sc in scenarios()]
+    settings, secrets = _settings(home)
+    results = await replay_all(recordings, settings=settings, secrets=secrets)
+    assert [d for r in results for d in r.differences] == []
