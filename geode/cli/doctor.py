@@ -109,7 +109,13 @@ async def _run_checks(cwd: Path) -> int:
         return 1
     failures = 0
     # exactly what `geode serve` checks before it starts, in its words
-    for check in preflight(settings, secrets):
+    try:
+        checks = preflight(settings, secrets)
+    except GeodeError as exc:  # a plugin that does not load: serve refuses to start too
+        _line(False, str(exc), name="plugins")
+        failures += 1
+        checks = []
+    for check in checks:
         ok = {"ok": True, "warn": None, "fail": False}[check.status]
         failures += check.status == "fail"
         _line(ok, check.message, check.fix, name=check.name)
@@ -256,8 +262,12 @@ async def _plugin_checks(settings: Settings) -> int:
     needs an approver's yes, and who can give it); the number that failed."""
     from geode.plugins import load_part, plugins
 
+    try:
+        loaded = plugins()
+    except GeodeError:  # said with the start checks above
+        return 0
     failures = 0
-    for plugin in plugins():
+    for plugin in loaded:
         if plugin.doctor:
             for check in await load_part(plugin.doctor)(settings):
                 failures += check.status == "fail"

@@ -37,7 +37,12 @@ class Check:
 
 
 def preflight(settings: Settings, secrets: Secrets) -> list[Check]:
-    """Every start check of ``settings``, in order; none raises."""
+    """Every start check of ``settings``, in order (the harness's, then each plugin's); a
+    check never raises.
+
+    Raises:
+        ConfigError: a plugin does not load (it names the plugin and its package).
+    """
     return [*_bindings(settings), *_plugins(settings, secrets)]
 
 

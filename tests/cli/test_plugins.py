@@ -193,6 +193,11 @@ def test_a_plugin_that_does_not_load_is_said_not_hidden(tmp_path: Path, site: Pa
     # what needs the plugins (a command not the harness's own) is exit 2 naming it
     done = _geode(tmp_path, site, "bindings", "list")
     assert done.returncode == 2 and "error: GEODE plugin 'hello'" in done.stderr, done.stderr
+    # doctor says it as a failed check (serve refuses to start on it)
+    done = _geode(tmp_path, site, "doctor", "--json")
+    failed = [c for c in json.loads(done.stdout)["checks"] if c["name"] == "plugins"]
+    assert done.returncode == 1 and len(failed) == 1, done.stdout + done.stderr
+    assert failed[0]["status"] == "fail" and "'hello'" in failed[0]["message"]
 
 
 def test_a_plugin_must_register_a_harness_plugin(site: Path) -> None:
