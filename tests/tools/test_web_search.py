@@ -131,3 +131,13 @@ def test_a_project_config_cannot_set_search_or_skills(tmp_path: Path) -> None:
         (project / ".geode" / "config.toml").write_text(section)
         with pytest.raises(ConfigError, match="a project file"):
             load_settings(cwd=project, env={"GEODE_HOME": str(home)})
+
+
+def test_a_binding_may_name_the_optional_tools_before_they_are_configured() -> None:
+    from geode.tools.names import check_tool_names, known_tool_names
+
+    # [search] unset and no skill installed: the names are still known, so `geode bindings
+    # add --tool web_search` and serve's check accept them; a typo is still refused
+    check_tool_names(["web_search", "skill"], known=known_tool_names(), what="tools")
+    with pytest.raises(ConfigError, match="Did you mean: web_search"):
+        check_tool_names(["web_serch"], known=known_tool_names(), what="tools")
