@@ -41,17 +41,10 @@ def binding_sessions(records: list[SessionRecord], name: str,
     """The sessions of binding ``name`` (``PLATFORM:CHANNEL``) updated since ``since``,
     oldest first: those the binding's policy was recorded for, or (sessions from before
     that was recorded) a channel session whose id names its platform and channel."""
-    platform, _, channel = name.partition(":")
+    from geode.replay.recording import binding_of
 
-    def of_binding(r: SessionRecord) -> bool:
-        policy = r.metadata.get("policy") if isinstance(r.metadata, dict) else None
-        if isinstance(policy, dict) and policy.get("binding"):
-            return bool(policy["binding"] == name)
-        parts = r.id.split(":")
-        return r.mode == "DAEMON" and len(parts) >= 3 and parts[0] == platform \
-            and parts[2] == channel
-
-    return sorted((r for r in records if r.updated_at >= since and of_binding(r)),
+    return sorted((r for r in records if r.updated_at >= since
+                   and binding_of(r.id, r.mode, r.metadata) == name),
                   key=lambda r: r.created_at)
 
 

@@ -21,7 +21,10 @@ from geode.store.record_redaction import redact
 if TYPE_CHECKING:
     from geode.store import CheckpointRow, Store
 
-__all__ = ["FORMAT", "RecordedTurn", "Recording", "load_recording", "read_jsonl", "to_jsonl"]
+__all__ = [
+    "FORMAT", "RecordedTurn", "Recording", "binding_of", "load_recording", "read_jsonl",
+    "to_jsonl",
+]
 
 #: the export's format version (the header's ``format``); a reader refuses a newer one
 FORMAT = 1
@@ -69,6 +72,25 @@ class Recording:
         """The tool policy the session was opened with beyond its mode (may be empty)."""
         policy = self.metadata.get("policy")
         return policy if isinstance(policy, Mapping) else {}
+
+    @property
+    def binding(self) -> str:
+        """The channel binding (``PLATFORM:CHANNEL``) the session ran under, or "".
+
+        Recorded with its policy; a channel session from before that is told by its id
+        (``platform:workspace:channel:thread``)."""
+        return binding_of(self.session_id, self.mode, self.metadata)
+
+
+def binding_of(session_id: str, mode: str, metadata: Mapping[str, Any]) -> str:
+    """:attr:`Recording.binding` of a session row."""
+    policy = metadata.get("policy")
+    if isinstance(policy, Mapping) and policy.get("binding"):
+        return str(policy["binding"])
+    parts = session_id.split(":")
+    if mode == "DAEMON" and len(parts) >= 4:
+        return f"{parts[0]}:{parts[2]}"
+    return ""
 
 
 def _turn_bounds(checkpoints: Iterable[CheckpointRow]) -> list[tuple[str, int, int]]:

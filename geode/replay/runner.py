@@ -84,7 +84,7 @@ def _overrides(recording: Recording, settings: Settings, policy: ReplayPolicy,
     approve = list(recorded.get("approve", ()))
     computer_use = bool(recorded.get("computer_use", False))
     actions: dict[str, frozenset[str]] = {}
-    scope = str(recorded.get("binding", ""))
+    scope = recording.binding
     binding = _binding(settings, scope) if scope else None
     if binding is not None:
         tools, approve = binding.tools, list(binding.approve)

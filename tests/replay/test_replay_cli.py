@@ -156,3 +156,13 @@ def test_the_geode_command_replays_and_exits_by_the_outcome(one_of_each: Recorde
     assert stricter.returncode == 1, stricter.stderr
     assert stricter.stdout.count("denied by scope") == 2
     assert geode(one_of_each.home, "replay").returncode == 2
+
+
+def test_a_channel_session_from_before_the_policy_was_recorded_is_told_by_its_id() -> None:
+    old = Recording(session_id="telegram:bot1:-100:55#2", mode="DAEMON", model="m",
+                    metadata={"source": "telegram"})
+    assert old.binding == "telegram:-100"
+    recorded = Recording(session_id="x", mode="DAEMON", model="m",
+                         metadata={"policy": {"binding": "slack:C1"}})
+    assert recorded.binding == "slack:C1"
+    assert Recording(session_id="a:b:c:d", mode="HEADLESS", model="m").binding == ""
