@@ -480,8 +480,7 @@ class Settings(BaseSettings):
 def _with_password(url: str, password_file: Path) -> str:
     """``url`` with the password read from ``password_file`` (one line; a trailing newline is
     not part of it), registered with the redactor."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    from geode.store.url import InvalidURLError, with_password
 
     try:
         password = password_file.read_text(encoding="utf-8").rstrip("\r\n")
@@ -491,8 +490,8 @@ def _with_password(url: str, password_file: Path) -> str:
         ) from exc
     register_secret(password)
     try:
-        return make_url(url).set(password=password).render_as_string(hide_password=False)
-    except ArgumentError as exc:
+        return with_password(url, password)
+    except InvalidURLError as exc:
         raise ConfigError(f"[store] url is not a database URL: {exc}") from exc
 
 

@@ -408,12 +408,7 @@ KNOWN_GEODE_BOTS_CYCLES: frozenset[str] = frozenset()
 #: ``geode.plugins``: the chat layer's commands, checks and connectors are its plugin's)
 KNOWN_GEODE_IMPORTS_BOTS: frozenset[str] = frozenset()
 #: modules outside ``geode/store`` and ``bots/store`` that import SQLAlchemy
-KNOWN_SQL_OUTSIDE_THE_STORES: frozenset[str] = frozenset({
-    # a database URL parsed (make_url) to check or show it: the store could offer that
-    "geode.settings", "geode.cli.doctor",
-    # the scheduler's jobs table and its SQL live in the daemon, not in a store
-    "geode.daemon._tables", "geode.daemon.scheduler",
-})
+KNOWN_SQL_OUTSIDE_THE_STORES: frozenset[str] = frozenset()
 #: modules (fakes aside) over 800 lines
 KNOWN_LONG_MODULES: frozenset[str] = frozenset()
 

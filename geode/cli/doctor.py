@@ -336,10 +336,10 @@ async def _check_computer_use(settings: Settings) -> int:
 
 
 def _safe_url(url: str) -> str:
-    from sqlalchemy.engine import make_url
+    from geode.store.url import hide_password
 
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        return hide_password(url)
     except Exception:
         return url.split("@")[-1]
 
@@ -376,9 +376,9 @@ def _check_modes(settings: Settings) -> None:
     paths = [(home, 0o700), (home / ".env", 0o600), (home / "config.toml", 0o600)]
     url = settings.store_url
     if url.startswith("sqlite"):
-        from sqlalchemy.engine import make_url
+        from geode.store.url import parse_url
 
-        db = make_url(url).database
+        db = parse_url(url).database
         if db:
             paths += [(Path(db + s), 0o600) for s in ("", "-wal", "-shm")]
     for path, want in paths:

@@ -6,14 +6,16 @@ in the job's IANA time zone (``tz``, e.g. ``Europe/Berlin``; UTC when unset), so
 ``0 9 * * 1-5`` stays 09:00 local across daylight-saving changes. Due times are stored as
 Unix seconds either way.
 
+The jobs are rows of the record store :class:`geode.store.jobs.ScheduledJobStore`, which holds
+every SQL statement on them; :class:`JobStore` is what the scheduler and ``geode schedule``
+use: it reads the cron expressions and computes the due times, and asks that store.
+
 Claiming a run (no double run with several daemons on one PostgreSQL): each job row holds
-``next_run``, the due time of its next run. A daemon that sees a due job runs::
-
-    UPDATE scheduled_jobs SET next_run = :following, ... WHERE id = :id AND next_run = :due
-
-and only the daemon whose UPDATE changed a row runs it; the others matched nothing,
-because the winner already moved ``next_run``. The row *is* the lease, and the database's
-row lock makes the compare-and-set atomic on both PostgreSQL and SQLite.
+``next_run``, the due time of its next run. A daemon that sees a due job compares and sets
+it to the following due time (:meth:`ScheduledJobStore.claim`), and only the daemon whose
+update changed the row runs it; the others matched nothing, because the winner already
+moved ``next_run``. The row *is* the lease, and the database's row lock makes the
+compare-and-set atomic on both PostgreSQL and SQLite.
 
 Missed runs (policy: **run once, then continue**): after downtime a job whose ``next_run``
 is in the past runs once, as soon as a daemon is up; ``:following`` is computed from *now*,
@@ -36,20 +38,17 @@ import secrets
 import time
 import zoneinfo
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
 import structlog
 from croniter import croniter
-from sqlalchemy import delete, or_, select, update
 
-from geode.daemon._tables import jobs_table
 from geode.errors import ConfigError
-from geode.store.models import utcnow
+from geode.store.jobs import SKIPPED, Job, JobClaim, ScheduledJobStore
 
 if TYPE_CHECKING:
-    from geode.store import Store
+    from geode.store.database import Database
 
 __all__ = [
     "Claim", "Job", "JobStore", "RunJob", "Scheduler", "next_after", "validate_cron",
@@ -57,41 +56,12 @@ __all__ = [
 ]
 
 log = structlog.get_logger(__name__)
-_J = jobs_table
 
 #: seconds a run lease holds without renewal (renewed every third of it)
 RUN_LEASE_S = 60.0
-SKIPPED = "skipped: still running"
-#: what a claim got: "run" (start it, the lease is ours), "overlap" (due, but the previous
-#: run holds the lease: recorded as skipped); None when another daemon claimed the due time
-Claim = Literal["run", "overlap"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Job:
-    id: str
-    cron: str
-    prompt: str
-    session_id: str | None = None
-    model: str | None = None
-    enabled: bool = True
-    next_run: int = 0
-    last_run: int | None = None
-    last_status: str = ""
-    last_session_id: str | None = None
-    run_count: int = 0
-    #: IANA time zone the cron is evaluated in; None = UTC
-    tz: str | None = None
-
-    @classmethod
-    def from_row(cls, r: Any) -> Job:
-        return cls(
-            id=r.id, cron=r.cron, prompt=r.prompt, session_id=r.session_id, model=r.model,
-            enabled=bool(r.enabled), next_run=int(r.next_run),
-            last_run=None if r.last_run is None else int(r.last_run),
-            last_status=r.last_status or "", last_session_id=r.last_session_id,
-            run_count=int(r.run_count or 0), tz=r.tz,
-        )
+#: what a claim got (:data:`geode.store.jobs.JobClaim`): "run" (start it, the lease is
+#: ours), "overlap" (due, but the previous run holds the lease: recorded as skipped)
+Claim = JobClaim
 
 
 def validate_cron(expr: str) -> str:
@@ -129,10 +99,12 @@ def next_after(expr: str, ts: float, tz: str | None = None) -> int:
 
 
 class JobStore:
-    """The ``scheduled_jobs`` rows (``geode schedule add/list/remove`` and the Scheduler)."""
+    """The scheduled jobs as ``geode schedule add/list/remove`` and the Scheduler use them:
+    cron expressions checked and due times computed here, the rows in
+    :class:`~geode.store.jobs.ScheduledJobStore` (built from ``store``)."""
 
-    def __init__(self, *, store: Store) -> None:
-        self._store = store
+    def __init__(self, *, store: Database) -> None:
+        self._rows = ScheduledJobStore(store=store)
 
     async def add(
         self,
@@ -148,92 +120,43 @@ class JobStore:
         zone = validate_tz(tz)
         if not prompt.strip():
             raise ConfigError("the scheduled prompt is empty")
-        job_id = f"job-{secrets.token_hex(4)}"
-        first = next_after(expr, time.time() if now is None else now, zone)
-        async with self._store.write() as conn:
-            await conn.execute(
-                _J.insert().values(
-                    id=job_id, cron=expr, prompt=prompt, session_id=session_id, model=model,
-                    enabled=True, next_run=first, last_run=None, last_status="",
-                    last_session_id=None, claimed_by="", run_count=0, tz=zone,
-                    created_at=utcnow(),
-                )
-            )
-        return Job(id=job_id, cron=expr, prompt=prompt, session_id=session_id, model=model,
-                   next_run=first, tz=zone)
+        job = Job(id=f"job-{secrets.token_hex(4)}", cron=expr, prompt=prompt,
+                  session_id=session_id, model=model,
+                  next_run=next_after(expr, time.time() if now is None else now, zone), tz=zone)
+        await self._rows.insert(job)
+        return job
 
     async def get(self, job_id: str) -> Job | None:
-        async with self._store.read() as conn:
-            row = (await conn.execute(select(_J).where(_J.c.id == job_id))).first()
-        return None if row is None else Job.from_row(row)
+        return await self._rows.get(job_id)
 
     async def list(self) -> list[Job]:
-        async with self._store.read() as conn:
-            rows = (await conn.execute(select(_J).order_by(_J.c.created_at, _J.c.id))).all()
-        return [Job.from_row(r) for r in rows]
+        return await self._rows.list()
 
     async def remove(self, job_id: str) -> bool:
-        async with self._store.write() as conn:
-            result = await conn.execute(delete(_J).where(_J.c.id == job_id))
-        return bool(result.rowcount)
+        return await self._rows.remove(job_id)
 
     async def due(self, now: float) -> builtins.list[Job]:
-        async with self._store.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(_J)
-                    .where(_J.c.enabled.is_(True), _J.c.next_run <= int(now))
-                    .order_by(_J.c.next_run)
-                )
-            ).all()
-        return [Job.from_row(r) for r in rows]
+        return await self._rows.due(int(now))
 
     async def claim(
         self, job: Job, *, now: float, owner: str, lease_s: float = RUN_LEASE_S
     ) -> Claim | None:
         """Compare-and-set ``next_run``: exactly one daemon gets each due time (see the
-        module docstring); the one that gets ``"run"`` holds the run lease."""
+        module docstring); the one that gets ``"run"`` holds the run lease. The following
+        due time counts from now: missed runs are skipped, not replayed."""
         following = next_after(job.cron, max(now, job.next_run), job.tz)
-        t = int(now)
-        this_due = (_J.c.id == job.id, _J.c.next_run == job.next_run, _J.c.enabled.is_(True))
-        async with self._store.write() as conn:
-            result = await conn.execute(
-                update(_J)
-                .where(*this_due, or_(_J.c.running_until.is_(None), _J.c.running_until <= t))
-                .values(next_run=following, last_run=t, claimed_by=owner,
-                        run_count=_J.c.run_count + 1, running_by=owner,
-                        running_until=_lease_end(now, lease_s))
-            )
-            if result.rowcount == 1:
-                return "run"
-            result = await conn.execute(
-                update(_J).where(*this_due).values(next_run=following, last_status=SKIPPED)
-            )
-        return "overlap" if result.rowcount == 1 else None
+        return await self._rows.claim(job, following=following, now=int(now), owner=owner,
+                                      lease_until=_lease_end(now, lease_s))
 
     async def renew(self, job_id: str, *, owner: str, now: float, lease_s: float) -> bool:
         """Extend ``owner``'s run lease; False if it is not ``owner``'s any more."""
-        async with self._store.write() as conn:
-            result = await conn.execute(
-                update(_J).where(_J.c.id == job_id, _J.c.running_by == owner)
-                .values(running_until=_lease_end(now, lease_s))
-            )
-        return result.rowcount == 1
+        return await self._rows.renew(job_id, owner=owner, lease_until=_lease_end(now, lease_s))
 
     async def finish(
         self, job_id: str, *, status: str, session_id: str | None, owner: str | None = None
     ) -> None:
         """Record a run's outcome; with ``owner``, release that owner's run lease."""
-        async with self._store.write() as conn:
-            await conn.execute(
-                update(_J).where(_J.c.id == job_id)
-                .values(last_status=status[:32], last_session_id=session_id)
-            )
-            if owner is not None:
-                await conn.execute(
-                    update(_J).where(_J.c.id == job_id, _J.c.running_by == owner)
-                    .values(running_by=None, running_until=None)
-                )
+        await self._rows.finish(job_id, status=status, session_id=session_id, owner=owner)
 
 
 def _lease_end(now: float, lease_s: float) -> int:

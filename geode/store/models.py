@@ -11,13 +11,13 @@ only the new messages, not the whole conversation each round.
 
 from __future__ import annotations
 
-import importlib
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -40,6 +40,7 @@ __all__ = [
     "KeptResultModel",
     "MessageModel",
     "ReceiptStatus",
+    "ScheduledJobModel",
     "SessionModel",
     "SessionStatus",
     "SpendReservationModel",
@@ -47,6 +48,7 @@ __all__ = [
     "UsageModel",
     "all_metadata",
     "checkpoints_table",
+    "jobs_table",
     "kept_results_table",
     "messages_table",
     "receipts_table",
@@ -260,6 +262,40 @@ class KeptResultModel(Base):
     text: Mapped[str] = mapped_column(Text)
 
 
+class ScheduledJobModel(Base):
+    """A prompt run by ``geode serve`` in SCHEDULER mode on a cron expression
+    (:class:`geode.store.jobs.ScheduledJobStore`).
+
+    ``next_run`` is integer Unix seconds, not a DateTime: the claim is an exact-match
+    ``UPDATE ... WHERE next_run = :due`` and integers compare exactly on both dialects
+    (SQLite stores DateTime as text, where a round trip could change the spelling).
+    """
+
+    __tablename__ = "scheduled_jobs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    cron: Mapped[str] = mapped_column(String(200))
+    prompt: Mapped[str] = mapped_column(Text)
+    #: run every time in this session; None = a fresh session per run
+    session_id: Mapped[str | None] = mapped_column(String(200))
+    model: Mapped[str | None] = mapped_column(String(200))
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    #: the due time (Unix seconds) the next claim must match; advanced by the claim itself
+    next_run: Mapped[int] = mapped_column(BigInteger, index=True)
+    last_run: Mapped[int | None] = mapped_column(BigInteger)
+    last_status: Mapped[str] = mapped_column(String(32), default="")
+    last_session_id: Mapped[str | None] = mapped_column(String(200))
+    claimed_by: Mapped[str] = mapped_column(String(200), default="")
+    run_count: Mapped[int] = mapped_column(Integer, default=0)
+    #: the daemon running the job now (None when none) and until when its lease holds
+    #: (Unix seconds; renewed while the run lasts, so a dead daemon's lease runs out)
+    running_by: Mapped[str | None] = mapped_column(String(200))
+    running_until: Mapped[int | None] = mapped_column(BigInteger)
+    #: IANA time zone the cron is read in (None = UTC); next_run stays Unix seconds
+    tz: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 # Core handles for the hot paths (plain INSERT/UPDATE statements, no ORM unit of work).
 sessions_table = cast(Table, SessionModel.__table__)
 messages_table = cast(Table, MessageModel.__table__)
@@ -269,16 +305,14 @@ timeline_table = cast(Table, TimelineEventModel.__table__)
 usage_table = cast(Table, UsageModel.__table__)
 reservations_table = cast(Table, SpendReservationModel.__table__)
 kept_results_table = cast(Table, KeptResultModel.__table__)
+jobs_table = cast(Table, ScheduledJobModel.__table__)
 
 
-# The daemon's tables live in ``geode.daemon._tables`` on this same ``Base`` (and ship the
-# migration that creates them). Packages outside the harness (the channel layer) keep their
-# tables on metadata of their own, which the composition root hands to ``all_metadata``:
-# the harness never imports them.
+# Packages outside the harness (the channel layer) keep their tables on metadata of their
+# own, which the composition root hands to ``all_metadata``: the harness never imports them.
 def all_metadata(*extra: MetaData) -> MetaData:
     """The whole schema: the harness's tables plus ``extra`` (e.g. the channel layer's
     ``bots.store.CHANNEL_METADATA``), for Alembic's autogenerate and the migrations test."""
-    importlib.import_module("geode.daemon._tables")
     if not extra:
         return Base.metadata
     combined = MetaData(naming_convention=NAMING_CONVENTION)

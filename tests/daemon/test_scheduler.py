@@ -12,11 +12,10 @@ import pytest
 from sqlalchemy import select
 
 from geode.daemon import JobStore
-from geode.daemon._tables import jobs_table
 from geode.daemon.scheduler import Scheduler, next_after, validate_tz
 from geode.errors import ConfigError
 from geode.store import Store, open_store
-from geode.store.models import sessions_table, timeline_table
+from geode.store.models import jobs_table, sessions_table, timeline_table
 from tests.daemon.conftest import DaemonMaker, start_serve, write_script
 
 WRITE = {"tool": "write_file", "input": {"path": "sched.txt", "content": "x"}}

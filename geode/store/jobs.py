@@ -1,0 +1,165 @@
+"""Scheduled jobs: the ``scheduled_jobs`` rows of ``geode schedule`` and the daemon's scheduler.
+
+:class:`ScheduledJobStore` holds every SQL statement on the table; the scheduler
+(:mod:`geode.daemon.scheduler`) reads cron expressions and computes due times, and asks this
+store by name for a unit of work.
+
+Claiming a run (no double run with several daemons on one PostgreSQL): each row holds
+``next_run``, the due time of its next run. :meth:`ScheduledJobStore.claim` is::
+
+    UPDATE scheduled_jobs SET next_run = :following, ... WHERE id = :id AND next_run = :due
+
+and only the daemon whose UPDATE changed a row runs it; the others matched nothing, because
+the winner already moved ``next_run``. The row *is* the lease, and the database's row lock
+makes the compare-and-set atomic on both PostgreSQL and SQLite. The claim that starts a run
+also takes the job's run lease (``running_by``, ``running_until``); a due time that comes
+while the lease holds is claimed as skipped (:data:`SKIPPED`), not run.
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from sqlalchemy import delete, or_, select, update
+
+from geode.store.models import jobs_table, utcnow
+
+if TYPE_CHECKING:
+    from geode.store.database import Database
+
+__all__ = ["SKIPPED", "Job", "JobClaim", "ScheduledJobStore"]
+
+_J = jobs_table
+
+#: ``last_status`` of a due time claimed while the previous run still held the lease
+SKIPPED = "skipped: still running"
+#: what a claim got: "run" (start it, the lease is ours), "overlap" (due, but the previous
+#: run holds the lease: recorded as skipped); None when another daemon claimed the due time
+JobClaim = Literal["run", "overlap"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """One scheduled prompt, as its row holds it."""
+
+    id: str
+    cron: str
+    prompt: str
+    session_id: str | None = None
+    model: str | None = None
+    enabled: bool = True
+    next_run: int = 0
+    last_run: int | None = None
+    last_status: str = ""
+    last_session_id: str | None = None
+    run_count: int = 0
+    #: IANA time zone the cron is evaluated in; None = UTC
+    tz: str | None = None
+
+    @classmethod
+    def from_row(cls, r: Any) -> Job:
+        return cls(
+            id=r.id, cron=r.cron, prompt=r.prompt, session_id=r.session_id, model=r.model,
+            enabled=bool(r.enabled), next_run=int(r.next_run),
+            last_run=None if r.last_run is None else int(r.last_run),
+            last_status=r.last_status or "", last_session_id=r.last_session_id,
+            run_count=int(r.run_count or 0), tz=r.tz,
+        )
+
+
+class ScheduledJobStore:
+    """The ``scheduled_jobs`` table, built from the database like every record store."""
+
+    def __init__(self, *, store: Database) -> None:
+        self._store = store
+
+    async def insert(self, job: Job) -> None:
+        """Add ``job`` (its cron already checked, ``next_run`` its first due time)."""
+        async with self._store.write() as conn:
+            await conn.execute(
+                _J.insert().values(
+                    id=job.id, cron=job.cron, prompt=job.prompt, session_id=job.session_id,
+                    model=job.model, enabled=job.enabled, next_run=job.next_run,
+                    last_run=job.last_run, last_status=job.last_status,
+                    last_session_id=job.last_session_id, claimed_by="",
+                    run_count=job.run_count, tz=job.tz, created_at=utcnow(),
+                )
+            )
+
+    async def get(self, job_id: str) -> Job | None:
+        async with self._store.read() as conn:
+            row = (await conn.execute(select(_J).where(_J.c.id == job_id))).first()
+        return None if row is None else Job.from_row(row)
+
+    async def list(self) -> builtins.list[Job]:
+        """Every job, oldest first."""
+        async with self._store.read() as conn:
+            rows = (await conn.execute(select(_J).order_by(_J.c.created_at, _J.c.id))).all()
+        return [Job.from_row(r) for r in rows]
+
+    async def remove(self, job_id: str) -> bool:
+        """Delete a job; False when there was none."""
+        async with self._store.write() as conn:
+            result = await conn.execute(delete(_J).where(_J.c.id == job_id))
+        return bool(result.rowcount)
+
+    async def due(self, now: int) -> builtins.list[Job]:
+        """The enabled jobs whose due time is ``now`` (Unix seconds) or earlier, soonest first."""
+        async with self._store.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(_J)
+                    .where(_J.c.enabled.is_(True), _J.c.next_run <= now)
+                    .order_by(_J.c.next_run)
+                )
+            ).all()
+        return [Job.from_row(r) for r in rows]
+
+    async def claim(
+        self, job: Job, *, following: int, now: int, owner: str, lease_until: int
+    ) -> JobClaim | None:
+        """Compare-and-set ``next_run`` from ``job.next_run`` to ``following``: exactly one
+        daemon gets each due time (see the module docstring). The one that gets ``"run"``
+        holds the run lease until ``lease_until``; while another run holds it, the due time
+        is claimed as skipped (``"overlap"``)."""
+        this_due = (_J.c.id == job.id, _J.c.next_run == job.next_run, _J.c.enabled.is_(True))
+        async with self._store.write() as conn:
+            result = await conn.execute(
+                update(_J)
+                .where(*this_due, or_(_J.c.running_until.is_(None), _J.c.running_until <= now))
+                .values(next_run=following, last_run=now, claimed_by=owner,
+                        run_count=_J.c.run_count + 1, running_by=owner,
+                        running_until=lease_until)
+            )
+            if result.rowcount == 1:
+                return "run"
+            result = await conn.execute(
+                update(_J).where(*this_due).values(next_run=following, last_status=SKIPPED)
+            )
+        return "overlap" if result.rowcount == 1 else None
+
+    async def renew(self, job_id: str, *, owner: str, lease_until: int) -> bool:
+        """Extend ``owner``'s run lease; False if it is not ``owner``'s any more."""
+        async with self._store.write() as conn:
+            result = await conn.execute(
+                update(_J).where(_J.c.id == job_id, _J.c.running_by == owner)
+                .values(running_until=lease_until)
+            )
+        return result.rowcount == 1
+
+    async def finish(
+        self, job_id: str, *, status: str, session_id: str | None, owner: str | None = None
+    ) -> None:
+        """Record a run's outcome; with ``owner``, release that owner's run lease."""
+        async with self._store.write() as conn:
+            await conn.execute(
+                update(_J).where(_J.c.id == job_id)
+                .values(last_status=status[:32], last_session_id=session_id)
+            )
+            if owner is not None:
+                await conn.execute(
+                    update(_J).where(_J.c.id == job_id, _J.c.running_by == owner)
+                    .values(running_by=None, running_until=None)
+                )
