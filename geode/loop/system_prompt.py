@@ -22,6 +22,8 @@ __all__ = ["SECTIONS", "SystemPromptSources", "build_system_prompt", "read_secti
 
 SECTIONS = ("Identity", "Instructions", "Rules", "Project", "Conventions")
 _MAX_SECTION_CHARS = 8_000
+#: the skill listing's descriptions stop here (a few dozen skills fit whole)
+MAX_SKILL_LISTING_CHARS = 8_000
 #: parsed GEODE.md files, keyed by path, valid while (mtime_ns, size, inode) are unchanged
 _PARSED: OrderedDict[Path, tuple[tuple[int, int, int], dict[str, str]]] = OrderedDict()
 _PARSED_MAX = 256
@@ -90,7 +92,24 @@ def build_system_prompt(src: SystemPromptSources) -> str:
                 parts.append(f'<{label} section="{title}">\n{body}\n</{label}>')
     parts.extend(r for r in src.rules if r)
     if src.skills:
-        listed = "\n".join(f"- {name}: {description}" for name, description in src.skills)
-        parts.append("<skills>\nSkills (name: description). When a task matches one, open it "
-                     f"with the skill tool and follow its instructions.\n{listed}\n</skills>")
+        parts.append(_skill_listing(src.skills))
     return "\n\n".join(parts)
+
+
+def _skill_listing(skills: Sequence[tuple[str, str]]) -> str:
+    """The offered skills, one line each; past :data:`MAX_SKILL_LISTING_CHARS` a skill is
+    listed by its name alone (the model can still open it), and the listing says so."""
+    lines: list[str] = []
+    used = 0
+    short = 0
+    for name, description in skills:
+        line = f"- {name}: {description}"
+        if used + len(line) > MAX_SKILL_LISTING_CHARS:
+            line = f"- {name}"
+            short += 1
+        lines.append(line)
+        used += len(line) + 1
+    note = (f"\n({short} skill(s) listed by name only: the descriptions did not fit; open one "
+            "to read it.)" if short else "")
+    return ("<skills>\nSkills (name: description). When a task matches one, open it with the "
+            "skill tool and follow its instructions.\n" + "\n".join(lines) + f"{note}\n</skills>")

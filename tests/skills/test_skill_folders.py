@@ -88,3 +88,20 @@ def test_an_edited_skill_md_is_read_again(tmp_path: Path) -> None:
     assert find_skills([tmp_path]).skills["alpha"].description == "First."
     write_skill(tmp_path, "alpha", description="Second, a longer one.")
     assert find_skills([tmp_path]).skills["alpha"].description == "Second, a longer one."
+
+
+def test_the_prompt_lists_skills_within_a_budget_and_names_every_one() -> None:
+    from geode.loop.system_prompt import (
+        MAX_SKILL_LISTING_CHARS,
+        SystemPromptSources,
+        build_system_prompt,
+    )
+
+    many = [(f"skill-{i:03d}", "x" * 900) for i in range(40)]
+    prompt = build_system_prompt(SystemPromptSources(skills=many))
+    listing = prompt[prompt.index("<skills>"):]
+    assert all(f"- skill-{i:03d}" in listing for i in range(40))  # every skill named
+    assert "- skill-000: " + "x" * 900 in listing  # the first ones whole
+    assert "\n- skill-039\n" in listing  # the last by name only
+    assert "listed by name only" in listing
+    assert len(listing) < MAX_SKILL_LISTING_CHARS + 40 * 20 + 300
