@@ -40,6 +40,17 @@ def _finished_turns(checkpoints: list[CheckpointRow]) -> list[CheckpointRow]:
     return sorted(ends.values(), key=lambda cp: cp.seq)
 
 
+def _compacted_after(checkpoints: list[CheckpointRow], chosen: CheckpointRow) -> bool:
+    """Whether the chain shrank after ``chosen`` (compaction rewrote the messages before)."""
+    high = chosen.message_count
+    for cp in checkpoints:
+        if cp.seq > chosen.seq:
+            if cp.message_count < high:
+                return True
+            high = cp.message_count
+    return False
+
+
 def _pick(ends: list[CheckpointRow], at: str | None, session_id: str) -> tuple[int, CheckpointRow]:
     if not ends:
         raise ConfigError(f"Session {session_id!r} has no finished turn to fork from.")
@@ -70,9 +81,10 @@ async def fork_session(store: Store, session_id: str, *, at: str | None = None) 
     n, cp = _pick(_finished_turns(checkpoints), at, session_id)
     restored = await store.checkpointer(session_id).load()
     messages = restored.messages if restored is not None else []
-    if len(messages) < cp.message_count:
-        raise ConfigError(f"Session {session_id!r}: the checkpoint chain no longer holds "
-                          f"turn {n}'s {cp.message_count} messages (compacted since).")
+    if _compacted_after(checkpoints, cp):
+        raise ConfigError(f"Session {session_id!r}: the conversation was compacted after turn "
+                          f"{n}, so the chain no longer holds it as it was; fork at a later "
+                          "turn.")
     turn_id = str(cp.state.get("turn_id") or cp.turn_id)
     new_id = uuid.uuid4().hex
     origin = {"session_id": session_id, "turn": n, "turn_id": turn_id, "seq": cp.seq}

@@ -96,11 +96,19 @@ def binding_of(session_id: str, mode: str, metadata: Mapping[str, Any]) -> str:
 def _turn_bounds(checkpoints: Iterable[CheckpointRow]) -> list[tuple[str, int, int]]:
     """``(turn_id, first message index, end index)`` per turn, in order, from the chain.
 
-    A turn's first save holds its user message last; its final save closes it."""
+    A turn's first save holds its user message last; its final save closes it. A chain
+    that shrank (compaction rewrote the conversation) no longer holds the turns before: they
+    are left out."""
     bounds: dict[str, list[int]] = {}
+    lost: set[str] = set()
+    high = 0
     for cp in checkpoints:
         turn_id = str(cp.state.get("turn_id") or cp.turn_id or "")
-        if not turn_id:
+        if cp.message_count < high:  # compacted: the messages of the turns so far are gone
+            lost.update(bounds, [turn_id])
+            bounds.clear()
+        high = cp.message_count
+        if not turn_id or turn_id in lost:
             continue  # a save outside any turn (an open batch closed before a new turn)
         if turn_id not in bounds:
             bounds[turn_id] = [max(0, cp.message_count - 1), cp.message_count]

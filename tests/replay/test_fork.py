@@ -93,3 +93,30 @@ def test_fork_at_a_turn_it_does_not_have_is_exit_2(
 
 def test_fork_of_an_unknown_session_is_exit_2(cli: CliRunner) -> None:
     assert cli.invoke(app, ["sessions", "fork", "nope"]).exit_code == 2
+
+
+async def test_a_compacted_chain_forks_and_replays_only_what_it_still_holds(
+    tmp_path: Path,
+) -> None:
+    from geode.errors import ConfigError
+    from geode.replay import fork_session, load_recording
+    from tests.replay._sessions import record
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (sid,) = await record(home, 1)  # the first scenario: two turns
+    settings, _ = load_settings(cwd=home, env={"GEODE_HOME": str(home)})
+    store = await open_store(settings.store_url)
+    try:
+        assert len((await load_recording(store, sid)).turns) == 2
+        chain = store.checkpointer(sid)
+        restored = await chain.load()
+        assert restored is not None
+        # what compaction leaves: fewer messages than before (a summary in their place)
+        await chain.save(messages=restored.messages[-2:], state=restored.state,
+                         status="active")
+        with pytest.raises(ConfigError, match="compacted after turn 1"):
+            await fork_session(store, sid, at="1")
+        assert (await load_recording(store, sid)).turns == ()
+    finally:
+        await store.aclose()
