@@ -173,8 +173,8 @@ class Observer(Protocol):
     swallowed.
 
     ``loop_event`` takes a loop event of one session (the driver's stream and the
-    observer-only model call events); ``publish`` a typed event of the executor, the chat
-    layer or the spend control (:mod:`geode.hooks.events`).
+    observer-only model call events); ``publish`` any other typed event: the executor's or the
+    spend control's (:mod:`geode.hooks.events`), or another package's (the chat layer's).
     """
 
     def loop_event(self, session_id: str, event: ObservedLoopEvent, /) -> None: ...
