@@ -25,7 +25,7 @@ import secrets
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar, cast
 
 import structlog
 
@@ -69,6 +69,17 @@ class PlatformUnreachableError(Exception):
     never a configuration error. The message says where and what to check; the cause is
     the SDK's error."""
 
+
+class _NotStarted:
+    """:attr:`BaseConnector.intake` before :meth:`BaseConnector.start` built the layer."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError("the connector has not started")
+
+
+_NOT_STARTED = cast(Intake, _NotStarted())
+
+
 def instance_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
@@ -106,6 +117,10 @@ class BaseConnector(IntakeLeaseHolder, ABC):
         self.records: ChannelStore | None = None
         #: the layer this connector feeds (platform code uses :attr:`intake` only)
         self.layer: ChannelLayer | None = None
+        #: the layer's narrow port for platform code: record events, read bindings, cursors
+        #: and thread lookups by name (never a table). Set by :meth:`start`; a plain value, so
+        #: platform code records an event with one call into the intake
+        self.intake: Intake = _NOT_STARTED
         #: test seam: called with a pipeline point name (a test raises there = a crash)
         self.fault: Callable[[str], None] | None = fault
         #: the bot's intake lease (set by the subclass in :meth:`connect`): its holder
@@ -156,6 +171,7 @@ class BaseConnector(IntakeLeaseHolder, ABC):
         self.layer = ChannelLayer(client=self, records=records, host=self.host,
                                   bindings=self.bindings, options=self.options,
                                   fault=self.fault, supervisor=self.supervisor)
+        self.intake = self.layer.intake
         self.connection = self.supervisor.component(f"{self.platform}.connection")
         try:
             await self._connect_and_process()
@@ -247,14 +263,6 @@ class BaseConnector(IntakeLeaseHolder, ABC):
         if self._ready:  # e.g. Discord before READY, or after its gateway gave up
             return False, f"{self.platform}: connected, but its event stream is not up"
         return False, f"{self.platform}: {self.connection.status()[1]}"
-
-    @property
-    def intake(self) -> Intake:
-        """The layer's narrow port for platform code: record events, read bindings, cursors
-        and thread lookups by name (never a table)."""
-        if self.layer is None:
-            raise RuntimeError("the connector has not started")
-        return self.layer.intake
 
     async def submit(
         self, events: Sequence[tuple[InboundEvent, str]], *, cursor: tuple[str, str] | None = None

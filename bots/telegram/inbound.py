@@ -309,7 +309,7 @@ class TelegramInbound(BaseConnector):
         cursor = (self.cursor_name, str(next_offset)) if next_offset is not None else None
         # Recorded with the new offset in one transaction, before the next getUpdates
         # confirms the batch to Telegram.
-        await self.submit(events, cursor=cursor)
+        await self.intake.submit(events, cursor=cursor)
         return next_offset
 
     async def _convert_batch(self, updates: list[Any]) -> list[tuple[InboundEvent, str]]:
@@ -383,7 +383,7 @@ class TelegramInbound(BaseConnector):
             body = None
         try:
             events = await self._convert_batch([body])
-            await self.submit(events)
+            await self.intake.submit(events)
         except Exception:
             log.exception("telegram.webhook_record_failed")
             return web.Response(status=500, text="not recorded; retry")
