@@ -14,6 +14,7 @@ a symlink planted there is removed, never followed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -77,19 +78,59 @@ class OfferedSkills:
         return "\n".join(lines) + f'\n\n<skill name="{name}">\n{body}\n</skill>'
 
 
-def _copy_files(src: Path, root: Path, name: str) -> tuple[list[str], list[str]]:
-    """Copy ``src``'s regular files (SKILL.md aside) to ``root/name``; (copied, left out)."""
+#: a folder opened by its fd, never through a symlink (the last component is checked by
+#: the kernel; every earlier one was opened the same way)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def _open_dir(name: str, parent_fd: int) -> int:
+    """The fd of folder ``name`` in ``parent_fd``, made if missing; a symlink or a file
+    there is an OSError (ELOOP / ENOTDIR), never followed."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o755, dir_fd=parent_fd)
+    return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+
+
+def _clear(name: str, parent_fd: int) -> None:
+    """Remove what is at ``name`` in ``parent_fd`` (a folder with its contents, a file, a
+    symlink itself: its target is never touched)."""
     try:
-        if root.is_symlink() or (root.exists() and not root.is_dir()):
-            raise SkillOpenError(f"{SKILLS_DIR} in the workspace is not a folder; remove it")
-        root.mkdir(exist_ok=True)
-        dest = root / name
-        if dest.is_symlink() or dest.is_file():
-            dest.unlink()
-        elif dest.exists():
-            shutil.rmtree(dest)  # does not follow symlinks inside
+        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(name, dir_fd=parent_fd)  # fd-based: does not follow symlinks inside
+    else:
+        os.unlink(name, dir_fd=parent_fd)
+
+
+def _copy_files(src: Path, root: Path, name: str) -> tuple[list[str], list[str]]:
+    """Copy ``src``'s regular files (SKILL.md aside) to ``root/name``; (copied, left out).
+
+    Every step below the workspace goes through folder fds opened without following
+    symlinks: a link planted in the workspace (by a command the session ran) cannot send
+    the copy elsewhere, even while the copy runs.
+    """
+    fds: list[int] = []
+    try:
+        fds.append(os.open(root.parent, os.O_RDONLY | os.O_DIRECTORY))
+        try:
+            fds.append(_open_dir(root.name, fds[-1]))
+        except OSError:
+            raise SkillOpenError(f"{SKILLS_DIR} in the workspace is not a folder; remove "
+                                 "it") from None
+        _clear(name, fds[-1])
+        fds.append(_open_dir(name, fds[-1]))
+        return _copy_tree(src, fds[-1])
     except OSError as exc:
-        raise SkillOpenError(f"cannot prepare {SKILLS_DIR}/{name}: {exc.strerror}") from None
+        raise SkillOpenError(f"cannot copy the skill's files to {SKILLS_DIR}/{name}: "
+                             f"{exc.strerror or exc}") from None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _copy_tree(src: Path, dest_fd: int) -> tuple[list[str], list[str]]:
     copied: list[str] = []
     left: list[str] = []
     total = 0
@@ -108,24 +149,30 @@ def _copy_files(src: Path, root: Path, name: str) -> tuple[list[str], list[str]]
             if len(copied) >= MAX_FILES or total + st.st_size > MAX_BYTES:
                 left.append(f"{rel} (over {MAX_FILES} files or {MAX_BYTES // 2**20} MiB)")
                 continue
-            _copy_one(path, dest / rel)
+            _copy_one(path, rel.split("/"), dest_fd)
             copied.append(rel)
             total += st.st_size
     return copied, left
 
 
-def _copy_one(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+def _copy_one(src: Path, parts: list[str], dest_fd: int) -> None:
+    """Copy ``src`` to ``parts`` (folders, then the file's name) under ``dest_fd``."""
+    fds: list[int] = []
     try:
-        fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        try:
-            while chunk := os.read(fd_in, 1 << 20):
-                os.write(fd_out, chunk)
-        finally:
-            os.close(fd_out)
-        mode = os.fstat(fd_in).st_mode
-        if mode & 0o111:  # a script keeps its executable bit (run_bash runs it)
-            os.chmod(dst, 0o755)
+        parent = dest_fd
+        for part in parts[:-1]:
+            parent = _open_dir(part, parent)
+            fds.append(parent)
+        fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+        fds.append(fd_in)
+        # a script keeps its executable bit (run_bash runs it)
+        mode = 0o755 if os.fstat(fd_in).st_mode & 0o111 else 0o644
+        fd_out = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                         mode, dir_fd=parent)
+        fds.append(fd_out)
+        os.fchmod(fd_out, mode)  # the umask does not take the executable bit away
+        while chunk := os.read(fd_in, 1 << 20):
+            os.write(fd_out, chunk)
     finally:
-        os.close(fd_in)
+        for fd in fds:
+            os.close(fd)

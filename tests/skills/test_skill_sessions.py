@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from geode.daemon.port import SessionOverrides
 from geode.daemon.runtime import Runtime
 from geode.daemon.session import SessionContext
@@ -126,3 +128,39 @@ async def test_a_symlink_planted_where_the_copy_goes_is_not_followed(tmp_path: P
     await _run(home, ws, [ToolCall("skill", {"name": "pdf-forms"}), "done"])
     assert list(outside.iterdir()) == []  # nothing written through the link
     assert (ws / ".skills" / "pdf-forms" / "reference.md").is_file()
+
+
+async def test_a_skills_folder_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
+    home, ws = _setup(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (ws / ".skills").symlink_to(outside, target_is_directory=True)
+    provider = await _run(home, ws, [ToolCall("skill", {"name": "pdf-forms"}), "done"])
+    [refused] = _results(provider)
+    assert ".skills in the workspace is not a folder" in refused
+    assert list(outside.iterdir()) == []
+
+
+def test_a_symlink_planted_during_the_copy_is_not_followed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command running in the same workspace swaps a folder for a link while the copy
+    runs (simulated right after the old copy is cleared): nothing lands outside."""
+    from geode.skills import _offer
+    from geode.skills._library import find_skills
+
+    home, ws = _setup(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    real_clear = _offer._clear
+
+    def clear_then_plant(name: str, parent_fd: int) -> None:
+        real_clear(name, parent_fd)
+        planted = ws / ".skills" / name
+        planted.mkdir()
+        (planted / "scripts").symlink_to(outside, target_is_directory=True)
+
+    monkeypatch.setattr(_offer, "_clear", clear_then_plant)
+    offered = _offer.OfferedSkills(find_skills([home / "skills"]).pick(["pdf-forms"]))
+    with pytest.raises(_offer.SkillOpenError, match="cannot copy the skill's files"):
+        offered.open("pdf-forms", ws)
+    assert list(outside.iterdir()) == []
