@@ -141,3 +141,31 @@ def test_a_binding_may_name_the_optional_tools_before_they_are_configured() -> N
     check_tool_names(["web_search", "skill"], known=known_tool_names(), what="tools")
     with pytest.raises(ConfigError, match="Did you mean: web_search"):
         check_tool_names(["web_serch"], known=known_tool_names(), what="tools")
+
+
+async def test_a_headless_run_searches_only_with_allow_tool(
+        tmp_path: Path, fake: FakeSearch) -> None:
+    """Through a real runtime ([search] in config.toml): `geode run` is HEADLESS, nobody to
+    ask, so web_search is denied until --allow-tool names it."""
+    from geode.daemon.runtime import Runtime
+    from geode.daemon.session import SessionContext
+    from geode.providers.scripted import ScriptedProvider, ToolCall
+
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    home.mkdir()
+    ws.mkdir()
+    (home / "config.toml").write_text(
+        f'[search]\nprovider = "searxng"\nbase_url = "{fake.base_url}"\n')
+    settings, secrets = load_settings(cwd=ws, env={"GEODE_HOME": str(home)})
+    answers: dict[str, str] = {}
+    async with Runtime(settings=settings, secrets=secrets) as runtime:
+        for allow in ((), ("web_search",)):
+            provider = ScriptedProvider([ToolCall("web_search", {"query": "geode"}), "done"])
+            session = await runtime.open_session(SessionContext(
+                mode="HEADLESS", workspace=ws, provider=provider, allow_tools=allow))
+            await session.run("search")
+            [result] = provider.calls[-1].messages[-1].tool_results
+            answers[",".join(allow) or "none"] = result.text_content
+    assert "--allow-tool web_search" in answers["none"]
+    assert "1. GEODE harness" in answers["web_search"]
+    assert [c.query for c in fake.requests] == ["geode"]  # one search: the allowed one
