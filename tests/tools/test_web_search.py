@@ -169,3 +169,16 @@ async def test_a_headless_run_searches_only_with_allow_tool(
     assert "--allow-tool web_search" in answers["none"]
     assert "1. GEODE harness" in answers["web_search"]
     assert [c.query for c in fake.requests] == ["geode"]  # one search: the allowed one
+
+
+@pytest.mark.parametrize(("toml", "hint"), [
+    ('[serach]\nprovider = "brave"\n', r"Did you mean \[search\]"),
+    ('[skills]\npath = ["x"]\n', "Did you mean 'paths'|Did you mean paths"),
+    ('[[bindings]]\nplatform = "telegram"\nchannel = "1"\nskill = ["a"]\n',
+     "Did you mean 'skills'|Did you mean skills"),
+])
+def test_misspelt_search_and_skills_keys_name_the_close_match(
+        tmp_path: Path, toml: str, hint: str) -> None:
+    (tmp_path / "config.toml").write_text(toml)
+    with pytest.raises(ConfigError, match=hint):
+        load_settings(env={"GEODE_HOME": str(tmp_path)})
