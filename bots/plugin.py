@@ -17,6 +17,7 @@ PLUGIN = HarnessPlugin(
         "bindings": "bots.cli.channels:bindings_app",
         "pairing": "bots.cli.channels:pairing_app",
         "queue": "bots.cli.queue:queue_app",
+        "console": "bots.cli.console:console_app",
     }),
     preflight="bots.cli.checks:preflight",
     doctor="bots.cli.checks:doctor",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -17,17 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.daemon.conftest import env_for, free_port, geode, start_serve
+from tests.daemon.conftest import free_port, geode, start_serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
-_CONSOLE_CLI = ("import sys; from bots.console.cli import console_app; "
-                "console_app(sys.argv[1:], prog_name='geode console')")
-
 
 def console_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", _CONSOLE_CLI, *args], env=env_for(home),
-                          capture_output=True, text=True, timeout=60, cwd=str(home))
+    return geode(home, "console", *args)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -88,6 +83,9 @@ def test_serve_hosts_the_console_and_a_host_link_signs_in(home: Path) -> None:
         assert revoked.returncode == 0, revoked.stderr
         assert _open(f"{base}/", cookie=cookie)[0] == 401
         assert console_cli(home, "sessions", "revoke", session["id"]).returncode == 1
+        # nobody else gets a link: not an operator, not an approver
+        refused = console_cli(home, "link", "--as", "telegram:2")
+        assert refused.returncode == 2 and "may not sign in" in refused.stderr
     finally:
         assert serve.stop() == 0, serve.output()
 
