@@ -136,13 +136,17 @@ class EntryOrder:
             ev.set()
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class Shown:
     """A turn shown in its thread: its progress indicators and its running-turn entry."""
 
     turn: Turn
     progress: ProgressReporter
     active: ActiveTurn
+
+    def __repr__(self) -> str:
+        # not the running session's whole state (a traceback shows it in every frame)
+        return f"Shown({self.turn!r})"
 
 
 class RunPhase:

@@ -64,9 +64,12 @@ class LaneEntry(Protocol):
     def entered(self, key: int) -> None: ...
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class TurnDeps:
-    """What running a channel turn uses (given at construction, never looked up)."""
+    """What running a channel turn uses (given at construction, never looked up).
+
+    No field-by-field repr: it would print the layer's whole object graph (every running
+    turn's session) into each traceback that shows a phase's locals."""
 
     client: PlatformClient
     host: TurnHost
@@ -114,6 +117,11 @@ class Turn:
     resume: bool = False
     #: a previous process accepted it (its placeholder is reused and says it resumed)
     recovered: bool = False
+
+    def __repr__(self) -> str:
+        # what names the turn, not its records (a traceback shows it in every phase's frame)
+        return (f"Turn(thread={self.thread!r}, event={self.stored.id}, row={self.row.id}, "
+                f"resume={self.resume}, recovered={self.recovered})")
 
 
 # -- the steps ------------------------------------------------------------------------------------

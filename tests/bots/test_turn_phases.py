@@ -210,3 +210,18 @@ def test_steps_are_values() -> None:
     with pytest.raises(AttributeError):
         done.why = "changed"  # type: ignore[misc]
     assert replace(Ready(row=_ROW), fresh=True).fresh
+
+
+def test_a_turn_shows_in_a_traceback_by_what_names_it() -> None:
+    """A traceback renders each phase frame's locals: the turn's values name the turn, never
+    print its records, the running session or the layer's object graph (rendering those
+    held the event loop for seconds)."""
+    from bots.turn import Turn, TurnDeps
+
+    turn = Turn(stored=SimpleNamespace(id=12), row=_ROW, binding=_X,  # type: ignore[arg-type]
+                thread="telegram:1:2:3", fence=_X, workspace=_X)
+    assert repr(turn) == ("Turn(thread='telegram:1:2:3', event=12, row=7, resume=False, "
+                          "recovered=False)")
+    assert repr(Prepared(turn=turn, prompt="p")).startswith("Prepared(turn=Turn(thread=")
+    deps = TurnDeps(**dict.fromkeys(TurnDeps.__dataclass_fields__, _X))
+    assert repr(deps).startswith("<bots.turn.steps.TurnDeps object at")
