@@ -205,10 +205,16 @@ async def _session(request: web.Request,
                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
                    ) -> web.StreamResponse:
     """Every route but the public ones needs an active session of an identity that may
-    still sign in; every POST among them needs the session's CSRF token."""
+    still sign in; every POST among them needs the session's CSRF token. A POST a browser
+    sends from another site (its ``Origin``) is refused first, the sign-in's too: a page
+    elsewhere must not sign a visitor in as someone else."""
+    deps = request.app[DEPS_KEY]
+    if request.method == "POST" and not _same_origin(request, deps):
+        log.warning("console.cross_origin_refused", origin=request.headers.get("Origin"),
+                    path=request.path)
+        return refuse(request, 403, "This form was sent from another site.")
     if request.path in _PUBLIC:
         return await handler(request)
-    deps = request.app[DEPS_KEY]
     token = request.cookies.get(deps.cookie_name, "")
     from bots.store import ConsoleSessions
 
@@ -235,6 +241,18 @@ async def _session(request: web.Request,
             log.warning("console.csrf_refused", by=str(who), path=request.path)
             return refuse(request, 403, "Missing or wrong CSRF token: reload the page.")
     return await handler(request)
+
+
+def _same_origin(request: web.Request, deps: ConsoleDeps) -> bool:
+    """Whether a POST came from the console's own pages (a browser names the page's origin;
+    a client that sends none, such as a script with its cookie, is not a browser attack)."""
+    from urllib.parse import urlsplit
+
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    netloc = urlsplit(origin).netloc
+    return bool(netloc) and netloc in {request.host, urlsplit(deps.base_url).netloc}
 
 
 def failures_left(deps: ConsoleDeps, remote: str) -> bool:

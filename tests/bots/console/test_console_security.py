@@ -212,3 +212,22 @@ async def test_a_removed_approver_loses_the_console_at_once(console: Console) ->
     console.settings.bindings[0].approvers.clear()
     r = await alice.client.get("/")
     assert r.status == 403
+
+
+async def test_a_post_from_another_site_is_refused(console: Console) -> None:
+    token = await console.link(ALICE)
+    evil = {"Origin": "https://evil.example"}
+    r = await console.client.post("/signin", data={"token": token}, headers=evil,
+                                  allow_redirects=False)
+    assert r.status == 403 and not r.cookies
+    # the link was not used: the person can still sign in with it, from the console's page
+    own = {"Origin": str(console.client.make_url("")).rstrip("/")}
+    r = await console.client.post("/signin", data={"token": token}, headers=own,
+                                  allow_redirects=False)
+    assert r.status == 303
+    rec = await open_request(console.store, channel="-1001", approvers=["42"])
+    alice = await console.sign_in(ALICE)
+    r = await alice.client.post(f"/approvals/{rec.id}", headers=evil,
+                                data={"decision": "approve", "csrf": await alice.csrf()})
+    assert r.status == 403
+    assert (await ApprovalRequests(store=console.store).get(rec.id)).status == "pending"  # type: ignore[union-attr]
