@@ -21,6 +21,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
+from geode.errors import RunError
 from geode.skills._skill import SKILL_FILE, Skill, SkillError
 
 __all__ = ["MAX_BYTES", "MAX_FILES", "SKILLS_DIR", "OfferedSkills", "SkillOpenError"]
@@ -31,7 +32,7 @@ MAX_FILES = 200
 MAX_BYTES = 20 * 1024 * 1024
 
 
-class SkillOpenError(Exception):
+class SkillOpenError(RunError):
     """A skill could not be opened (the tool turns it into its failure text)."""
 
 
