@@ -21,7 +21,7 @@ import atexit, json, sys
 def _report():
     with open({out!r}, "w") as f:
         json.dump(sorted(m for m in sys.modules
-                         if m.startswith(("geode.cli.cmd_", "bots.cli.")) or m in {watch!r}), f)
+                         if m.startswith("geode.cli.cmd_") or m in {watch!r}), f)
 atexit.register(_report)
 sys.argv = ["geode", *{argv!r}]
 from geode.cli import main
@@ -42,7 +42,9 @@ def _run(tmp_path: Path, tag: str, *argv: str) -> tuple[int, str, list[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GEODE_")}
     env.update(GEODE_HOME=str(tmp_path / "home"), COLUMNS="200",
                PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p))
-    code = _PROBE.format(out=str(out), argv=list(argv), watch=WATCH)
+    # and the plugins' command modules (the chat layer's), wherever they live
+    code = _PROBE.format(out=str(out), argv=list(argv),
+                         watch=(*WATCH, *_plugin_modules().values()))
     proc = subprocess.run([sys.executable, "-c", code],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
                           check=False)
