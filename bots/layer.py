@@ -42,7 +42,7 @@ from bots.metrics import ChannelMetrics
 from bots.options import LayerOptions
 from bots.port import PlatformClient, TurnHost
 from bots.router import BaseEventProcessor, BotIdentity, Router, ThreadOrderedProcessor
-from bots.store import ChannelStore, Thread
+from bots.store import ChannelStore
 from bots.turn import Deliverer, EntryOrder, TurnDeps, TurnRunner
 from bots.uploads import FileSender
 from geode.daemon.supervisor import TaskSupervisor
@@ -92,10 +92,9 @@ class ChannelLayer:
         self.bindings = BindingTable(configured=bindings, stored=records.bindings)
         self.processor = processor or ThreadOrderedProcessor(
             max_concurrent=options.max_concurrent_threads)
-        #: test seam: called with a point name; a test raises there to simulate a crash.
-        #: Given as it is to the intake, the router, the pump, the deliverer and the turns
-        #: (None: they call nothing).
-        self.fault: Callable[[str], None] = fault or _no_fault
+        # ``fault``, the test seam (called with a point name; a test raises there to simulate
+        # a crash), is given as it is to the intake, the router, the deliverer and the turns
+        # (None: they call nothing); nothing calls back into the layer for it.
         self.active: dict[str, ActiveTurn] = {}
         self.entry = EntryOrder()
         self.waiters = ApprovalWaiters()
@@ -214,18 +213,9 @@ class ChannelLayer:
     async def stop(self) -> None:
         await self.stop_processing()
 
-    async def pump_once(self) -> None:
-        await self.pump.pump_once()
-
     async def heartbeat_once(self) -> None:
         await self.keeper.heartbeat_once()
 
     async def take_over(self) -> None:
         await self.keeper.take_over()
 
-    async def recover(self, threads: set[Thread]) -> None:
-        await self.keeper.recover(threads)
-
-
-def _no_fault(point: str) -> None:
-    return None
