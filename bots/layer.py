@@ -1,17 +1,20 @@
 """ChannelLayer: the platform-neutral part every connector shares.
 
-It owns the store-backed parts (inbound log, outbox, threads, message index, pairing,
-bindings), the dispatcher and the per-thread processor, and wires four parts, each its own
-module:
+It builds the store-backed parts (inbound log, outbox, threads, message index, pairing,
+bindings), the per-thread processor and the turn runner, and composes four parts, handing
+each what it uses at construction; none of them calls back into the layer:
 
-* the **intake** (:mod:`bots.intake`) records what platform code hands in and answers its
-  reads (the :class:`~bots.port.Intake` port). When no pass is running, it claims what it
-  records in the record's own transaction and hands the batch to the pump;
-* the **pump** (:mod:`bots.pump`) claims recorded events in id order and dispatches them:
-  the events of one thread in order, different threads concurrently (cheap checks run
-  inline; turns go to the per-thread processor, commands run at once);
-* the **router** (:mod:`bots.router`) decides what a dispatched event becomes (a turn, a
-  command, a notice) and wraps each processor job (live events, resume after an outage);
+* the **intake** (:class:`bots.intake.Intake`) records what platform code hands in and
+  answers its reads (the :class:`~bots.port.Intake` port). When no pass is running, it claims
+  what it records in the record's own transaction and hands the batch to the pump;
+* the **pump** (:class:`bots.intake.Pump`, beside the intake) claims recorded events in id
+  order and hands them to the router: the events of one thread in order, different threads
+  concurrently;
+* the **router** (:mod:`bots.router`) runs the middleware chain (dedupe, self-ignore,
+  binding, mention gate, sender policy) and decides what an event becomes (a turn for the
+  per-thread processor, a command run at once, a notice), and wraps each processor job (live
+  events, resume after an outage). It learns the bot's identity from
+  :meth:`start_processing`, once the connector has logged in;
 * the **lease keeper** (:mod:`bots.lease_keeper`) renews this replica's thread leases,
   drops idle ones, takes over the threads of a replica that stopped renewing
   (:class:`~bots.store.ThreadLeases`) and **recovers** what a previous run left in the

@@ -1,4 +1,4 @@
-"""Pairing codes in ``channel_pairing`` (the sender policy: ``bots.senders``).
+"""Pairing codes in ``channel_pairing`` (the sender policy: ``bots.router.SenderPolicy``).
 
 An unknown sender who addresses the bot gets one pairing code per hour (never more: a
 flood of messages must not become a flood of replies), and the platform as a whole gets
@@ -6,7 +6,7 @@ at most ``max_new_per_hour`` new codes. One sender gets at most ``max_per_sender
 codes in 24 hours, however often its codes expire (issue #30: a pairing code per message
 of a sender was a flood lever). ``geode pairing approve CODE`` allows the sender on that
 platform for good. A message sent *as a chat* (Telegram's ``sender_chat``: a channel or an
-anonymous admin) never gets a code (``bots.senders``): it names no person to pair.
+anonymous admin) never gets a code (``bots.router.SenderPolicy``): it names no person to pair.
 """
 
 from __future__ import annotations

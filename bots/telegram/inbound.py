@@ -193,7 +193,7 @@ def convert_update(  # noqa: C901 - one flat pass over a defensive JSON walk
     if sid is not None:
         # sent as a chat (a channel, an anonymous admin): "from" is then a placeholder
         # shared by every such chat (Channel_Bot, GroupAnonymousBot), never a person; the
-        # chat is the sender, and it is never offered a pairing code (bots.senders)
+        # chat is the sender, and it is never offered a pairing code (bots.router.SenderPolicy)
         sender = f"chat{sid}"
     if sender is None:
         return None

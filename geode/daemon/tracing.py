@@ -181,7 +181,7 @@ class TurnTracer:
                                  "gen_ai.agent.name": "geode", "gen_ai.conversation.id": sid,
                                  "geode.session_id": sid, "geode.turn_id": event.turn_id,
                                  "geode.resumed": event.resumed}
-        # the channel layer binds the thread for the whole turn (bots.dispatcher)
+        # the channel layer binds the thread for the whole turn (bots.router.Router.dispatch)
         bound = structlog.contextvars.get_contextvars()
         for key in ("platform", "channel", "thread"):
             if bound.get(key):
