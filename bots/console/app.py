@@ -80,6 +80,8 @@ class ConsoleDeps:
     base_url: str
     #: the daemon's readiness checks (the Overview shows them); None outside serve
     readiness: Readiness | None = None
+    #: the lanes in use now (running, waiting, ...); None outside serve
+    lanes: Callable[[], dict[str, int]] | None = None
     clock: Callable[[], float] = time.time
     #: failed sign-in attempts by remote address (monotonic times)
     failures: dict[str, deque[float]] = field(default_factory=dict)

@@ -110,6 +110,7 @@ async def overview(request: web.Request) -> web.Response:
     data = {
         "title": "Overview", "identity": str(who), "operator": operator,
         "readiness": ready,
+        "lanes": deps.lanes() if operator and deps.lanes is not None else None,
         "queue": [{"id": q.id, "platform": q.platform, "channel": q.channel,
                    "thread": q.thread, "position": q.position,
                    "received_at": q.received_at.isoformat()} for q in queued],

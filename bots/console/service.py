@@ -37,6 +37,35 @@ class ConsoleHost(Protocol):
     def database(self) -> Database | None: ...
 
 
+class _LaneStats(Protocol):
+    @property
+    def running(self) -> int: ...
+
+    @property
+    def waiting(self) -> int: ...
+
+    @property
+    def sessions(self) -> int: ...
+
+    @property
+    def long_running(self) -> int: ...
+
+
+class _Lanes(Protocol):
+    global_cap: int
+
+    @property
+    def stats(self) -> _LaneStats: ...
+
+
+@runtime_checkable
+class ShowsLanes(Protocol):
+    """A host whose lanes the Overview shows (the daemon's LaneQueue); checked once."""
+
+    @property
+    def lanes(self) -> _Lanes: ...
+
+
 @runtime_checkable
 class ShowsReadiness(Protocol):
     """A host whose readiness checks the Overview shows (the daemon's health server);
@@ -92,8 +121,17 @@ class Console:
         if not isinstance(store, Store):
             raise RuntimeError("the console starts after the daemon's store is open")
         health = self._host.health if isinstance(self._host, ShowsReadiness) else None
+        lanes = self._host.lanes if isinstance(self._host, ShowsLanes) else None
+
+        def lane_use() -> dict[str, int]:
+            assert lanes is not None
+            st = lanes.stats
+            return {"running": st.running, "waiting": st.waiting, "sessions": st.sessions,
+                    "long_running": st.long_running, "global_cap": lanes.global_cap}
+
         deps = ConsoleDeps(store=store, settings=self._settings, base_url="",
-                           readiness=health.readiness if health is not None else None)
+                           readiness=health.readiness if health is not None else None,
+                           lanes=lane_use if lanes is not None else None)
         runner = web.AppRunner(build_app(deps), access_log=None)
         await runner.setup()
         host, port = console_listen(self._settings.console.listen)

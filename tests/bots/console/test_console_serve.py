@@ -76,6 +76,7 @@ def test_serve_hosts_the_console_and_a_host_link_signs_in(home: Path) -> None:
         page = json.loads(body)
         assert status == 200 and page["identity"] == "telegram:1"
         assert page["readiness"]["checks"]["store"]["ok"] is True
+        assert page["lanes"]["running"] == 0 and page["lanes"]["global_cap"] >= 1
         listed = console_cli(home, "sessions", "--json")
         [session] = json.loads(listed.stdout)
         assert session["identity"] == "telegram:1"
