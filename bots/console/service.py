@@ -132,6 +132,11 @@ class Console:
         deps = ConsoleDeps(store=store, settings=self._settings, base_url="",
                            readiness=health.readiness if health is not None else None,
                            lanes=lane_use if lanes is not None else None)
+        from bots.store import ConsoleSessions
+
+        pruned = await ConsoleSessions(store=store).prune()
+        if pruned:
+            log.info("console.pruned", rows=pruned)
         runner = web.AppRunner(build_app(deps), access_log=None)
         await runner.setup()
         host, port = console_listen(self._settings.console.listen)

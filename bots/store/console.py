@@ -18,7 +18,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from sqlalchemy import BigInteger, Index, String, Table, func, insert, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    Index,
+    String,
+    Table,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from bots.store._tables import Base, threads_table
@@ -51,6 +62,8 @@ LINK_TTL_S = 600
 MAX_LINKS_PER_WINDOW = 5
 #: a console session ends this long after its sign-in (sign in again with a new link)
 SESSION_TTL_S = 12 * 3600
+#: ended sessions (and spent links) stay listed this long (``geode console sessions --all``)
+KEEP_ENDED_S = 30 * 24 * 3600
 
 LinkRefusal = Literal["unknown", "used", "expired"]
 
@@ -233,6 +246,20 @@ class ConsoleSessions:
             q = q.where(_S.c.revoked_at.is_(None), _S.c.expires_at > now)
         rows = await self._store.run_read(lambda conn: conn.execute(q).all())
         return [_session(r) for r in rows]
+
+    async def prune(self, *, now_ms: int | None = None) -> int:
+        """Forget sessions and links that ended more than :data:`KEEP_ENDED_S` ago (the
+        console does it when it starts); returns how many rows went."""
+        now = _now_ms() if now_ms is None else now_ms
+        cutoff = now - KEEP_ENDED_S * 1000
+        old_sessions = delete(_S).where(or_(_S.c.expires_at < cutoff, _S.c.revoked_at < cutoff))
+        old_links = delete(_L).where(_L.c.expires_at < cutoff)
+
+        def write(conn: Connection) -> int:
+            return int(conn.execute(old_sessions).rowcount or 0) + int(
+                conn.execute(old_links).rowcount or 0)
+
+        return await self._store.run_write(write)
 
     async def revoke(self, session_id: str, *, now_ms: int | None = None) -> bool:
         """End a session at once (its cookie signs nobody in any more); False: no active

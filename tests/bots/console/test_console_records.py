@@ -8,7 +8,7 @@ import asyncio
 from sqlalchemy import text
 
 from bots.store import ConsoleLinks, ConsoleSessions
-from bots.store.console import SESSION_TTL_S
+from bots.store.console import KEEP_ENDED_S, SESSION_TTL_S
 from geode.store import Store
 
 
@@ -49,3 +49,17 @@ async def test_the_store_keeps_no_token(store: Store) -> None:
         rows = [str(r) for t in ("console_links", "console_sessions")
                 for r in (await conn.execute(text(f"SELECT * FROM {t}"))).all()]
     assert rows and not any(token in r or cookie in r for r in rows)
+
+
+async def test_ended_sessions_and_spent_links_are_pruned_after_a_while(store: Store) -> None:
+    links, sessions = ConsoleLinks(store=store), ConsoleSessions(store=store)
+    outcome = await links.redeem(await links.issue("telegram", "42", via="cli", now_ms=0),
+                                 now_ms=1)
+    assert not isinstance(outcome, str)
+    await links.issue("telegram", "42", via="cli", now_ms=2)  # never used
+    fresh = await links.issue("telegram", "42", via="cli", now_ms=KEEP_ENDED_S * 1000)
+    assert await sessions.prune(now_ms=KEEP_ENDED_S * 1000) == 0  # not old enough yet
+    later = (KEEP_ENDED_S + SESSION_TTL_S) * 1000 + 2000
+    assert await sessions.prune(now_ms=later) == 3  # the session and both old links
+    assert await sessions.list(include_ended=True, now_ms=later) == []
+    assert not isinstance(await links.redeem(fresh, now_ms=KEEP_ENDED_S * 1000 + 1), str)
