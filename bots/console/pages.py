@@ -9,7 +9,7 @@ a thread or request of another binding is answered 404, as if it did not exist.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote, unquote
 from zoneinfo import ZoneInfo
@@ -78,9 +78,9 @@ def _caps(where: str, caps: SpendCaps, today: UsageTotals) -> list[dict[str, Any
 
 
 async def overview(request: web.Request) -> web.Response:
-    """Readiness (operators), the queue, pending approvals, turns and tokens today, spend
-    against every cap."""
-    from bots.store import ApprovalRequests, ChannelQueue
+    """Readiness and lanes (operators), the queue, pending approvals, turns and tokens
+    today, spend against every cap, and the replies of the last day that failed."""
+    from bots.store import ApprovalRequests, ChannelQueue, ConsoleThreads
     from geode.store.usage import UsageFilter
 
     deps, who, access = _who(request)
@@ -99,6 +99,9 @@ async def overview(request: web.Request) -> web.Response:
     if operator:
         filters.append(UsageFilter(since_ms=since))
     sums = await deps.store.usage.totals(filters)
+    day_ago = datetime.fromtimestamp(deps.clock() - 86400, UTC)
+    errors = [e for e in await ConsoleThreads(store=deps.store).failed_replies(since=day_ago)
+              if access.sees_channel(who, e["platform"], e["workspace"], e["channel"])]
     bindings = [{"key": binding_key(b), "platform": b.platform, "channel": b.channel,
                  "today": _totals(t)} for b, t in zip(mine, sums, strict=False)]
     caps: list[dict[str, Any]] = []
@@ -117,6 +120,7 @@ async def overview(request: web.Request) -> web.Response:
         "pending_approvals": len(pending),
         "today": _totals(today) if today is not None else None,
         "bindings": bindings, "caps": caps,
+        "recent_errors": errors[:20],
     }
     return respond(request, "overview.html", data)
 

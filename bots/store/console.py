@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from bots.store._tables import Base, threads_table
+from bots.store._tables import Base, outbox_table, threads_table
 from geode.errors import GeodeError
 from geode.store.models import sessions_table, timeline_table, utcnow
 
@@ -115,6 +115,7 @@ _L = cast(Table, ConsoleLinkModel.__table__)
 _S = cast(Table, ConsoleSessionModel.__table__)
 _T = threads_table
 _SESS = sessions_table
+_O = outbox_table
 _TL = timeline_table
 _ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"
 
@@ -325,6 +326,16 @@ class ConsoleThreads:
         # no flush_later(): a live page must not force the daemon's deferred rows out early
         # (they are committed with its next write, and shown then)
         return await self._store.run_read(read)
+
+    async def failed_replies(self, *, since: datetime, limit: int = 50) -> list[dict[str, Any]]:
+        """Replies that did not go out (``failed``) or may not have (``uncertain``) since
+        ``since``, the newest first: the Overview's recent errors."""
+        q = (select(_O.c.id, _O.c.platform, _O.c.workspace, _O.c.channel, _O.c.thread_root,
+                    _O.c.kind, _O.c.status, _O.c.error, _O.c.updated_at)
+             .where(_O.c.status.in_(("failed", "uncertain")), _O.c.updated_at >= since)
+             .order_by(_O.c.updated_at.desc()).limit(limit))
+        rows = await self._store.run_read(lambda conn: conn.execute(q).all())
+        return [dict(r._mapping) for r in rows]
 
     async def get(self, thread_key: str) -> ThreadSummary | None:
         q = (select(_T, _SESS.c.title)

@@ -148,3 +148,28 @@ async def test_a_thread_page_lists_its_effect_receipts(console: Console) -> None
     status, page = await alice.json(f"/threads/{sid}")
     assert status == 200 and [(r["tool"], r["call_id"]) for r in page["receipts"]] == [
         ("write_file", "c1")]
+
+
+async def test_overview_lists_the_replies_that_failed_today(console: Console) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from bots.store._tables import outbox_table
+
+    now = datetime.now(UTC)
+    async with console.store.write() as conn:
+        for i, (channel, status, at) in enumerate((
+                ("-1001", "failed", now), ("-1002", "uncertain", now),
+                ("-1001", "sent", now), ("-1001", "failed", now - timedelta(days=2)))):
+            await conn.execute(outbox_table.insert().values(
+                session_key=f"s{i}", turn_key="t", event_id=None, kind="turn",
+                platform="telegram", workspace="", channel=channel, thread_root="10",
+                target={}, status=status, message_ids=[], chunks=[],
+                error=f"Forbidden {i}", created_at=at, updated_at=at))
+    op = await console.sign_in(OPERATOR)
+    status, page = await op.json("/")
+    assert status == 200
+    assert sorted(e["error"] for e in page["recent_errors"]) == ["Forbidden 0", "Forbidden 1"]
+    alice = await console.sign_in(ALICE)
+    status, page = await alice.json("/")
+    assert [e["error"] for e in page["recent_errors"]] == ["Forbidden 0"]
+    assert "Forbidden 0" in await (await alice.client.get("/")).text()
