@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from geode.settings import BindingSettings, SpendCaps
     from geode.store.usage import Grouping, UsageTotals
 
-__all__ = ["approvals", "decide", "overview", "thread", "threads", "usage"]
+__all__ = ["approvals", "decide", "drop", "overview", "thread", "threads", "usage"]
 
 #: the name a decision taken here carries in the thread ("approved by web console (42)")
 DECIDED_WHERE = "web console"
@@ -164,13 +164,15 @@ async def thread(request: web.Request) -> web.Response:
     requests = await ApprovalRequests(store=deps.store).for_session(t.session_id)
     files = await AttachmentRecords(store=deps.store).for_session(t.session_id)
     receipts = await deps.store.receipts.list_for(t.session_id)
-    queued = [q.position for q in await ChannelQueue(store=deps.store).list()
+    queued = [q for q in await ChannelQueue(store=deps.store).list()
               if q.platform == t.platform and q.workspace == t.workspace
               and q.channel == t.channel and q.thread == t.thread_root]
     data = {
         "title": t.title or t.thread_key, "thread_key": t.thread_key,
         "session_id": t.session_id, "platform": t.platform, "channel": t.channel,
-        "queue_position": queued[0] if queued else None,
+        "queue_position": queued[0].position if queued else None,
+        "queued": [{"id": q.id, "position": q.position, "sender": q.sender,
+                    "received_at": q.received_at} for q in queued],
         "transcript": [e.to_json() for e in transcript],
         "timeline": [{"id": r.id, "turn_id": r.turn_id, "kind": r.kind,
                       "payload": r.payload, "created_at": r.created_at} for r in timeline],
@@ -181,10 +183,38 @@ async def thread(request: web.Request) -> web.Response:
                       "approved_by_name": r.approved_by_name, "at": r.updated_at}
                      for r in receipts],
         # the page follows the thread live from its last timeline row (bots.console.live)
+        "thread_url": "/threads/" + quote(t.thread_key, safe=""),
         "events_url": "/threads/" + quote(t.thread_key, safe="") + "/events?after="
                       + str(max((r.id for r in timeline), default=0)),
     }
     return respond(request, "thread.html", data)
+
+
+async def drop(request: web.Request) -> web.Response:
+    """Stop a message of the thread that waits for a lane (POST, CSRF-checked): it ends
+    unanswered, its reply becomes a notice, as ``geode queue drop`` does. A turn already
+    running is stopped with ``/stop`` in the thread."""
+    from bots.store import ChannelQueue, ConsoleThreads
+
+    deps, who, access = _who(request)
+    t = await ConsoleThreads(store=deps.store).get(unquote(request.match_info["key"]))
+    if t is None or not access.sees_channel(who, t.platform, t.workspace, t.channel):
+        return refuse(request, 404, "No such thread (or not one of your bindings).")
+    try:
+        event_id = int(request.match_info["event"])
+    except ValueError:
+        return refuse(request, 404, "No such message.")
+    queue = ChannelQueue(store=deps.store)
+    mine = [q for q in await queue.list() if q.id == event_id and q.platform == t.platform
+            and q.workspace == t.workspace and q.channel == t.channel
+            and q.thread == t.thread_root]
+    dropped = bool(mine) and await queue.drop(event_id)
+    await deps.audit(who, session_of(request), "drop", session_id=t.session_id,
+                     event_id=event_id, applied=dropped)
+    if wants_json(request):
+        return respond(request, "message.html", {"dropped": dropped},
+                       status=200 if dropped else 409)
+    return see_other("/threads/" + quote(t.thread_key, safe=""))
 
 
 def _request(r: ApprovalRecord, who: Identity, access: Access) -> dict[str, Any]:

@@ -173,3 +173,47 @@ async def test_overview_lists_the_replies_that_failed_today(console: Console) ->
     status, page = await alice.json("/")
     assert [e["error"] for e in page["recent_errors"]] == ["Forbidden 0"]
     assert "Forbidden 0" in await (await alice.client.get("/")).text()
+
+
+async def _queued(console: Console, channel: str, root: str) -> int:
+    from bots.store._tables import events_table, outbox_table
+    from bots.store.queue import _ACCEPTED
+
+    async with console.store.write() as conn:
+        result = await conn.execute(events_table.insert().values(
+            dedupe_key=f"q:{channel}:{root}", platform="telegram", workspace="",
+            channel=channel, thread_root=root, message_id="11", sender="5", payload={},
+            status="running", decision=_ACCEPTED, session_id=None, owner=""))
+        event_id = int(result.inserted_primary_key[0])
+        await conn.execute(outbox_table.insert().values(
+            session_key=f"telegram::{channel}:{root}", turn_key=f"ev{event_id}",
+            event_id=event_id, kind="turn", platform="telegram", workspace="",
+            channel=channel, thread_root=root, target={}, status="pending", message_ids=[],
+            chunks=[], error=""))
+    return event_id
+
+
+async def test_a_queued_message_is_stopped_from_its_thread_page(console: Console) -> None:
+    from bots.store import ChannelQueue
+
+    sid = await _thread(console, "-1001", "10", "notes")
+    other = await _thread(console, "-1002", "12", "bob's")
+    mine, theirs = await _queued(console, "-1001", "10"), await _queued(console, "-1002", "12")
+    alice = await console.sign_in(ALICE)
+    status, page = await alice.json(f"/threads/{sid}")
+    assert status == 200
+    assert [q["id"] for q in page["queued"]] == [mine] and page["queue_position"] == 1
+    token = await alice.csrf()
+    # another thread's message through this thread, and another binding's thread: nothing
+    r = await alice.client.post(f"/threads/{sid}/drop/{theirs}", data={"csrf": token},
+                                headers={"Accept": "application/json"})
+    assert r.status == 409
+    r = await alice.client.post(f"/threads/{other}/drop/{theirs}", data={"csrf": token})
+    assert r.status == 404
+    r = await alice.client.post(f"/threads/{sid}/drop/{mine}", data={"csrf": token},
+                                allow_redirects=False)
+    assert r.status == 303
+    assert [q.id for q in await ChannelQueue(store=console.store).list()] == [theirs]
+    audit = [(r.payload["event_id"], r.payload["applied"])
+             for r in await console.store.timeline.list(sid) if r.kind == "console.drop"]
+    assert audit == [(theirs, False), (mine, True)]
