@@ -64,6 +64,7 @@ def test_serve_hosts_the_console_and_a_host_link_signs_in(home: Path) -> None:
     try:
         base = f"http://127.0.0.1:{port}"
         _wait_up(base)
+        assert "console.started" in serve.output() and base in serve.output()
         assert _open(f"{base}/")[0] == 401
         made = console_cli(home, "link", "--as", "telegram:1")
         assert made.returncode == 0, made.stderr
