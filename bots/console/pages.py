@@ -148,7 +148,8 @@ async def threads(request: web.Request) -> web.Response:
 
 
 async def thread(request: web.Request) -> web.Response:
-    """One thread: its transcript, timeline, approval requests, files in, queue place."""
+    """One thread: its transcript, timeline, approval requests, effects, files in and
+    out, queue place."""
     from bots.store import ApprovalRequests, AttachmentRecords, ChannelQueue, ConsoleThreads
     from geode.store.transcript import build_transcript
 
@@ -164,6 +165,7 @@ async def thread(request: web.Request) -> web.Response:
     requests = await ApprovalRequests(store=deps.store).for_session(t.session_id)
     files = await AttachmentRecords(store=deps.store).for_session(t.session_id)
     receipts = await deps.store.receipts.list_for(t.session_id)
+    sent_files = await ConsoleThreads(store=deps.store).files_out(t.session_id)
     queued = [q for q in await ChannelQueue(store=deps.store).list()
               if q.platform == t.platform and q.workspace == t.workspace
               and q.channel == t.channel and q.thread == t.thread_root]
@@ -178,6 +180,7 @@ async def thread(request: web.Request) -> web.Response:
                       "payload": r.payload, "created_at": r.created_at} for r in timeline],
         "approvals": [_request(r, who, access) for r in requests],
         "files_in": [f.to_json() for f in files],
+        "files_out": sent_files,
         "receipts": [{"turn_id": r.turn_id, "call_id": r.call_id, "tool": r.tool,
                       "status": r.status, "detail": r.detail, "approved_by": r.approved_by,
                       "approved_by_name": r.approved_by_name, "at": r.updated_at}

@@ -327,6 +327,20 @@ class ConsoleThreads:
         # (they are committed with its next write, and shown then)
         return await self._store.run_read(read)
 
+    async def files_out(self, session_id: str) -> list[dict[str, Any]]:
+        """The files a session's turns sent into its thread (``send_file``), oldest first:
+        name, size, and whether the upload went out."""
+        q = (select(_O.c.turn_key, _O.c.status, _O.c.chunks, _O.c.error, _O.c.updated_at)
+             .where(_O.c.session_key == session_id, _O.c.kind == "file").order_by(_O.c.id))
+        rows = await self._store.run_read(lambda conn: conn.execute(q).all())
+        out = []
+        for r in rows:
+            first = r.chunks[0] if r.chunks and isinstance(r.chunks[0], dict) else {}
+            described = first.get("file") or {}
+            out.append({"name": described.get("name", ""), "size": described.get("size", 0),
+                        "status": r.status, "error": r.error, "at": r.updated_at})
+        return out
+
     async def failed_replies(self, *, since: datetime, limit: int = 50) -> list[dict[str, Any]]:
         """Replies that did not go out (``failed``) or may not have (``uncertain``) since
         ``since``, the newest first: the Overview's recent errors."""

@@ -217,3 +217,21 @@ async def test_a_queued_message_is_stopped_from_its_thread_page(console: Console
     audit = [(r.payload["event_id"], r.payload["applied"])
              for r in await console.store.timeline.list(sid) if r.kind == "console.drop"]
     assert audit == [(theirs, False), (mine, True)]
+
+
+async def test_a_thread_page_lists_the_files_sent_into_it(console: Console) -> None:
+    from bots.store._tables import outbox_table
+
+    sid = await _thread(console, "-1001", "10", "notes")
+    async with console.store.write() as conn:
+        await conn.execute(outbox_table.insert().values(
+            session_key=sid, turn_key="file:t1:c1", event_id=None, kind="file",
+            platform="telegram", workspace="", channel="-1001", thread_root="10", target={},
+            status="sent", message_ids=["99"], error="",
+            chunks=[{"formatted": "", "fallback": "",
+                     "file": {"name": "report.pdf", "size": 1234, "sha256": "x"}}]))
+    alice = await console.sign_in(ALICE)
+    status, page = await alice.json(f"/threads/{sid}")
+    assert status == 200
+    assert [(f["name"], f["size"], f["status"]) for f in page["files_out"]] == [
+        ("report.pdf", 1234, "sent")]
