@@ -15,7 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "trace_turn.py"
 
 #: the documented bounds (docs/architecture.md): the measured walk plus a little room for a
 #: typing or progress call that timing may add or spare
-MAX_MODULE_HOPS = 72
+MAX_MODULE_HOPS = 44
 MAX_TURNS_REENTRIES = 10
 #: the mention's path end to end (received, then answered): the bound the architecture keeps
 MAX_PATH_HOPS = 20
