@@ -17,6 +17,14 @@ folder, within the binding's limits, and tells the model where they are.
   given inline up to ``INLINE_CHARS``, with a note when cut;
 * images (PNG, JPEG, GIF, WebP up to ``IMAGE_MAX_BYTES``) also go to the model as image
   content, when its catalog entry says it has vision (decided by the harness).
+* voice notes and audio files (``[voice]`` configured: a :class:`~geode.voice.Transcriber`
+  given) are checked against the voice limits on what the platform declares (size,
+  duration, an audio type) before any download, saved like any file, then transcribed; the
+  transcript goes to the model marked as one, and to the user before the answer ("🎙 …")
+  so a misheard word can be corrected. It is kept beside the file
+  (``<file>.transcript.txt``): a recovered turn reads it there instead of sending the audio
+  again. Bytes that are not audio are never sent; an endpoint failure is a notice, and the
+  turn goes on without the transcript.
 * a saved file is read back only as the layer wrote it: opened without following a symlink,
   a regular file with one link whose inode is none of GEODE's own (``protected``: its home,
   store, ...). A hard link to ``$GEODE_HOME/.env`` planted under an attachment's name is
@@ -36,7 +44,7 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import BinaryIO, Protocol, runtime_checkable
 
 import structlog
 
@@ -46,8 +54,9 @@ from bots.store import AttachmentRecord, AttachmentRecords
 from geode.messages import ImageBlock
 from geode.settings import BindingSettings
 from geode.tools.builtin import own_inodes
+from geode.voice import Transcriber, TranscriptionError
 
-__all__ = ["INLINE_CHARS", "Received", "receive_attachments", "recorded_notices"]
+__all__ = ["INLINE_CHARS", "Received", "VoiceHost", "receive_attachments", "recorded_notices"]
 
 log = structlog.get_logger(__name__)
 
@@ -81,6 +90,32 @@ class Received:
     parts: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
     images: list[ImageBlock] = field(default_factory=list)
+
+
+@runtime_checkable
+class VoiceHost(Protocol):
+    """A host that transcribes voice notes (``geode serve`` with ``[voice]``): an optional
+    capability, checked once by the prepare phase."""
+
+    @property
+    def transcriber(self) -> Transcriber | None: ...
+
+
+def _is_voice(a: Attachment) -> bool:
+    return a.kind in ("voice", "audio") or a.mime.lower().startswith("audio/")
+
+
+def _voice_refusal(a: Attachment, voice: Transcriber) -> str | None:
+    """Why a voice note is not downloaded, from what the platform declares, or None."""
+    mime = a.mime.lower().split(";")[0].strip()
+    if mime and not mime.startswith("audio/") and mime != "application/ogg":
+        return f"it is not an audio file ({mime})"
+    if a.size > voice.max_bytes:
+        return (f"it is larger than the voice-note limit "
+                f"({voice.max_bytes / (1024 * 1024):g} MB)")
+    if a.duration > voice.max_duration_s:
+        return f"it is longer than the voice-note limit ({voice.max_duration_s} s)"
+    return None
 
 
 def _image_type(a: Attachment) -> str | None:
@@ -285,6 +320,7 @@ async def _receive_one(
     client: PlatformClient, event: InboundEvent, i: int, a: Attachment, *,
     binding: BindingSettings, workspace: Path, folder: Path, records: AttachmentRecords,
     event_id: int, session_id: str, fault: Callable[[str], None], own: Own,
+    voice: Transcriber | None,
 ) -> AttachmentRecord | str:
     """Refuse or download attachment ``i`` and record the outcome; returns the record, or
     the reason it could not be downloaded this time (a network failure: not recorded, a
@@ -293,10 +329,11 @@ async def _receive_one(
     base = AttachmentRecord(event_id=event_id, idx=i, status="refused", session_id=session_id,
                             platform=event.platform, file_ref=a.ref, name=a.name or "file",
                             mime=a.mime)
-    why: str | None = None
-    if not _allowed(a, binding.attachment_types):
+    # a voice note is checked against the voice limits first: never downloaded past them
+    why = _voice_refusal(a, voice) if voice is not None and _is_voice(a) else None
+    if why is None and not _allowed(a, binding.attachment_types):
         why = f"files of type {a.mime or _suffix(a) or 'unknown'} are not accepted here"
-    elif a.size > max_bytes:
+    elif why is None and a.size > max_bytes:
         why = f"it is larger than this channel's limit ({binding.max_attachment_mb:g} MB)"
     if why is None:
         dest = folder / _file_name(event, i, a)
@@ -324,12 +361,13 @@ async def receive_attachments(
     client: PlatformClient, event: InboundEvent, *, binding: BindingSettings,
     workspace: Path, folder: Path, records: AttachmentRecords, event_id: int,
     session_id: str = "", fault: Callable[[str], None] | None = None,
-    protected: Sequence[Path] = (),
+    protected: Sequence[Path] = (), voice: Transcriber | None = None,
 ) -> Received:
     """Receive ``event``'s attachments (``event_id``: its inbound row) into ``folder``
     (inside ``workspace``) per the binding's limits, or take them from ``records`` when a
     previous run received them; see the module docstring. ``protected``: GEODE's own
-    files (its home, ...), never read back under an attachment's name."""
+    files (its home, ...), never read back under an attachment's name. ``voice``: the
+    transcriber of voice notes (None: they are saved as files, unread)."""
     out = Received()
     if not event.attachments:
         return out
@@ -345,7 +383,7 @@ async def receive_attachments(
             got = await _receive_one(client, event, i, a, binding=binding,
                                      workspace=workspace, folder=folder, records=records,
                                      event_id=event_id, session_id=session_id, fault=fault,
-                                     own=own)
+                                     own=own, voice=voice)
         if isinstance(got, str):
             _refusal(label, got, out)
             continue
@@ -360,6 +398,8 @@ async def receive_attachments(
                 continue
         try:
             await _describe(a, dest, got, out, own)
+            if voice is not None and _is_voice(a):
+                await _transcript(voice, label, dest, got, out, own)
         except _NotSaved as exc:  # swapped since it was checked: nothing of it is read
             _refusal(label, str(exc), out)
         except FileNotFoundError:
@@ -386,3 +426,50 @@ async def _describe(a: Attachment, dest: Path, rec: AttachmentRecord, out: Recei
     body = text[:INLINE_CHARS]
     note = (f"\n[cut at {INLINE_CHARS} characters; the whole file is {rel}]" if cut else "")
     out.parts.append(f"{head}\n```\n{body}\n```{note}")
+
+
+def _read_transcript(path: Path, own: Own) -> str | None:
+    try:
+        with _open_saved(path, own) as f:
+            return f.read(4 * 20_100).decode("utf-8", errors="replace").strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def _keep_transcript(path: Path, text: str) -> None:
+    """Written whole (temporary name, fsync, rename, folder fsync): a recovered turn finds
+    either the complete transcript or none, and then transcribes again."""
+    part = path.with_name(path.name + ".part")
+    with part.open("w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(part, path)
+    _fsync_dir(path.parent)
+
+
+def _read_audio(path: Path, limit: int, own: Own) -> bytes:
+    with _open_saved(path, own) as f:
+        return f.read(limit + 1)
+
+
+async def _transcript(voice: Transcriber, label: str, dest: Path, rec: AttachmentRecord,
+                      out: Received, own: Own) -> None:
+    """A saved voice note's transcript for the model and the user: the one kept beside it
+    by an earlier run, or the endpoint's (then kept). A failure is said, never fatal."""
+    kept = dest.with_name(dest.name + ".transcript.txt")
+    text = await asyncio.to_thread(_read_transcript, kept, own)
+    if text is None:
+        data = await asyncio.to_thread(_read_audio, dest, voice.max_bytes, own)
+        try:
+            text = await voice.transcribe(data, name=PurePosixPath(rec.path).name)
+        except TranscriptionError as exc:
+            log.warning("voice.transcription_failed", status=exc.status, error=str(exc))
+            out.notices.append(f"⚠️ I could not transcribe {label}: {exc}.")
+            out.parts.append(f"[voice note {label} not transcribed: {exc}; it is saved as "
+                             f"{rec.path}]")
+            return
+        await asyncio.to_thread(_keep_transcript, kept, text)
+    out.notices.append(f"🎙 {text}")
+    out.parts.append(f"[voice note {label}: an automatic transcript of the user's spoken "
+                     f"words follows; it may contain recognition errors]\n{text}")

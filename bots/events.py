@@ -29,6 +29,10 @@ class Attachment:
     mime: str = ""
     size: int = 0
     ref: str = ""  # platform file id / URL
+    #: what the platform called it ("voice", "audio", "document", ...; "" not said)
+    kind: str = ""
+    #: seconds of sound the platform declares for a voice note or audio file (0: not said)
+    duration: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

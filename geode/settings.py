@@ -57,6 +57,7 @@ __all__ = [
     "SpendCaps",
     "StoreSettings",
     "VerifySettings",
+    "VoiceSettings",
     "geode_home",
     "load_settings",
     "platform_names",
@@ -320,6 +321,25 @@ class SearchSettings(_Section):
         return v
 
 
+class VoiceSettings(_Section):
+    """``[voice]``: voice notes transcribed through an OpenAI-compatible
+    ``/audio/transcriptions`` endpoint (no model: voice notes are saved as files, unread).
+
+    Its key is ``OPENAI_API_KEY`` from the environment or ``$GEODE_HOME/.env`` (a local
+    Whisper server that wants none works without it), never from a config file."""
+
+    #: the transcription model (``whisper-1``, ``gpt-4o-mini-transcribe``, a local server's)
+    model: str | None = None
+    #: the endpoint's address (``http://127.0.0.1:8000/v1`` for a local server); OpenAI's
+    base_url: str | None = None
+    #: voice notes larger than this (as the platform declares them) are not downloaded
+    max_mb: float = Field(default=20.0, gt=0, le=25)
+    #: voice notes longer than this (seconds, as the platform declares them) are not downloaded
+    max_duration_s: int = Field(default=600, ge=1, le=7200)
+    #: seconds one transcription may take
+    timeout_s: float = Field(default=60.0, gt=0, le=600)
+
+
 class SkillsSettings(_Section):
     """``[skills]``: where skills (folders holding a ``SKILL.md``) are found, besides
     ``$GEODE_HOME/skills``."""
@@ -437,6 +457,7 @@ class Settings(BaseSettings):
     mcp: dict[str, Any] = Field(default_factory=dict)
     search: SearchSettings = Field(default_factory=SearchSettings)
     skills: SkillsSettings = Field(default_factory=SkillsSettings)
+    voice: VoiceSettings = Field(default_factory=VoiceSettings)
     hooks: dict[str, list[HookCommand]] = Field(default_factory=dict)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     computer: ComputerSettings = Field(default_factory=ComputerSettings)

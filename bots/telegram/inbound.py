@@ -87,6 +87,8 @@ def _attachments(msg: dict[str, Any]) -> tuple[Attachment, ...]:
                 mime=str(f.get("mime_type") or "")[:100],
                 size=f["file_size"] if isinstance(f.get("file_size"), int) else 0,
                 ref=f["file_id"][:300],
+                kind=kind,
+                duration=f["duration"] if isinstance(f.get("duration"), int) else 0,
             ))
     photos = msg.get("photo")
     if isinstance(photos, list):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from bots.attachments import Received, receive_attachments, recorded_notices
+from bots.attachments import Received, VoiceHost, receive_attachments, recorded_notices
 from bots.events import InboundEvent
 from bots.turn.steps import Accept, Answered, Done, Prepared, Ready, Recover, Step, Turn
 from bots.workspaces import binding_workspace, thread_folder
@@ -121,7 +121,8 @@ class PreparePhase:
                 deps.client, event, binding=turn.binding, workspace=turn.workspace,
                 folder=thread_folder(turn.workspace, event.thread_root),
                 records=deps.attachments, event_id=stored.id, session_id=turn.row.session_key,
-                fault=deps.fault, protected=(deps.host.home,))
+                fault=deps.fault, protected=(deps.host.home,),
+                voice=deps.host.transcriber if isinstance(deps.host, VoiceHost) else None)
         event, history = await self._context(stored)
         return compose_prompt(event, history, received.parts), received
 

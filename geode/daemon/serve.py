@@ -55,6 +55,7 @@ from geode.providers.base import BaseProvider
 from geode.settings import Secrets, Settings, SpendCaps
 from geode.store.database import Database
 from geode.store.space import volume_problem
+from geode.voice import Transcriber, voice_transcriber
 
 __all__ = ["Connector", "Daemon", "ProviderFactory"]
 
@@ -149,6 +150,8 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         #: the X display of computer-use bindings (None: no binding enables computer use)
         self.computer: ComputerDisplay | None = None
+        #: voice notes' transcriber (``[voice]``; None: voice notes are saved, unread)
+        self.transcriber: Transcriber | None = voice_transcriber(settings.voice, secrets)
         self.draining = False
         self._lock = HomeLock(home=settings.home, socket_path=self.socket_path)
         self._stop: asyncio.Event | None = None
