@@ -330,7 +330,7 @@ class VoiceSettings(_Section):
 
     #: the transcription model (``whisper-1``, ``gpt-4o-mini-transcribe``, a local server's)
     model: str | None = None
-    #: the endpoint's address (``http://127.0.0.1:8000/v1`` for a local server); OpenAI's
+    #: the endpoint's address (``http://127.0.0.1:8000/v1`` for a local server; unset: OpenAI)
     base_url: str | None = None
     #: voice notes larger than this (as the platform declares them) are not downloaded
     max_mb: float = Field(default=20.0, gt=0, le=25)
