@@ -43,7 +43,7 @@ class TranscriptionError(RunError):
 
 def audio_suffix(head: bytes) -> str | None:
     """The file suffix of the audio container ``head`` (a file's first bytes) starts, or
-    None when it is none the transcription APIs take: Ogg/Opus (Telegram's voice notes),
+    None when it is none the transcription APIs take: Ogg/Opus (chat apps' voice notes),
     MP3, AAC (ADTS), WAV, FLAC, MP4/M4A, WebM/Matroska, AMR. The APIs tell the format by the
     upload's name, so the bytes name it, never the platform's label."""
     for magic, suffix in ((b"OggS", ".ogg"), (b"ID3", ".mp3"), (b"fLaC", ".flac"),
