@@ -306,13 +306,27 @@ def _gone(label: str, rec: AttachmentRecord, out: Received, *, changed: bool) ->
                        f"Please send it again if I need it.")
 
 
-async def recorded_notices(records: AttachmentRecords, event_id: int) -> list[str]:
-    """The user's lines about an event's refused attachments, from the records alone (a
-    resumed turn: the model has its prompt already; nothing is downloaded or refused anew)."""
+async def recorded_notices(records: AttachmentRecords, event_id: int, *,
+                           event: InboundEvent | None = None, workspace: Path | None = None,
+                           protected: Sequence[Path] = ()) -> list[str]:
+    """The user's lines about an event's attachments, from the records alone (a resumed
+    turn: the model has its prompt already; nothing is downloaded, refused or transcribed
+    anew): the refusals, and (``event`` and ``workspace`` given) the transcripts kept beside
+    its voice notes."""
     out = Received()
-    for _, rec in sorted((await records.for_event(event_id)).items()):
+    own: Own = frozenset()
+    if event is not None and workspace is not None:
+        own = await asyncio.to_thread(own_inodes, protected, workspace)
+    for i, rec in sorted((await records.for_event(event_id)).items()):
         if rec.status == "refused":
             _refusal(rec.name or "file", rec.reason, out)
+        elif (event is not None and workspace is not None and i < len(event.attachments)
+              and _is_voice(event.attachments[i]) and rec.path):
+            kept = workspace / (rec.path + ".transcript.txt")
+            with contextlib.suppress(_NotSaved):
+                text = await asyncio.to_thread(_read_transcript, kept, own)
+                if text is not None:
+                    out.notices.append(f"🎙 {text}")
     return out.notices
 
 

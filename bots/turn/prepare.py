@@ -96,8 +96,11 @@ class PreparePhase:
             prompt, received = await self._prompt(turn)
         elif turn.resume and turn.stored.event.attachments:
             # the model has the prompt already (checkpointed); the user is still told
-            # what was not read, from the records: nothing is downloaded again
-            received.notices = await recorded_notices(self.deps.attachments, turn.stored.id)
+            # what was not read and what was heard, from the records: nothing is downloaded
+            # or transcribed again
+            received.notices = await recorded_notices(
+                self.deps.attachments, turn.stored.id, event=turn.stored.event,
+                workspace=turn.workspace, protected=(self.deps.host.home,))
         await _folder(turn.workspace)
         return Prepared(turn=turn, prompt=prompt or "", images=tuple(received.images),
                         notices=tuple(received.notices))

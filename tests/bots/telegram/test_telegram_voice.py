@@ -17,7 +17,7 @@ import pytest
 from _harness import crash_at
 
 from geode.daemon import Daemon
-from geode.providers.scripted import ScriptedProvider
+from geode.providers.scripted import ScriptedProvider, ToolCall
 from geode.settings import load_settings
 from geode.testing.fake_voice import FakeVoice
 from tests.bots.conftest import CHAT, Stack, binding, finals, last_user_text, store_url_for
@@ -179,3 +179,24 @@ async def test_a_turn_recovered_after_the_transcription_does_not_send_the_audio_
     assert SAID in last_user_text(provider.calls[0])
     [reply] = replies(fake, "after the crash")
     assert f"🎙 {SAID}" in reply
+
+
+async def test_a_resumed_turn_still_shows_what_was_heard(
+        make_voice_stack: Any, fake: Any, voice: FakeVoice) -> None:
+    # the crash comes after the model proposed a tool: the turn is checkpointed as started,
+    # so recovery resumes it (its prompt is in the session) instead of composing it again
+    provider = ScriptedProvider([ToolCall("list_dir", {"path": "."}), "resumed"],
+                                repeat_last=True)
+    stack = make_voice_stack(provider)
+    hit, fault = crash_at("tool_call")
+    stack.fault = fault
+    await stack.start()
+    fake.user_says(CHAT, "", from_user=42, extra=voice_note(fake, OGG))
+    await asyncio.wait_for(hit.wait(), 15)
+    await stack.crash()
+    stack.fault = None
+    await stack.start()
+    await fake.wait_until(lambda: replies(fake, "resumed"), within=20)
+    [reply] = replies(fake, "resumed")
+    assert reply.startswith(f"🎙 {SAID}") and reply.endswith("resumed")
+    assert len(voice.requests) == 1
