@@ -102,7 +102,10 @@ class VoiceHost(Protocol):
 
 
 def _is_voice(a: Attachment) -> bool:
-    return a.kind in ("voice", "audio") or a.mime.lower().startswith("audio/")
+    # by what the connector says it is (Telegram's voice notes and audio files), not by its
+    # MIME type: a platform whose connector does not say a duration keeps its audio unread
+    # rather than download it unchecked
+    return a.kind in ("voice", "audio")
 
 
 def _voice_refusal(a: Attachment, voice: Transcriber) -> str | None:

@@ -200,3 +200,18 @@ async def test_a_resumed_turn_still_shows_what_was_heard(
     [reply] = replies(fake, "resumed")
     assert reply.startswith(f"🎙 {SAID}") and reply.endswith("resumed")
     assert len(voice.requests) == 1
+
+
+async def test_an_audio_file_sent_as_a_document_is_saved_not_transcribed(
+        make_voice_stack: Any, fake: Any, voice: FakeVoice) -> None:
+    # only what the connector calls a voice note or an audio file (it declares a duration)
+    provider = ScriptedProvider(["ok"], repeat_last=True)
+    stack = make_voice_stack(provider)
+    await stack.start()
+    fid = fake.add_file(OGG, file_path="documents/memo.ogg")
+    fake.user_says(CHAT, "", from_user=42, extra={
+        "document": {"file_id": fid, "file_unique_id": f"u{fid}", "file_name": "memo.ogg",
+                     "mime_type": "audio/ogg", "file_size": len(OGG)}, **MENTION})
+    await fake.wait_until(lambda: finals(fake, "ok"), within=15)
+    assert voice.requests == [] and fake.downloads == ["documents/memo.ogg"]
+    assert "memo.ogg" in last_user_text(provider.calls[0])
