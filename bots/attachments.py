@@ -416,7 +416,7 @@ async def receive_attachments(
         try:
             await _describe(a, dest, got, out, own)
             if voice is not None and _is_voice(a):
-                await _transcript(voice, label, dest, got, out, own)
+                await _transcript(voice, label, dest, got, out, own, fresh=fresh)
         except _NotSaved as exc:  # swapped since it was checked: nothing of it is read
             _refusal(label, str(exc), out)
         except FileNotFoundError:
@@ -471,11 +471,16 @@ def _read_audio(path: Path, limit: int, own: Own) -> bytes:
 
 
 async def _transcript(voice: Transcriber, label: str, dest: Path, rec: AttachmentRecord,
-                      out: Received, own: Own) -> None:
+                      out: Received, own: Own, *, fresh: bool) -> None:
     """A saved voice note's transcript for the model and the user: the one kept beside it
-    by an earlier run, or the endpoint's (then kept). A failure is said, never fatal."""
+    by an earlier run, or the endpoint's (then kept). A failure is said, never fatal.
+
+    ``fresh`` (recorded by this run): no earlier run can have transcribed it, so a file
+    already under the transcript's name was put there by something else (the thread's
+    folder is writable by the model's tools, and message ids are guessable): not read, and
+    replaced."""
     kept = dest.with_name(dest.name + ".transcript.txt")
-    text = await asyncio.to_thread(_read_transcript, kept, own)
+    text = None if fresh else await asyncio.to_thread(_read_transcript, kept, own)
     if text is None:
         data = await asyncio.to_thread(_read_audio, dest, voice.max_bytes, own)
         try:
