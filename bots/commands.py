@@ -1,4 +1,4 @@
-"""Thread commands: /new, /reset, /status, /stop, /help, /approve, /deny.
+"""Thread commands: /new, /reset, /status, /stop, /help, /approve, /deny, /model, /usage.
 
 Commands act on the thread they are written in and answer there (as an outbox notice).
 They run at once, not behind the thread's queued turns: ``/stop`` must reach the turn it
@@ -25,10 +25,11 @@ if TYPE_CHECKING:
     from geode.daemon.port import HarnessPort
     from geode.daemon.session import Session
 
-__all__ = ["COMMANDS", "ActiveTurn", "CommandContext", "PrivateReply", "parse_command",
-           "run_command"]
+__all__ = ["COMMANDS", "ActiveTurn", "CommandContext", "PrivateReply", "allowed_models",
+           "parse_command", "picked_model", "run_command"]
 
-COMMANDS = ("new", "reset", "status", "stop", "help", "start", "approve", "deny")
+COMMANDS = ("new", "reset", "status", "stop", "help", "start", "approve", "deny", "model",
+            "usage")
 _CMD = re.compile(r"^/([A-Za-z_]+)(?:@([A-Za-z0-9_]+))?(?:\s|$)")
 #: what an approval request id looks like (``bots.store.approvals`` issues 6 of these)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9]{4,16}")
@@ -51,6 +52,8 @@ HELP = (
     "/new     start a new session in this thread (the old one is kept as its parent)\n"
     "/reset   same as /new\n"
     "/approve, /deny  decide a pending approval request (reply to it, or give its id)\n"
+    "/model   show this thread's model and the ones it may use; /model ID switches to one\n"
+    "/usage   tokens of this thread and yours today, against their caps\n"
     "/help    this text"
 )
 
@@ -134,7 +137,58 @@ async def run_command(
         return await _status(ctx, event, binding)
     if name in ("approve", "deny"):
         return await _decide(ctx, event, approve=name == "approve")
+    if name == "model":
+        return await _model(ctx, event, binding)
+    if name == "usage":
+        return await _usage(ctx, event, binding)
     return HELP
+
+
+def allowed_models(binding: BindingSettings) -> list[str]:
+    """The ids ``/model`` may pick in the binding's threads: its ``model`` and its
+    ``models`` (checked against the catalog at start). Empty: the default model only."""
+    ids = [binding.model] if binding.model else []
+    return ids + [m for m in binding.models if m not in ids]
+
+
+def picked_model(binding: BindingSettings, chosen: str) -> str:
+    """The thread's ``/model`` choice if the binding still allows it, else "" (its model).
+    A choice the configuration no longer lists is not used (nor shown)."""
+    return chosen if chosen and chosen in allowed_models(binding) else ""
+
+
+async def _model(ctx: CommandContext, event: InboundEvent, binding: BindingSettings) -> str:
+    from geode.errors import ConfigError
+    from geode.providers.catalog import resolve_generation_model
+
+    allowed = allowed_models(binding)
+    choices = ", ".join(allowed) if allowed else "only the default model"
+    parts = event.text.split()
+    if len(parts) < 2:
+        state = await ctx.threads.get(event.thread_key)
+        current = picked_model(binding, state.model if state is not None else "")
+        model = current or binding.model or "default"
+        how = "chosen with /model" if current else "the channel's"
+        return f"model: {model} ({how})\nthis channel may use: {choices}"
+    wanted = parts[1]
+    if wanted not in allowed:
+        shown = re.sub(r"[^\w.:/-]", "?", redact_text(wanted)[:60])  # echoed, and kept
+        try:
+            resolve_generation_model(wanted)
+        except ConfigError:
+            return (f"Unknown model {shown!r} (not in `geode models`). "
+                    f"This channel may use: {choices}.")
+        return f"{shown} is not one this channel may use. Pick one of: {choices}."
+    await ctx.threads.set_model(event, wanted)
+    return f"This thread now uses {wanted}, from its next turn."
+
+
+async def _usage(ctx: CommandContext, event: InboundEvent, binding: BindingSettings) -> str:
+    """The thread's tokens and the sender's today, against the caps that count them."""
+    lines = await ctx.host.usage_status(scope=spend_scope(binding), caps=binding,
+                                        thread=event.thread_key, platform=event.platform,
+                                        user=event.sender)
+    return "\n".join(lines) if lines else "No usage is recorded here (no store)."
 
 
 async def _find_request(
@@ -195,7 +249,8 @@ async def _status(ctx: CommandContext, event: InboundEvent, binding: BindingSett
     state = await ctx.threads.get(event.thread_key)
     session_id = state.session_id if state is not None else event.thread_key
     status = await ctx.host.session_status(session_id)
-    model = status.model or binding.model
+    chosen = picked_model(binding, state.model if state is not None else "")
+    model = chosen or status.model or binding.model
     lines = [f"session: {session_id}", f"model: {model or 'default'}"]
     if status.parent_session_id:
         lines.append(f"parent: {status.parent_session_id}")

@@ -228,6 +228,9 @@ class BindingSettings(SpendCaps):
     # kept as given: only the literal boolean ``true`` enables computer use
     computer_use: Any = False
     model: str | None = None
+    #: what ``/model`` may pick in its threads (catalog or ``provider:model`` ids); the
+    #: binding's ``model`` is always one of them; empty: that model only
+    models: list[str] = Field(default_factory=list)
     system_prompt: str = ""
     time_budget_s: float | None = None
     busy_policy: Literal["queue", "interrupt"] = "queue"

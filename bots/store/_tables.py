@@ -148,6 +148,9 @@ class ChannelThreadModel(Base):
     session_id: Mapped[str] = mapped_column(String(200))
     generation: Mapped[int] = mapped_column(Integer, default=0)
     engaged: Mapped[bool] = mapped_column(Boolean, default=True)
+    #: the model ``/model`` chose for the thread's next turns ("" or NULL = the binding's;
+    #: NULL in the rows of a database from before the column)
+    model: Mapped[str | None] = mapped_column(String(200), default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 

@@ -41,11 +41,14 @@ class ThreadState:
     session_id: str
     generation: int
     engaged: bool
+    #: the model ``/model`` chose for the thread's next turns ("" = the binding's)
+    model: str = ""
 
 
 def _state(row: Any) -> ThreadState:
     return ThreadState(thread_key=row.thread_key, session_id=row.session_id,
-                       generation=row.generation, engaged=bool(row.engaged))
+                       generation=row.generation, engaged=bool(row.engaged),
+                       model=row.model or "")
 
 
 class ThreadSessions:
@@ -73,7 +76,8 @@ class ThreadSessions:
                 "thread_key": event.thread_key, "platform": event.platform,
                 "workspace": event.workspace, "channel": event.channel,
                 "thread_root": event.thread_root, "session_id": event.thread_key,
-                "generation": 0, "engaged": True, "created_at": utcnow(), "updated_at": utcnow(),
+                "generation": 0, "engaged": True, "model": "", "created_at": utcnow(),
+                "updated_at": utcnow(),
             }
         ).first()
         if row is None:  # engaged before: the existing row
@@ -101,6 +105,16 @@ class ThreadSessions:
         await self._store.run_write(lambda conn: conn.execute(stmt))
         return parent, new_id
 
+    async def set_model(self, event: InboundEvent, model: str) -> None:
+        """``/model ID``: the thread's next turns run on ``model`` ("" = the binding's). In
+        the store, so a restart or another replica's turn of the thread uses it too."""
+
+        def write(conn: Connection) -> None:
+            self.engage_in(conn, event)
+            conn.execute(update(_T).where(_T.c.thread_key == event.thread_key)
+                         .values(model=model, updated_at=utcnow()))
+
+        await self._store.run_write(write)
 
     async def latest_in_channel(self, platform: str, workspace: str, channel: str) -> str | None:
         """The root of the channel's thread with the newest running turn, else of its

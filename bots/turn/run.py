@@ -26,7 +26,7 @@ import structlog
 
 from bots.approvals import ChatApprover
 from bots.bindings import spend_scope
-from bots.commands import ActiveTurn
+from bots.commands import ActiveTurn, picked_model
 from bots.computer_use import ScreenWatch, approval_screen
 from bots.events import ReplyTarget
 from bots.port import DeliveryError, PlatformClient
@@ -90,10 +90,11 @@ def friendly_failure(result: TurnResult) -> str:
     return f"⚠️ I could not finish ({reason}{hint})." + (f"\n\n{body}" if body else "")
 
 
-def session_overrides(binding: BindingSettings) -> SessionOverrides:
-    """A binding's session settings as the harness's neutral overrides."""
+def session_overrides(binding: BindingSettings, *, model: str = "") -> SessionOverrides:
+    """A binding's session settings as the harness's neutral overrides (``model``: the
+    thread's ``/model`` choice, already checked against the binding's list)."""
     return SessionOverrides(
-        model=binding.model or None, prompt_addition=binding.system_prompt,
+        model=model or binding.model or None, prompt_addition=binding.system_prompt,
         tools=binding.tools, approve=tuple(binding.approve),
         computer_use=binding.computer_use is True,
         approve_actions={"computer": frozenset(binding.approve_computer_actions)}
@@ -257,7 +258,11 @@ class RunPhase:
             if not await deps.queue.claim(stored.id):
                 raise _DroppedByOperator  # `geode queue drop` won: it must not run
 
-        ctx = self._session_context(turn, sink, active=active)
+        # the thread's /model choice (a new thread has none: it is not looked up)
+        state = (None if stored.event.starts_thread and not turn.recovered
+                 else await deps.threads.get(turn.thread))
+        model = picked_model(binding, state.model if state is not None else "")
+        ctx = self._session_context(turn, sink, active=active, model=model)
         await deps.entry.wait_turn(stored.id)
 
         # A turn that finds the lanes full waits queued, without a bound: its pending outbox
@@ -291,12 +296,14 @@ class RunPhase:
 
     def _session_context(
         self, turn: Turn, sink: Callable[[LoopEvent], Awaitable[None]], *, active: ActiveTurn,
+        model: str = "",
     ) -> SessionContext:
         event = turn.stored.event
         row = turn.row
         return SessionContext(
             mode="DAEMON", workspace=turn.workspace, session_id=row.session_key,
-            overrides=session_overrides(turn.binding), user=event.sender, on_event=sink,
+            overrides=session_overrides(turn.binding, model=model), user=event.sender,
+            on_event=sink,
             approver=self._approver(turn, active),
             # the thread's first message names it in `geode sessions list`
             title=short_title(redact_text(event.text)) if event.text.strip()

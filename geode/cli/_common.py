@@ -30,6 +30,7 @@ async def open_store(settings: Settings) -> Store:
 def check_binding(binding: BindingSettings, settings: Settings) -> None:
     """A binding's model and tools exist (ConfigError with close matches otherwise): checked
     when it is written or read at start, so no channel turn fails on a typo."""
+    from geode.errors import ConfigError
     from geode.mcp.config import servers_section
     from geode.providers.catalog import resolve_generation_model
     from geode.tools.names import check_tool_names, known_tool_names
@@ -37,6 +38,11 @@ def check_binding(binding: BindingSettings, settings: Settings) -> None:
     where = f"binding {binding.platform} {binding.channel}"
     if binding.model:
         resolve_generation_model(binding.model)  # judge-only ids never serve a channel
+    for model_id in binding.models:  # what /model may pick: the same check, at start
+        try:
+            resolve_generation_model(model_id)
+        except ConfigError as exc:
+            raise ConfigError(f"models: {exc}") from exc
     servers = list(servers_section(settings.mcp))
     check_tool_names(binding.tools or (), known=known_tool_names(),
                      mcp_servers=servers, what=f"{where}: tools")

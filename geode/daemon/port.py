@@ -84,6 +84,8 @@ class HarnessPort(Protocol):
 
     async def session_status(self, session_id: str) -> SessionStatus: ...
 
-    async def usage_status(self, *, scope: str, caps: SpendCaps) -> list[str]:
-        """Today's usage under ``scope`` against its per-day caps (``/status`` lines)."""
+    async def usage_status(self, *, scope: str, caps: SpendCaps, thread: str = "",
+                           platform: str = "", user: str = "") -> list[str]:
+        """Today's usage under ``scope`` against its per-day caps (``/status`` lines); with
+        ``thread`` (a thread key) and ``user`` (on ``platform``), theirs too (``/usage``)."""
         ...

@@ -164,6 +164,8 @@ class Runtime:
         """The session's record and the termination of its latest finished turn."""
         return await self.records.session_status(session_id)
 
-    async def usage_status(self, *, scope: str, caps: SpendCaps) -> list[str]:
+    async def usage_status(self, *, scope: str, caps: SpendCaps, thread: str = "",
+                           platform: str = "", user: str = "") -> list[str]:
         """Today's usage under ``scope`` (a binding) against its per-day caps."""
-        return await self.budgets.usage_status(scope=scope, caps=caps)
+        return await self.budgets.usage_status(scope=scope, caps=caps, thread=thread,
+                                               platform=platform, user=user)

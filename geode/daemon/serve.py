@@ -518,9 +518,11 @@ class Daemon:
         """A session's record and its latest finished turn's termination."""
         return await self._open_runtime().session_status(session_id)
 
-    async def usage_status(self, *, scope: str, caps: SpendCaps) -> list[str]:
-        """Today's usage under ``scope`` against its per-day caps (``/status``)."""
-        return await self._open_runtime().usage_status(scope=scope, caps=caps)
+    async def usage_status(self, *, scope: str, caps: SpendCaps, thread: str = "",
+                           platform: str = "", user: str = "") -> list[str]:
+        """Today's usage under ``scope`` against its per-day caps (``/status``, ``/usage``)."""
+        return await self._open_runtime().usage_status(scope=scope, caps=caps, thread=thread,
+                                                       platform=platform, user=user)
 
     def _open_runtime(self) -> Runtime:
         if self.runtime is None:

@@ -346,12 +346,41 @@ class SpendControl:
 
 async def usage_status_lines(
     *, ledger: UsageLedger, budgets: BudgetSettings, binding: str, caps: SpendCaps,
-    now: float | None = None,
+    now: float | None = None, thread: str = "", platform: str = "", user: str = "",
 ) -> list[str]:
-    """``/status`` lines: today's usage of ``binding`` against its per-day caps."""
+    """``/status`` lines: today's usage of ``binding`` against its per-day caps; with
+    ``thread`` and ``user`` (``/usage``) also the thread's tokens and the user's today, each
+    against the caps that count them (the binding's and the daemon's), summed as they do."""
     day_start, next_day = day_window(time.time() if now is None else now, budgets.timezone)
-    (today,) = await ledger.totals([UsageFilter(since_ms=day_start, binding=binding)])
-    return [_today_line(today, caps, next_day)]
+    filters = [UsageFilter(since_ms=day_start, binding=binding)]
+    if thread:
+        filters.append(UsageFilter(thread=thread))
+    if user:  # in this channel (the binding's cap), and in all of them (the daemon's)
+        filters += [UsageFilter(since_ms=day_start, binding=binding, platform=platform, user=user),
+                    UsageFilter(since_ms=day_start, platform=platform, user=user)]
+    sums = await ledger.totals(filters)
+    lines = [_today_line(sums[0], caps, next_day)]
+    if thread:
+        limits = _limits(("max_tokens_per_thread", caps, "channel"),
+                         ("max_tokens_per_thread", budgets, "daemon"))
+        lines.append(f"this thread: {sums[1].tokens:,} tokens{limits} "
+                     f"({sums[1].calls} model calls)")
+    if user:
+        here, everywhere = sums[-2], sums[-1]
+        limits = _limits(("max_tokens_per_user_per_day", caps, "channel"))
+        line = f"you today: {here.tokens:,} tokens here{limits}"
+        if budgets.max_tokens_per_user_per_day is not None:
+            line += (f", {everywhere.tokens:,} in all channels of "
+                     f"{budgets.max_tokens_per_user_per_day:,} (daemon cap)")
+        lines.append(line)
+    return lines
+
+
+def _limits(*caps: tuple[str, SpendCaps, str]) -> str:
+    """`` of 50,000 (channel cap)`` for each of ``caps`` that is set; `` (no cap)`` if none."""
+    shown = [f"{limit:,} ({where} cap)" for name, holder, where in caps
+             if (limit := getattr(holder, name)) is not None]
+    return f" of {' and '.join(shown)}" if shown else " (no cap)"
 
 
 def _today_line(today: UsageTotals, caps: SpendCaps, next_day: datetime) -> str:

@@ -103,9 +103,12 @@ class Budgets:
                             clock=self.clock, timeline=self.store.timeline,
                             observer=self.observers)
 
-    async def usage_status(self, *, scope: str, caps: SpendCaps) -> list[str]:
-        """Today's usage under ``scope`` (a binding) against its per-day caps."""
+    async def usage_status(self, *, scope: str, caps: SpendCaps, thread: str = "",
+                           platform: str = "", user: str = "") -> list[str]:
+        """Today's usage under ``scope`` (a binding) against its per-day caps (with
+        ``thread`` / ``user``: theirs too, see :func:`usage_status_lines`)."""
         if self.store is None:
             return []
         return await usage_status_lines(ledger=self.store.usage, budgets=self.settings.budgets,
-                                        binding=scope, caps=caps, now=self.clock())
+                                        binding=scope, caps=caps, now=self.clock(),
+                                        thread=thread, platform=platform, user=user)
