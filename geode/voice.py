@@ -15,8 +15,6 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-import openai
-
 from geode.errors import RunError
 
 if TYPE_CHECKING:
@@ -76,6 +74,8 @@ class Transcriber:
         self.model = model
         self.max_bytes = max_bytes
         self.max_duration_s = max_duration_s
+        import openai  # only when [voice] is configured: a serve without it loads no model SDK
+
         self._client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url,
                                           timeout=timeout_s, max_retries=1)
 
@@ -91,6 +91,8 @@ class Transcriber:
             raise TranscriptionError("it is not an audio file")
         if len(data) > self.max_bytes:
             raise TranscriptionError("it is larger than the voice-note limit")
+        import openai
+
         try:
             result = await self._client.audio.transcriptions.create(
                 model=self.model, file=(PurePosixPath(name).stem + suffix, data),
