@@ -9,6 +9,7 @@ everywhere. No entry point builds a loop by hand.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,7 +216,8 @@ async def open_session(parts: SessionParts, ctx: SessionContext) -> Session:
     ref, provider = parts.providers.session_model(
         model_id=ctx.model or ctx.overrides.model or None, path=ctx.path, given=ctx.provider)
     tools, records, budgets = parts.tools, parts.records, parts.budgets
-    skills = tools.skills_for(ctx.overrides)
+    # the skill folders are scanned (stat, scandir, a changed SKILL.md parsed) off the loop
+    skills = await asyncio.to_thread(tools.skills_for, ctx.overrides)
     extra_tools = [*ctx.extra_tools, *_skill_tools(skills)]
     scope = tools.scope(mode=ctx.mode, overrides=ctx.overrides, allow_tools=ctx.allow_tools,
                         deny_tools=ctx.deny_tools, extra_tools=extra_tools)

@@ -164,3 +164,25 @@ def test_a_symlink_planted_during_the_copy_is_not_followed(
     with pytest.raises(_offer.SkillOpenError, match="cannot copy the skill's files"):
         offered.open("pdf-forms", ws)
     assert list(outside.iterdir()) == []
+
+
+async def test_the_skill_folders_are_scanned_off_the_event_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session opens with a scan of every skill folder (scandir, a stat per SKILL.md, a
+    changed one parsed): on a slow or network disk that is file I/O the daemon's loop must not
+    wait on, so it runs in a worker thread."""
+    import threading
+
+    import geode.skills as skills_mod
+
+    home, ws = _setup(tmp_path)
+    scanned_on: list[str] = []
+    real = skills_mod.find_skills
+
+    def spy(dirs):  # type: ignore[no-untyped-def]
+        scanned_on.append(threading.current_thread().name)
+        return real(dirs)
+
+    monkeypatch.setattr(skills_mod, "find_skills", spy)
+    await _run(home, ws, ["done"])
+    assert scanned_on and threading.main_thread().name not in scanned_on
