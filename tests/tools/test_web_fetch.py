@@ -25,6 +25,7 @@ from aiohttp import web
 from geode.tools.base import ToolContext, ToolDeps
 from geode.tools.builtin import web_fetch
 from geode.tools.builtin.web_fetch import check_address, html_to_text
+from geode.tools.builtin.web_search import UNTRUSTED_NOTE
 from geode.tools.errors import ToolFailure
 
 PAGE = """<!doctype html><html><head><title>Fake  page</title>
@@ -95,6 +96,16 @@ async def fake(other: Fake) -> AsyncIterator[Fake]:
     await runner.cleanup()
 
 
+def fetched(out: object) -> str:
+    """The fetched text inside web_fetch's untrusted-content fence (which it checks)."""
+    assert isinstance(out, str)
+    note, fence, rest = out.partition("\n<untrusted source=\"web_fetch:")
+    assert note == UNTRUSTED_NOTE and fence, out[:200]
+    inner = rest.split('">\n', 1)[1]
+    assert inner.endswith("\n</untrusted>")
+    return inner.removesuffix("\n</untrusted>")
+
+
 def _ctx(workspace: Path, **deps: Any) -> ToolContext:
     return ToolContext(
         session_id="s", turn_id="t", call_id="c", workspace=workspace, mode="repl",
@@ -130,9 +141,9 @@ async def test_internal_addresses_refused_by_default(
 async def test_allowed_host_is_fetched_and_html_reduced(
     call: Any, workspace: Path, fake: Fake
 ) -> None:
-    out = await call(
+    out = fetched(await call(
         web_fetch, _ctx(workspace, allow_private_hosts=[fake.hostport]), url=fake.url("/page")
-    )
+    ))
     assert out == (
         f"URL: {fake.url('/page')}\nStatus: 200 OK\nContent-Type: text/html; charset=utf-8\n\n"
         "# Fake page\n\nHello\n\nFirst & second\n\n- one\n\n- two"
@@ -166,7 +177,7 @@ async def test_relative_redirect_followed_and_rechecked(
     call: Any, workspace: Path, fake: Fake
 ) -> None:
     ctx = _ctx(workspace, allow_private_hosts=[fake.hostport])
-    out = await call(web_fetch, ctx, url=fake.url("/to-relative"))
+    out = fetched(await call(web_fetch, ctx, url=fake.url("/to-relative")))
     assert isinstance(out, str)
     assert out.startswith(f"URL: {fake.url('/page')}\nStatus: 200 OK")
     assert [p for p, _ in fake.requests] == ["/to-relative", "/page"]
@@ -186,7 +197,7 @@ async def test_name_connects_to_the_checked_address_with_its_host_header(
     call: Any, workspace: Path, fake: Fake
 ) -> None:
     ctx = _ctx(workspace, allow_private_hosts=[f"localhost:{fake.port}"])
-    out = await call(web_fetch, ctx, url=f"http://localhost:{fake.port}/json")
+    out = fetched(await call(web_fetch, ctx, url=f"http://localhost:{fake.port}/json"))
     assert isinstance(out, str)
     assert out.endswith('\n\n{"ok": true}')
     # the connection went to the resolved IP, the Host header kept the name
@@ -195,20 +206,20 @@ async def test_name_connects_to_the_checked_address_with_its_host_header(
 
 async def test_size_cap_and_text_cap(call: Any, workspace: Path, fake: Fake) -> None:
     ctx = _ctx(workspace, allow_private_hosts=[fake.hostport], web_fetch_max_bytes=1_000)
-    out = await call(web_fetch, ctx, url=fake.url("/big"))
+    out = fetched(await call(web_fetch, ctx, url=fake.url("/big")))
     assert isinstance(out, str)
     head, body = out.split("\n\n", 1)
     assert head.endswith("[body cut at 1000 bytes]")
     assert body == "z" * 1_000
     ctx = _ctx(workspace, allow_private_hosts=[fake.hostport])
-    out = await call(web_fetch, ctx, url=fake.url("/big"), max_chars=500)
+    out = fetched(await call(web_fetch, ctx, url=fake.url("/big"), max_chars=500))
     assert isinstance(out, str)
     assert out.endswith("z" * 500 + "\n[... truncated 199500 chars ...]")
 
 
 async def test_binary_content_not_shown(call: Any, workspace: Path, fake: Fake) -> None:
     ctx = _ctx(workspace, allow_private_hosts=[fake.hostport])
-    out = await call(web_fetch, ctx, url=fake.url("/png"))
+    out = fetched(await call(web_fetch, ctx, url=fake.url("/png")))
     assert isinstance(out, str)
     assert out.endswith("[image/png content, 58 bytes; not shown as text]")
 
@@ -294,7 +305,7 @@ async def test_https_pins_the_ip_and_verifies_the_name(
     ctx = _ctx(workspace, allow_private_hosts=[f"localhost:{port}", f"127.0.0.1:{port}"])
     try:
         # connected to the checked IP, certificate verified against the name "localhost"
-        out = await call(web_fetch, ctx, url=f"https://localhost:{port}/")
+        out = fetched(await call(web_fetch, ctx, url=f"https://localhost:{port}/"))
         assert isinstance(out, str) and out.endswith("\n\ntls ok")
         assert seen == [f"localhost:{port}"]
         # the certificate does not name the IP: verification is real, not switched off
