@@ -131,6 +131,7 @@ class DiscordConnector(BaseConnector):
         intents.guilds = True
         intents.guild_messages = True
         intents.message_content = True
+        intents.dm_messages = True  # /console in a direct message (bots.console.chat_command)
         client = self.link.client = GatewayClient(
             on_up=self.inbound.on_gateway_ready, on_interaction=self.inbound.on_interaction,
             identify_delay_s=o.identify_delay_s, intents=intents,

@@ -30,6 +30,7 @@ import structlog
 
 from bots._download import check_url, stream_to_file
 from bots.commands import COMMANDS
+from bots.console.chat_command import asks_for_link
 from bots.discord._convert import convert_message, parse_action, snowflake, snowflake_seconds
 from bots.discord._gateway import Link
 from bots.discord._history import fetch_thread_history
@@ -166,7 +167,15 @@ class DiscordInbound:
                 continue
             parent = await self.parent_of(cid)
             if not await self._bound(parent or cid):
-                log.debug("discord.unbound", channel=cid)
+                # a direct message asking for a console sign-in link is the one unbound
+                # message recorded (bots.console.chat_command answers it)
+                asks = [e for d in items
+                        if d.get("guild_id") is None and asks_for_link(d.get("content"))
+                        if (e := await self._convert(d, None)) is not None and e.is_dm]
+                if asks:
+                    await self._submit([(e, "received") for e in asks])
+                else:
+                    log.debug("discord.unbound", channel=cid)
                 continue
             events: list[tuple[InboundEvent, str]] = []
             for data in sorted(items, key=lambda d: int(d["id"])):

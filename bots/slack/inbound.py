@@ -30,6 +30,7 @@ from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 
 from bots.connector import BaseConnector
+from bots.console.chat_command import console_command
 from bots.events import InboundEvent
 from bots.slack._actions import convert_action, is_block_actions
 from bots.slack._convert import (
@@ -61,6 +62,7 @@ SLACK_HELP = (
     "`/geode approve [ID] [thread]`  approve a waiting approval request (its id, or the one "
     "waiting in the channel); the same as its Approve button\n"
     "`/geode deny [ID] [thread]`     deny it\n"
+    "`/geode console`          (in a direct message with me) a web console sign-in link\n"
     "`/geode help`             this text\n"
     "[thread] is a thread's message link or ts; without it the command acts on the "
     "channel's thread with the running (else latest) turn."
@@ -234,6 +236,9 @@ class SlackInbound(BaseConnector):
         cmd = parse_slash(body)
         if cmd is None:
             return SLACK_HELP
+        if cmd.name == "console":  # its sign-in link in the ack, which its sender alone sees
+            return await console_command(self.host, "slack", cmd.user,
+                                         dm=cmd.channel.startswith("D"))
         if cmd.name not in COMMAND_NAMES:
             return f"Unknown subcommand `{cmd.name}`.\n\n{SLACK_HELP}"
         thread = cmd.thread or await self._thread_for(cmd)
