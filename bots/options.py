@@ -33,6 +33,13 @@ class LayerOptions(BaseModel):
     heartbeat_interval_s: float = 15.0
     #: typing starts only for turns running this long (the progress message shows already)
     typing_delay_s: float = 1.0
+    #: the answer grows in the progress message as the model writes it (paced edits, or the
+    #: platform's own streaming where it has one); false: the progress message shows tool
+    #: lines and the heartbeat only, the answer comes whole at the end
+    stream: bool = True
+    #: no progress message for a turn answered sooner than this: the answer is the only
+    #: message (the ack reaction still goes out at once); 0 sends it at once
+    progress_after_ms: int = Field(default=1000, ge=0)
     ack_emoji: str | None = "👀"
     #: events older than this when first seen (downtime backlog) are not answered
     catch_up_max_age_s: float = 24 * 3600

@@ -8,8 +8,9 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from bots.events import ReplyTarget
+from bots.format import Chunk
 
-__all__ = ["RESUMED", "WORKING", "ProgressFinder"]
+__all__ = ["RESUMED", "WORKING", "DraftStreamer", "ProgressFinder"]
 
 WORKING = "⏳ Working…"
 #: the line of a turn recovered after a restart, a takeover or a store outage (the chat
@@ -28,5 +29,22 @@ class ProgressFinder(Protocol):
 
         Raises:
             DeliveryError: the thread could not be read.
+        """
+        ...
+
+
+@runtime_checkable
+class DraftStreamer(Protocol):
+    """A platform with its own way to show an answer as it grows (a native streaming API, a
+    browser's event stream). Without it the progress message is edited at the reporter's
+    pace (:class:`bots.turn.run.ProgressReporter`), which is the default."""
+
+    async def stream_draft(self, target: ReplyTarget, message_id: str, chunk: Chunk) -> None:
+        """Show ``chunk`` (the whole draft so far) as the progress message ``message_id``.
+        The final answer still replaces the message by an ordinary edit.
+
+        Raises:
+            DeliveryError: the platform refused it (the turn goes on; the next state is
+                shown on the next call).
         """
         ...

@@ -204,6 +204,21 @@ class TelegramClient:
         except TelegramError as exc:
             raise _map_error(exc, sending=False) from exc
 
+    async def stream_draft(self, target: ReplyTarget, message_id: str, chunk: Chunk) -> None:
+        """An answer being written (:class:`bots.progress.DraftStreamer`): in a private chat
+        ``sendMessageDraft`` (an ephemeral preview under the progress message; the answer
+        then replaces that message), elsewhere an edit of the progress message. Both go
+        through the same pacing as every other call (:class:`PerChatRateLimiter`)."""
+        if target.channel.startswith("-"):  # groups and channels have no drafts
+            await self.edit(target, message_id, chunk)
+            return
+        assert self.bot is not None
+        data = {**self._route(target), "draft_id": int(message_id), **_text(chunk, False)}
+        try:
+            await self.bot.post_json("sendMessageDraft", data)
+        except TelegramError as exc:
+            raise _map_error(exc, sending=False) from exc
+
     async def download(self, attachment: Attachment, dest: Path, *, max_bytes: int) -> int:
         """``getFile``, then the file under ``base_file_url`` (a declared size over the limit
         is refused before any download)."""

@@ -179,8 +179,18 @@ class FakeTelegramServer(RoutedFake, UploadHold):
         bot_username: str = "geode_bot",
         bot_name: str = "Geode",
         webhook_retry_delay: float = 0.05,
+        flood_per_s: float = 0.0,
     ) -> None:
+        """``flood_per_s``: the Bot API's flood control (off by default): more than this many
+        messages sent, edited or drafted per second overall (a bucket that size, refilled at
+        that rate) answer 429 with ``retry_after`` 1, counted in :attr:`flooded`."""
         super().__init__()
+        self.flood_per_s = flood_per_s
+        self.flooded = 0
+        self._flood_tokens = flood_per_s
+        self._flood_at = time.monotonic()
+        #: sendMessageDraft calls that took effect: (chat id, draft id, plain text)
+        self.drafts: list[tuple[ChatId, int, str]] = []
         self.token = token
         self.bot_username = bot_username
         self.bot_id = int(token.split(":", 1)[0])
@@ -594,6 +604,9 @@ class FakeTelegramServer(RoutedFake, UploadHold):
             handler = self.handler_for(method)
             if handler is None:
                 raise _ApiError(404, "Not Found: method not found")
+            if self.route_key(method) in _FLOOD_COUNTED and self._flood():
+                self.flooded += 1
+                raise _ApiError(429, "Too Many Requests: retry after 1", {"retry_after": 1})
             failure = self.take_fault(method, params)
             if failure is not None and not failure.apply_effect:
                 raise _failure_error(failure)
@@ -825,6 +838,33 @@ class FakeTelegramServer(RoutedFake, UploadHold):
         await self._held_upload()
         return raw
 
+    @route("sendMessageDraft")
+    async def _send_message_draft(self, params: JSONDict) -> bool:
+        """An ephemeral preview of a message being written, in a private chat (Bot API 9.3):
+        nothing is stored in the chat; the message itself is sent afterwards."""
+        chat_id = self._chat(params)
+        if isinstance(chat_id, int) and chat_id < 0:
+            raise _bad("message drafts can be sent only to private chats")
+        draft_id = _opt_int(params.get("draft_id"))
+        if not draft_id:
+            raise _bad("draft_id must be non-zero")
+        plain, _entities = self._check_text(params.get("text"), params.get("parse_mode") or None)
+        self.drafts.append((chat_id, draft_id, plain))
+        return True
+
+    def _flood(self) -> bool:
+        """One unit of the flood budget; True: none left (the call is refused)."""
+        if self.flood_per_s <= 0:
+            return False
+        now = time.monotonic()
+        self._flood_tokens = min(self.flood_per_s,
+                                 self._flood_tokens + (now - self._flood_at) * self.flood_per_s)
+        self._flood_at = now
+        if self._flood_tokens < 1:
+            return True
+        self._flood_tokens -= 1
+        return False
+
     @route("editMessageText")
     async def _edit_message_text(self, params: JSONDict) -> JSONDict | bool:
         if params.get("inline_message_id"):
@@ -1008,6 +1048,10 @@ def _opt_int(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         raise _bad(f"invalid integer value {value!r}") from None
+
+
+#: the methods the fake's flood control counts (messages shown in a chat)
+_FLOOD_COUNTED = frozenset({"sendmessage", "editmessagetext", "sendmessagedraft"})
 
 
 def _failure_error(failure: Fault) -> _ApiError:

@@ -9,6 +9,12 @@ modified" means it is already there), so after a crash the deliverer just runs a
 reply whose send outcome is unknown is reconciled through the recorded message id, never
 re-sent blindly.
 
+A quick answer (ready before the progress message was due: no progress message) is sent
+as a new message instead: its row is marked (``progress_state = "answer"``) before that one
+send and its id recorded after it; a crash inside that window leaves the row ``uncertain``
+and the answer is not sent again (at most once, like a notice: a platform cannot tell
+whether the send landed).
+
 Short notices (pairing codes, command answers) have no progress message: their row is
 marked ``sending`` before the single send; a crash inside that window leaves the row
 ``uncertain`` and it is not re-sent (at most once; the Bot API cannot read history to check).
@@ -36,6 +42,10 @@ if TYPE_CHECKING:
 __all__ = ["DeliverPhase", "Deliverer"]
 
 log = structlog.get_logger(__name__)
+
+#: a turn row's ``progress_state`` while its answer goes out as a new message (a quick
+#: answer, no progress message): a crash inside that send leaves its outcome unknown
+_ANSWER_SENDING = "answer"
 
 
 class DeliverPhase:
@@ -155,8 +165,20 @@ class Deliverer:
             ids = [row.progress_message_id]
         attempt = 0
         last = len(row.chunks)
+        first = row.edited
         while True:
+            if not ids and row.progress_state == _ANSWER_SENDING:
+                # A quick answer's send was under way when the process stopped (or timed
+                # out): it may be in the thread already, and nothing can tell (no id came
+                # back). Never sent again.
+                log.warning("outbox.answer_uncertain", row=row.id)
+                return await self.outbox.finish(row, status="uncertain",
+                                                error="send outcome unknown")
             try:
+                if not ids and row.chunks:
+                    # A quick answer: no progress message was shown, the first chunk is
+                    # sent as it is (one call, not a placeholder and its edit).
+                    ids, first = await self._send_first(row), 1
                 # Placeholders first, each recorded before the next: every final chunk is then
                 # delivered by an edit of a recorded message (idempotent on retry).
                 while len(ids) < len(row.chunks):
@@ -165,7 +187,7 @@ class Deliverer:
                     self._fault("placeholder_sent_before_record")
                     ids.append(mid)
                     await self.outbox.update(row.id, message_ids=ids)
-                for i in range(row.edited, len(row.chunks)):
+                for i in range(first, len(row.chunks)):
                     held = await self._edit_chunk(row.target, ids[i], row.chunks[i])
                     self._fault("final_edited_before_record")
                     if held != ids[i]:
@@ -187,7 +209,23 @@ class Deliverer:
                 await asyncio.sleep(min(30.0, exc.retry_after or 0.2 * 2**attempt))
                 row = await self.outbox.by_id(row.id)
                 ids = list(row.message_ids) or ids
+                first = row.edited
         return await self._sent(row, ids, values={"edited": max(last, row.edited)})
+
+    async def _send_first(self, row: OutboxRow) -> list[str]:
+        """The first chunk sent as a new message, its intent recorded before and its id after
+        (a crash in between leaves the row's outcome unknown: see :meth:`_turn`)."""
+        await self.outbox.update(row.id, progress_state=_ANSWER_SENDING)
+        try:
+            mid = await self._send_chunk(row.target, row.chunks[0])
+        except DeliveryError as exc:
+            if exc.kind != "unknown":  # refused: nothing is in the thread, it may go again
+                await self.outbox.update(row.id, progress_state="")
+            raise
+        self._fault("answer_sent_before_record")
+        ids = [mid]
+        await self.outbox.update(row.id, message_ids=ids, edited=1, progress_state="sent")
+        return ids
 
     async def _sent(
         self, row: OutboxRow, ids: list[str], values: dict[str, Any] | None = None

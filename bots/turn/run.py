@@ -29,21 +29,26 @@ from bots.bindings import spend_scope
 from bots.commands import ActiveTurn, picked_model
 from bots.computer_use import ScreenWatch, approval_screen
 from bots.events import ReplyTarget
+from bots.format import Chunk
 from bots.port import DeliveryError, PlatformClient
-from bots.progress import RESUMED, WORKING, ProgressFinder
+from bots.progress import RESUMED, WORKING, DraftStreamer, ProgressFinder
 from bots.send_file import make_send_file
 from bots.store import Outbox, OutboxRow
 from bots.turn.steps import Answered, Dropped, Prepared, Turn
+from bots.turn.stream import AnswerDraft, draft_chunk
 from geode.daemon.port import OpeningNote, SessionOverrides
 from geode.daemon.session import Session, SessionContext
 from geode.errors import ConfigError, GeodeError, ShuttingDown, StoreUnavailableError
 from geode.loop import LoopEvent, TurnResult, model_wait_text
 from geode.loop.events import (
     ModelResponded,
+    ModelRetrying,
     ModelWaiting,
+    TextDelta,
     ToolProposed,
     ToolResulted,
     TurnStarted,
+    VerifyFailed,
 )
 from geode.loop.termination import TerminationReason
 from geode.secret_redaction import redact_text
@@ -175,6 +180,7 @@ class RunPhase:
             typing_interval_s=opts.typing_interval_s, typing_delay_s=opts.typing_delay_s,
             ack_emoji=opts.ack_emoji, heartbeat_interval_s=opts.heartbeat_interval_s,
             fault=deps.fault, recovered=turn.recovered or turn.resume,
+            stream=opts.stream, progress_after_s=opts.progress_after_ms / 1000,
         )
         active = ActiveTurn(session_id=row.session_key, event_id=turn.stored.id,
                             started=time.monotonic(), heartbeat=progress.heartbeat)
@@ -308,7 +314,7 @@ class RunPhase:
             # the thread's first message names it in `geode sessions list`
             title=short_title(redact_text(event.text)) if event.text.strip()
             else f"{event.platform} thread {turn.thread}", thread=turn.thread,
-            source=event.platform, fence=turn.fence,
+            source=event.platform, fence=turn.fence, stream=self.deps.options.stream,
             # channel-only tools: the thread this turn answers in is where a file goes
             extra_tools=[self._send_file],
             # Who said what, on each message of a collaborative thread: written with the
@@ -454,13 +460,22 @@ class ProgressReporter:
     recorded, no id), a platform that reads the thread back
     (:class:`~bots.progress.ProgressFinder`: Slack, Discord) finds the bot's unrecorded
     placeholder and it is reused; otherwise (Telegram) a new one is sent.
+
+    ``stream``: the answer grows in the progress message as the model writes it
+    (:class:`~bots.turn.stream.AnswerDraft`: the heartbeat line, then the text with the tool
+    lines between its blocks), at the same paced edits (or through the client's own
+    :class:`~bots.progress.DraftStreamer`); the final answer still replaces it whole.
+    ``progress_after_s``: the progress message is sent only once the turn has run that
+    long (a turn answered sooner has none: its answer is the only message); the ack
+    reaction goes out at once either way. A recovered turn shows itself at once.
     """
 
     def __init__(
         self, *, client: PlatformClient, outbox: Outbox, row: OutboxRow, target: ReplyTarget,
         inbound_message_id: str, edit_interval_s: float = 1.0, typing_interval_s: float = 4.0,
         typing_delay_s: float = 0.0, ack_emoji: str | None = "👀", fault: Any = None,
-        heartbeat_interval_s: float = 15.0, recovered: bool = False,
+        heartbeat_interval_s: float = 15.0, recovered: bool = False, stream: bool = False,
+        progress_after_s: float = 0.0,
     ) -> None:
         """``recovered``: the turn was accepted by a process that stopped before it ended
         (a restart or a takeover recovers it): its placeholder, if one was sent, is reused
@@ -499,6 +514,13 @@ class ProgressReporter:
         self._typing_due = False
         self._typing_timer: asyncio.TimerHandle | None = None
         self._beat_timer: asyncio.TimerHandle | None = None
+        self.stream = stream
+        self.draft = AnswerDraft()
+        self.progress_after_s = progress_after_s
+        #: the deferred progress message: its timer, then its send (awaited by close: a
+        #: message sent must have its id recorded before the answer is delivered)
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._send_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Ack and progress message (recorded) together; then typing (after
@@ -511,7 +533,13 @@ class ProgressReporter:
             # The intent was recorded but no id: the send's outcome is unknown.
             self.message_id = await self._find_lost()
         kept = self.message_id  # sent before the crash (recorded, or found again)
-        send = asyncio.ensure_future(self._send_progress()) if self.message_id is None else None
+        defer = self.message_id is None and not self.recovered and self.progress_after_s > 0
+        send = (asyncio.ensure_future(self._send_progress())
+                if self.message_id is None and not defer else None)
+        if defer:
+            # a quick answer needs no progress message: sent only if the turn runs this long
+            self._send_timer = asyncio.get_running_loop().call_later(
+                self.progress_after_s, self._send_deferred)
         try:
             if self.ack_emoji:  # first, as it went first when both were gathered
                 await self._quiet(self.client.react(self.target, self.inbound_message_id,
@@ -595,19 +623,31 @@ class ProgressReporter:
         await self.outbox.record_progress_message(self.row, mid)
         return mid
 
-    async def _send_progress(self) -> None:
+    def _send_deferred(self) -> None:
+        self._send_timer = None
+        if not self._closed and self.message_id is None and self._send_task is None:
+            self._send_task = asyncio.create_task(self._send_progress(now=True))
+
+    async def _send_progress(self, *, now: bool = False) -> None:
         # The intent to send was recorded with the row (before this send): a crash between
         # the send and the id's record leaves the restarted turn an intent without an id,
-        # reconciled by :meth:`_find_lost`.
-        text = self._text() if self.recovered else WORKING
+        # reconciled by :meth:`_find_lost` (every state it sends starts with "⏳").
+        # ``now``: sent late (``progress_after_s``), it shows the turn's state at once.
+        text = self._text() if self.recovered or now else WORKING
+        chunk = self._chunk(text) if now else self.client.render_progress(text)
+        if now:
+            self._dirty = False
+            self._last_edit = time.monotonic()
         try:
-            mid = await self.client.send(self.target, self.client.render_progress(text))
+            mid = await self.client.send(self.target, chunk)
         except DeliveryError as exc:
             log.info("progress.send_failed", error=str(exc))
             return
         self._fault("progress_sent_before_record")
         self.message_id = mid
         await self.outbox.record_progress_message(self.row, mid)
+        if now and self._dirty:
+            self._touch()
 
     async def on_event(self, event: LoopEvent) -> None:
         match event:
@@ -620,7 +660,12 @@ class ProgressReporter:
                 self.queued_ahead = None
             case ModelWaiting():
                 self.waiting = model_wait_text(event.kind, event.data)  # until the model answers
+            case TextDelta() | ModelRetrying() | VerifyFailed():
+                if self._draft_event(event):
+                    self._touch()
+                return
             case ModelResponded():
+                self.draft.responded()
                 # counted silently: the next edit (a tool, the heartbeat) shows them
                 self.rounds += 1
                 self.tokens += event.input_tokens + event.output_tokens
@@ -630,6 +675,8 @@ class ProgressReporter:
             case ToolProposed(name=name):
                 self.tool = name
                 self.lines.append(f"🔧 {name}")
+                if self.stream:
+                    self.draft.tool(f"🔧 {name}")
             case ToolResulted(name=name, status=status):
                 self.tool = None
                 mark = {"ok": "✓", "denied": "⛔ denied", "error": "✗"}.get(status, status)
@@ -637,9 +684,27 @@ class ProgressReporter:
                     if self.lines[i] == f"🔧 {name}":
                         self.lines[i] = f"🔧 {name} {mark}"
                         break
+                self.draft.tool_done(f"🔧 {name}", f"🔧 {name} {mark}")
             case _:
                 return
         self._touch()
+
+    def _draft_event(self, event: TextDelta | ModelRetrying | VerifyFailed) -> bool:
+        """The draft follows the answer being written; True: the message shows a change."""
+        if not self.stream:
+            return False
+        match event:
+            case TextDelta(text=text):
+                self.draft.delta(text)
+                return True
+            case ModelRetrying():
+                self.draft.retried()  # the partial text comes again
+                return False
+            case VerifyFailed():
+                shown = self.draft.has_text
+                self.draft.refused()  # the repair replaces it
+                return shown
+        return False
 
     def _text(self) -> str:
         resumed = [RESUMED] if self.recovered else []
@@ -651,6 +716,15 @@ class ProgressReporter:
             [f"… {more} earlier"] if more else [])
         tail = [f"⌛ {self.waiting}"] if self.waiting else []
         return "\n".join(head + shown + tail)
+
+    def _chunk(self, text: str | None = None) -> Chunk:
+        """The progress message as the platform shows it: the draft of a streaming turn
+        under its heartbeat line, else the progress text."""
+        text = self._text() if text is None else text
+        if self.stream and self.queued_ahead is None and self.draft.has_text:
+            return draft_chunk(text.split("\n", 1)[0], self.draft.markdown(),
+                               self.client.render)
+        return self.client.render_progress(text)
 
     def _touch(self) -> None:
         """An edit is due: the edit task takes it (started if none runs)."""
@@ -669,10 +743,13 @@ class ProgressReporter:
                 self._dirty = False
                 if self.message_id is None or self._closed:
                     continue
-                text = self._text()
+                chunk = self._chunk()
                 self._last_edit = time.monotonic()
-                await self._quiet(self.client.edit(self.target, self.message_id,
-                                                   self.client.render_progress(text)))
+                client = self.client
+                if self.stream and self.draft.has_text and isinstance(client, DraftStreamer):
+                    await self._quiet(client.stream_draft(self.target, self.message_id, chunk))
+                else:
+                    await self._quiet(client.edit(self.target, self.message_id, chunk))
         finally:
             self._edit_task = None
 
@@ -713,7 +790,11 @@ class ProgressReporter:
     async def close(self) -> None:
         """Stop the indicators before the final answer replaces the progress message."""
         self._closed = True
-        for timer in (self._beat_timer, self._typing_timer):
+        if self._send_task is not None:
+            # a progress message on its way: its id is recorded before the answer goes
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._send_task)
+        for timer in (self._beat_timer, self._typing_timer, self._send_timer):
             if timer is not None:
                 timer.cancel()
         tasks = [t for t in (self._edit_task, self._typing_task) if t is not None]

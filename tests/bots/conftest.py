@@ -82,6 +82,8 @@ class Stack(DaemonHost):
             "poll_timeout_s": 1, "progress_edit_interval_s": 0.0, "typing_interval_s": 30.0,
             "typing_delay_s": 0.0, "lease_ttl_s": 3.0, "pump_interval_s": 0.2,
             "rate_group_per_min": 0,
+            # the suites written before streaming: today's progress message, sent at once
+            "stream": False, "progress_after_ms": 0,
             **self.options,  # a test's own values win
         })
         self.connector = TelegramConnector(host=daemon, token=TOKEN,

@@ -52,6 +52,8 @@ base_file_url = "{fake.base_file_url}"
 poll_timeout_s = 1
 lease_ttl_s = 1.5
 progress_edit_interval_s = 0
+stream = false
+progress_after_ms = 0
 pump_interval_s = 0.2
 rate_group_per_min = 0
 {extra}
@@ -67,6 +69,8 @@ api_base = "{fake.api_base}"
 gateway_url = "{fake.gateway_url}"
 lease_ttl_s = 1.5
 progress_edit_interval_s = 0
+stream = false
+progress_after_ms = 0
 pump_interval_s = 0.2
 guild_ready_timeout_s = 0.2
 identify_delay_s = 0

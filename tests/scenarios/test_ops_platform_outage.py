@@ -56,6 +56,8 @@ base_file_url = "http://127.0.0.1:{port}/file/bot"
 poll_timeout_s = 1
 lease_ttl_s = 1.5
 progress_edit_interval_s = 0
+stream = false
+progress_after_ms = 0
 pump_interval_s = 0.2
 rate_group_per_min = 0
 

@@ -65,6 +65,8 @@ base_file_url = "{fake.base_file_url}"
 poll_timeout_s = 1
 lease_ttl_s = {TTL_S}
 progress_edit_interval_s = 0
+stream = false
+progress_after_ms = 0
 pump_interval_s = 0.2
 rate_group_per_min = 0
 

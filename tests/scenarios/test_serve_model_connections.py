@@ -49,6 +49,8 @@ base_url = "{tg.base_url}"
 base_file_url = "{tg.base_file_url}"
 poll_timeout_s = 1
 progress_edit_interval_s = 0
+stream = false
+progress_after_ms = 0
 rate_group_per_min = 0
 
 [[bindings]]

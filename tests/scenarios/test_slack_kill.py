@@ -32,6 +32,8 @@ def _home(tmp_path: Path, fake: FakeSlack) -> tuple[Path, dict[str, str]]:
 base_url = "{fake.base_url}"
 lease_ttl_s = 1.5
 progress_edit_interval_s = 0
+stream = false
+progress_after_ms = 0
 pump_interval_s = 0.2
 status_api = false
 

@@ -56,7 +56,7 @@ class DStack(DaemonHost):
             api_base=self.fake.api_base, gateway_url=self.fake.gateway_url,
             guild_ready_timeout_s=0.05, identify_delay_s=0.0, progress_edit_interval_s=0.0,
             typing_interval_s=30.0, typing_delay_s=0.0, lease_ttl_s=3.0, pump_interval_s=0.2,
-            **self.options,
+            **{"stream": False, "progress_after_ms": 0, **self.options},
         )
         self.connector = DiscordConnector(host=daemon, token=TOKEN, bindings=self.bindings,
                                           options=opts, fault=self.fault)

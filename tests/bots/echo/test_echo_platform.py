@@ -91,7 +91,8 @@ async def test_a_message_in_the_scripted_reply_out(echo_platform: None, tmp_path
         store={"url": f"sqlite:///{home / 'geode.db'}"},
         lanes={"global_cap": 8, "channel_cap": 8},
         channels={"echo": {"chat": "room", "pump_interval_s": 0.2, "lease_ttl_s": 3.0,
-                           "progress_edit_interval_s": 0.0}},
+                           "progress_edit_interval_s": 0.0, "stream": False,
+                           "progress_after_ms": 0}},
         bindings=[{"platform": "echo", "channel": "C1", "allow_users": ["ann"]}],
     )
     provider = ScriptedProvider([echo], repeat_last=True)

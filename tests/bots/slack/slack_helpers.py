@@ -64,7 +64,9 @@ class SlackStack(DaemonHost):
             "base_url": self.fake.base_url, "progress_edit_interval_s": 0.0,
             "typing_interval_s": 30.0, "typing_delay_s": 0.0, "lease_ttl_s": 3.0,
             "pump_interval_s": 0.2,
-            "http_port": 0, "mode": self.mode, **self.options,
+            "http_port": 0, "mode": self.mode,
+            # the suites written before streaming: today's progress message, sent at once
+            "stream": False, "progress_after_ms": 0, **self.options,
         })
         self.connector = SlackConnector(
             host=daemon, bot_token=self.fake.bot_token,
