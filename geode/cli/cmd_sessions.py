@@ -78,10 +78,13 @@ async def _require_session(store: Store, session_id: str) -> Any:
 def sessions_show(
     session_id: Annotated[str, typer.Argument(help="The session id.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    all_turns: Annotated[bool, typer.Option(
+        "--all", help="Also list every turn, the rewound ones marked, and its rewinds.")] = False,
 ) -> None:
     """One session: status, checkpoint head, approvals (requested / decided / expired, by
     whom), effect receipts (uncertain ones flagged) and the attachments its channel thread
-    received (saved where, or refused and why)."""
+    received (saved where, or refused and why). With --all: every turn it ran, those a
+    rewind took back marked (their conversation is kept in the session the rewind names)."""
     from geode.plugins import load_part, plugins
 
     settings, _ = load_typed()
@@ -124,6 +127,7 @@ def sessions_show(
                                "at": r.created_at.isoformat() if r.created_at else None}
                               for r in approvals],
                 **details,
+                **(await _turns_json(store, session_id, checkpoints) if all_turns else {}),
             }
 
     info = asyncio.run(main())
@@ -156,6 +160,45 @@ def sessions_show(
         approved = (f"  approved by {who} ({r['approved_by']})" if r["approved_by_name"]
                     else f"  approved by {who}" if who else "")
         typer.echo(f"    {r['call_id']}  {r['tool']}  {r['status']}{approved}{flag}")
+    if all_turns:
+        _echo_turns(info)
+
+
+async def _turns_json(store: Store, session_id: str, checkpoints: list[Any]) -> dict[str, Any]:
+    """Every turn the chain recorded (rewound ones marked) and the session's rewinds."""
+    from geode.rewind import finished_turns
+
+    rewinds = [r for r in await store.timeline.list(session_id, limit=100_000)
+               if r.kind == "session.rewound"]
+    rewound = {str(t): r.payload.get("archive_session_id", "")
+               for r in rewinds for t in r.payload.get("turn_ids", [])}
+    current = {str(cp.state.get("turn_id") or cp.turn_id) for cp in finished_turns(checkpoints)}
+    seen: dict[str, Any] = {}
+    for cp in checkpoints:
+        turn_id = str(cp.state.get("turn_id") or cp.turn_id)
+        if cp.kind != "rewind" and cp.state.get("last_termination") and turn_id not in seen:
+            seen[turn_id] = cp
+    turns = [{"turn_id": t, "termination": cp.state.get("last_termination"),
+              "rewound": t not in current, "kept_in": rewound.get(t, "")}
+             for t, cp in seen.items()]
+    return {"turns": turns,
+            "rewinds": [{"at": r.created_at.isoformat() if r.created_at else None,
+                         "by": r.payload.get("by", ""), "turns": r.payload.get("turns", []),
+                         "files": r.payload.get("files", []),
+                         "irreversible": r.payload.get("irreversible", []),
+                         "archive_session_id": r.payload.get("archive_session_id", "")}
+                        for r in rewinds]}
+
+
+def _echo_turns(info: dict[str, Any]) -> None:
+    typer.echo(f"  turns {len(info['turns'])}")
+    for n, t in enumerate(info["turns"], 1):
+        mark = f"  REWOUND (kept in session {t['kept_in']})" if t["rewound"] else ""
+        typer.echo(f"    {n:3}  {t['turn_id']}  {t['termination'] or '-'}{mark}")
+    for r in info["rewinds"]:
+        typer.echo(f"  rewind {(r['at'] or '-')[:19]} by {r['by'] or '-'}: turn(s) "
+                   f"{', '.join(map(str, r['turns']))}, files put back: "
+                   f"{', '.join(r['files']) or 'none'}")
 
 
 @sessions_app.command("timeline")
@@ -269,3 +312,92 @@ def sessions_fork(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     typer.echo(fork.session_id)
+
+
+@sessions_app.command("rewind")
+def sessions_rewind(
+    session_id: Annotated[str, typer.Argument(help="The session id.")],
+    turns: Annotated[int, typer.Option("--turns", "-n", min=1,
+                                       help="How many of its last turns to take back.")] = 1,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation "
+                                      "(scripts).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Take back the session's last --turns turns: its conversation goes back to the
+    checkpoint before them, and the workspace files they changed (write_file, edit_file,
+    run_bash) are put back. Effects that cannot be undone (files or messages sent, MCP and
+    web calls) are listed first, and it asks before it runs. Nothing is deleted: the
+    conversation as it was is kept as a session of its own (`geode sessions show ID
+    --all`). An unfinished rewind of the session (a process died in it) is finished first."""
+    import getpass
+
+    from geode.errors import ConfigError
+    from geode.rewind import BlobStore, RewindResult, finish_pending, plan_rewind, rewind
+    from geode.store.rewinds import RewindConflictError
+
+    settings, _ = load_typed()
+    blobs = BlobStore(settings.home / "rewind")
+
+    async def plan() -> tuple[RewindResult | None, Any]:
+        async with await open_store(settings) as store:
+            await _require_session(store, session_id)
+            finished = await finish_pending(store, blobs, session_id)
+            if finished is not None:
+                return finished, None
+            return None, await plan_rewind(store, blobs, session_id, turns=turns)
+
+    async def run(planned: Any) -> RewindResult:
+        async with await open_store(settings) as store:
+            return await rewind(store, blobs, planned, by=f"cli:{getpass.getuser()}")
+
+    try:
+        finished, planned = asyncio.run(plan())
+        if finished is not None:
+            _echo_rewound(finished, json_out, resumed=True)
+            return
+        if not json_out:
+            _echo_plan(planned)
+        if planned.blockers:
+            if json_out:
+                typer.echo(json.dumps({"plan": planned.to_json(), "rewound": None}))
+            typer.echo("error: this rewind cannot run: " + "; ".join(planned.blockers),
+                       err=True)
+            raise typer.Exit(1)
+        if not yes and not typer.confirm("Rewind?", default=False, err=json_out):
+            typer.echo("nothing was changed", err=True)
+            raise typer.Exit(1)
+        result = asyncio.run(run(planned))
+    except (ConfigError, RewindConflictError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if json_out:
+        typer.echo(json.dumps({"plan": planned.to_json(), "rewound": result.to_json()},
+                              ensure_ascii=False))
+        return
+    _echo_rewound(result, json_out=False, resumed=False)
+
+
+def _echo_plan(plan: Any) -> None:
+    numbers = ", ".join(str(t.number) for t in plan.turns)
+    typer.echo(f"rewind session {plan.session_id}: turn(s) {numbers} are taken back")
+    files = plan.files
+    typer.echo(f"  files put back ({len(files)}): {', '.join(files) if files else 'none'}")
+    if plan.irreversible:
+        typer.echo("  effects that cannot be undone:")
+        for effect in plan.irreversible:
+            typer.echo(f"    {effect.describe()}")
+    else:
+        typer.echo("  effects that cannot be undone: none")
+
+
+def _echo_rewound(result: Any, json_out: bool, *, resumed: bool) -> None:
+    if json_out:
+        typer.echo(json.dumps({"rewound": result.to_json(), "resumed": resumed},
+                              ensure_ascii=False))
+        return
+    what = "finished the unfinished rewind" if resumed else "rewound"
+    typer.echo(f"{what} of session {result.session_id}: turn(s) "
+               f"{', '.join(map(str, result.turns))}; files put back: "
+               f"{', '.join(result.restored) or 'none'}")
+    if result.archive_session_id:
+        typer.echo(f"  the conversation as it was: session {result.archive_session_id}")

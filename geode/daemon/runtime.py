@@ -74,7 +74,7 @@ class Runtime:
         self.tools = ToolsBuilder(settings=settings, tools=tools, hooks=self.hooks,
                                   observers=self.observers, mcp=mcp,
                                   search=search_client(settings.search, secrets))
-        self.records = Records(store=store)
+        self.records = Records(store=store, rewind_home=settings.home / "rewind")
         self.budgets = Budgets(settings=settings, clock=self.clock, store=store,
                                observers=self.observers)
         self._parts = SessionParts(

@@ -40,6 +40,7 @@ from geode.executor.decisions import Allow, Ask, Deny, ToolCall
 from geode.executor.protocols import (
     Approver,
     MemoryResults,
+    PreImages,
     ReceiptStore,
     ResultKeeper,
     TimelineSink,
@@ -96,8 +97,10 @@ class ToolExecutor:
         max_result_chars: int = 50_000,
         results: ResultKeeper | None = None,
         deps: ToolDeps | None = None,
+        preimages: PreImages | None = None,
     ) -> None:
         self.scope = scope
+        self._preimages = preimages
         self.workspace = workspace
         self._hooks = hooks
         self._observers = observers
@@ -289,8 +292,16 @@ class ToolExecutor:
             async with self._locks.hold(cleared.keys):  # 8
                 await self._record(turn, "tool.started", call, keys=cleared.keys)
                 self._observe(ToolStarted(**_ids(turn, call)))
+                # What the call may change is kept before it runs (a rewind puts it back);
+                # after the checks allowed it, under its locks, like the "started" row.
+                token = (await self._preimages.before(ctx=cleared.ctx, tool=tool,
+                                                      keys=cleared.keys)
+                         if self._preimages is not None and tool.effectful else None)
                 started = True
                 outcome = await dispatch(tool, call, cleared.ctx)  # 9
+                if token is not None:
+                    assert self._preimages is not None
+                    await self._preimages.after(token)
         except asyncio.CancelledError:
             if receipt and outcome is None:
                 assert self._receipts is not None

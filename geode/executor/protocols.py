@@ -18,6 +18,7 @@ __all__ = [
     "MemoryReceiptStore",
     "MemoryResults",
     "MemoryTimeline",
+    "PreImages",
     "ReceiptRecord",
     "ReceiptStore",
     "ResultKeeper",
@@ -50,6 +51,15 @@ class ReceiptStore(Protocol):
         status: Literal["done", "failed", "uncertain"],
         detail: str = "",
     ) -> None: ...
+
+
+class PreImages(Protocol):
+    """Keeps what an effectful call may change in its workspace before it runs, so a
+    rewind can put it back (``geode.rewind.PreImageRecorder``). Neither method raises."""
+
+    async def before(self, *, ctx: Any, tool: Any, keys: Sequence[str]) -> object | None: ...
+
+    async def after(self, token: object | None) -> None: ...
 
 
 @runtime_checkable

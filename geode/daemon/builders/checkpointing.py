@@ -23,6 +23,8 @@ from geode.messages import Message
 from geode.tools.plan import BoundToolPlan
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from geode.executor.protocols import ReceiptStore, ResultKeeper
     from geode.store import Store
     from geode.store.timeline import SessionTimeline
@@ -50,8 +52,10 @@ class Loaded:
 class Records:
     """The records sessions are opened from and checkpointed to; one per process."""
 
-    def __init__(self, *, store: Store | None) -> None:
+    def __init__(self, *, store: Store | None, rewind_home: Path | None = None) -> None:
         self.store = store
+        #: where rewind keeps pre-images (``$GEODE_HOME/rewind``); None: no rewind here
+        self.rewind_home = rewind_home
         self.receipts: ReceiptStore
         #: the executor's tool rows and the loop's turn rows go here
         self.timeline: SessionTimeline | MemoryTimeline
@@ -75,6 +79,12 @@ class Records:
 
             return Loaded(session_id=session_id or new_id("s"))
         sessions = store.sessions
+        if session_id and self.rewind_home is not None:
+            # A rewind a dead process left half done is finished before the session is
+            # read: a turn never runs on a half-rewound conversation or workspace.
+            from geode.rewind import BlobStore, finish_pending
+
+            await finish_pending(store, BlobStore(self.rewind_home), session_id)
         if session_id:
             if mode in ("HEADLESS", "REPL", "IPC"):
                 if not await sessions.exists(session_id):

@@ -202,6 +202,7 @@ HOME_ENTRIES = (
     "repl_history",
     "ledger",
     "trusted_projects.json",
+    "rewind",
     "workspace",
     "workspaces",
 )
