@@ -117,6 +117,7 @@ class TelegramConnector(TelegramRenderer, TelegramClient, TelegramInbound):
             self.bot_id = str(self.bot.id)
             self.username = self.bot.username or ""
             self.workspace = self.bot_id
+            await self._register_commands()
             if o.mode == "webhook":
                 await self._start_webhook()
         except BaseException as exc:
@@ -140,6 +141,34 @@ class TelegramConnector(TelegramRenderer, TelegramClient, TelegramInbound):
         self._main = self.start_supervisor(
             lease_name=f"telegram:{self.bot_id}", ttl_s=o.lease_ttl_s, work=work,
             stale_after_s=o.poll_timeout_s + 30.0 + o.lease_ttl_s if work else None)
+
+    async def _register_commands(self) -> None:
+        """The command menu (``setMyCommands``) for private chats and for groups, written only
+        where it differs from what Telegram holds: a restart (or a second replica) reads
+        and writes nothing more (the peers' 429 lockouts came from writing on every boot).
+        A failure is logged; the bot serves without a menu."""
+        from telegram import (
+            BotCommand,
+            BotCommandScopeAllGroupChats,
+            BotCommandScopeAllPrivateChats,
+        )
+
+        from bots.command_menu import menu
+
+        assert self.bot is not None
+        for scope, private in ((BotCommandScopeAllPrivateChats(), True),
+                               (BotCommandScopeAllGroupChats(), False)):
+            wanted = [BotCommand(c.name, c.description) for c in menu(private=private)]
+            try:
+                held = await self.bot.get_my_commands(scope=scope)
+                if [(c.command, c.description) for c in held] != [
+                        (c.command, c.description) for c in wanted]:
+                    await self.bot.set_my_commands(wanted, scope=scope)
+                    log.info("telegram.commands_registered", scope=scope.type,
+                             count=len(wanted))
+            except TelegramError as exc:
+                log.warning("telegram.commands_not_registered", scope=scope.type,
+                            error=str(exc)[:200])
 
     async def _close_attempt(self) -> None:
         if self._web is not None:

@@ -197,6 +197,8 @@ class FakeTelegramServer(RoutedFake, UploadHold):
         self.bot_name = bot_name
         self.webhook_retry_delay = webhook_retry_delay
         self.calls: list[TelegramCall] = []
+        #: the command menus ``setMyCommands`` set, by scope type
+        self.my_commands: dict[str, list[JSONDict]] = {}
         self.sent: list[SentMessage] = []
         #: sendDocument / sendPhoto that took effect, with the file's bytes
         self.uploads: list[TelegramUpload] = []
@@ -632,11 +634,32 @@ class FakeTelegramServer(RoutedFake, UploadHold):
         return web.Response(status=404)
 
     # ----------------------------------------------------------------- methods
-    @route("setMyCommands")
     @route("deleteMyCommands")
     @route("answerCallbackQuery")
     async def _true(self, params: JSONDict) -> bool:
         return True
+
+    @staticmethod
+    def _commands_scope(params: JSONDict) -> str:
+        scope = params.get("scope") or {}
+        if isinstance(scope, str):
+            scope = json.loads(scope)
+        return str(scope.get("type", "default"))
+
+    @route("setMyCommands")
+    async def _set_my_commands(self, params: JSONDict) -> bool:
+        """The menu per scope type (``default``, ``all_private_chats``, ...), kept for
+        ``getMyCommands``; each call is in :attr:`calls` too."""
+        commands = params.get("commands") or []
+        if isinstance(commands, str):
+            commands = json.loads(commands)
+        self.my_commands[self._commands_scope(params)] = [
+            {"command": c["command"], "description": c["description"]} for c in commands]
+        return True
+
+    @route("getMyCommands")
+    async def _get_my_commands(self, params: JSONDict) -> list[JSONDict]:
+        return list(self.my_commands.get(self._commands_scope(params), []))
 
     @route("getMe")
     async def _get_me(self, params: JSONDict) -> JSONDict:
