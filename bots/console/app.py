@@ -36,6 +36,7 @@ from bots.console.access import Access, Identity
 if TYPE_CHECKING:
     import jinja2
 
+    from bots.commands import ActiveTurn
     from bots.store import ConsoleSession
     from geode.settings import BindingSettings, Settings
     from geode.store import Store
@@ -82,6 +83,9 @@ class ConsoleDeps:
     readiness: Readiness | None = None
     #: the lanes in use now (running, waiting, ...); None outside serve
     lanes: Callable[[], dict[str, int]] | None = None
+    #: the turn running (or waiting for a lane) in a thread of this process, by thread key
+    #: (the registry ``/stop`` uses); None outside serve
+    running: Callable[[str], ActiveTurn | None] | None = None
     clock: Callable[[], float] = time.time
     #: failed sign-in attempts by remote address (monotonic times)
     failures: dict[str, deque[float]] = field(default_factory=dict)

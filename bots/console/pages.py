@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from geode.settings import BindingSettings, SpendCaps
     from geode.store.usage import Grouping, UsageTotals
 
-__all__ = ["approvals", "decide", "drop", "overview", "thread", "threads", "usage"]
+__all__ = ["approvals", "decide", "drop", "overview", "stop", "thread", "threads", "usage"]
 
 #: the name a decision taken here carries in the thread ("approved by web console (42)")
 DECIDED_WHERE = "web console"
@@ -172,6 +172,7 @@ async def thread(request: web.Request) -> web.Response:
     data = {
         "title": t.title or t.thread_key, "thread_key": t.thread_key,
         "session_id": t.session_id, "platform": t.platform, "channel": t.channel,
+        "running": _running(deps, t.thread_key),
         "queue_position": queued[0].position if queued else None,
         "queued": [{"id": q.id, "position": q.position, "sender": q.sender,
                     "received_at": q.received_at} for q in queued],
@@ -217,6 +218,43 @@ async def drop(request: web.Request) -> web.Response:
     if wants_json(request):
         return respond(request, "message.html", {"dropped": dropped},
                        status=200 if dropped else 409)
+    return see_other("/threads/" + quote(t.thread_key, safe=""))
+
+
+def _running(deps: ConsoleDeps, thread_key: str) -> dict[str, Any] | None:
+    """The thread's turn running in this process (or waiting for a lane), as ``/status``
+    describes it; None when nothing runs here."""
+    turn = deps.running(thread_key) if deps.running is not None else None
+    if turn is None:
+        return None
+    waiting = turn.session is None and (turn.queued_ahead is not None or turn.display_wait)
+    return {"turn_id": turn.loop_turn_id, "session_id": turn.session_id,
+            "seconds": round(time.monotonic() - turn.started),
+            "waiting_for_lane": waiting, "ahead": turn.queued_ahead if waiting else None,
+            "progress": turn.heartbeat() if turn.heartbeat is not None else "",
+            "approval": turn.waiting, "stopping": turn.stop_requested}
+
+
+async def stop(request: web.Request) -> web.Response:
+    """Stop the thread's running turn (POST, CSRF-checked), as ``/stop`` in the thread does:
+    the same registry of running turns, so a turn waiting for a lane leaves the queue and a
+    running one ends at its next step. The action is in the timeline and the audit log with
+    the signed-in identity."""
+    from bots.store import ConsoleThreads
+
+    deps, who, access = _who(request)
+    t = await ConsoleThreads(store=deps.store).get(unquote(request.match_info["key"]))
+    if t is None or not access.sees_channel(who, t.platform, t.workspace, t.channel):
+        return refuse(request, 404, "No such thread (or not one of your bindings).")
+    turn = deps.running(t.thread_key) if deps.running is not None else None
+    if turn is not None:
+        turn.cancel()
+    await deps.audit(who, session_of(request), "stop", session_id=t.session_id,
+                     turn_id=turn.loop_turn_id if turn is not None else "",
+                     applied=turn is not None)
+    if wants_json(request):
+        return respond(request, "message.html", {"stopped": turn is not None},
+                       status=200 if turn is not None else 409)
     return see_other("/threads/" + quote(t.thread_key, safe=""))
 
 

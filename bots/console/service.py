@@ -15,8 +15,11 @@ import structlog
 from geode.settings import console_listen
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from aiohttp import web
 
+    from bots.commands import ActiveTurn
     from geode.settings import Settings
     from geode.store.database import Database
 
@@ -75,6 +78,31 @@ class ShowsReadiness(Protocol):
     def health(self) -> _Readiness | None: ...
 
 
+@runtime_checkable
+class ShowsConnectors(Protocol):
+    """A host whose connectors' running turns the thread page shows and stops (the
+    daemon); checked once, when the console starts."""
+
+    @property
+    def connectors(self) -> Sequence[object]: ...
+
+
+def running_turns(connectors: Sequence[object]) -> Callable[[str], ActiveTurn | None]:
+    """The lookup of a thread's running (or lane-waiting) turn in this process: the
+    registry of each connector's layer, the one ``/stop`` in the thread acts on."""
+    from bots.connector import BaseConnector
+
+    def find(thread_key: str) -> ActiveTurn | None:
+        for c in connectors:
+            if isinstance(c, BaseConnector) and c.layer is not None:
+                turn = c.layer.active.get(thread_key)
+                if turn is not None:
+                    return turn
+        return None
+
+    return find
+
+
 def base_url(settings: Settings, *, port: int | None = None) -> str:
     """The console's address as people reach it: ``public_url``, else ``http://`` and
     ``listen`` (``port``: the one actually bound, when ``listen`` asked for 0)."""
@@ -131,7 +159,9 @@ class Console:
 
         deps = ConsoleDeps(store=store, settings=self._settings, base_url="",
                            readiness=health.readiness if health is not None else None,
-                           lanes=lane_use if lanes is not None else None)
+                           lanes=lane_use if lanes is not None else None,
+                           running=running_turns(self._host.connectors)
+                           if isinstance(self._host, ShowsConnectors) else None)
         from bots.store import ConsoleSessions
 
         pruned = await ConsoleSessions(store=store).prune()
