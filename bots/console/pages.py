@@ -327,6 +327,20 @@ def _binding(b: BindingSettings, configured: set[int]) -> dict[str, Any]:
             "approvers": b.approvers, "allow_users": b.allow_users, "caps": b.caps()}
 
 
+async def _schedules(deps: ConsoleDeps) -> list[dict[str, Any]]:
+    """The scheduler's jobs (``geode schedule``, reminders), read only: operators see them
+    (they span every binding, as the daemon-wide readiness does)."""
+    from geode.store.jobs import ScheduledJobStore
+
+    jobs = await ScheduledJobStore(store=deps.store).list()
+    return [{"id": j.id, "when": j.cron or "once", "tz": j.tz or "UTC",
+             "prompt": j.prompt if len(j.prompt) <= 200 else j.prompt[:199] + "…",
+             "model": j.model or "(default)", "enabled": j.enabled,
+             "next_run": j.next_run * 1000 if j.enabled else None,
+             "last_run": j.last_run * 1000 if j.last_run is not None else None,
+             "last_status": j.last_status, "runs": j.run_count} for j in jobs]
+
+
 async def usage(request: web.Request) -> web.Response:
     """Tokens and cost by day (with a chart), binding, user or model, and the bindings (read
     only, with where each comes from). An approver sees its bindings' days and bindings only
@@ -370,7 +384,8 @@ async def usage(request: web.Request) -> web.Response:
     configured = {id(b) for b in deps.settings.bindings}
     data: dict[str, Any] = {"title": "Usage", "by": by, "groupings": list(groupings),
                             "days": USAGE_DAYS, "rows": table,
-                            "bindings": [_binding(b, configured) for b in mine]}
+                            "bindings": [_binding(b, configured) for b in mine],
+                            "schedules": await _schedules(deps) if operator else None}
     if not wants_json(request):
         data["chart"] = bar_chart([(r["key"], float(r["tokens"])) for r in table],
                                   title=f"tokens by {by}, last {USAGE_DAYS} days")
