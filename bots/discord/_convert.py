@@ -15,6 +15,7 @@ Approval buttons: :func:`approval_components` builds a request's action row and
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -83,12 +84,28 @@ def _attachments(data: dict[str, Any]) -> tuple[Attachment, ...]:
         if not isinstance(a, dict):
             continue
         size = a.get("size")
+        kind, seconds = _audio(a)
         out.append(Attachment(
             name=str(a.get("filename") or "")[:200], mime=str(a.get("content_type") or "")[:100],
             size=size if isinstance(size, int) and not isinstance(size, bool) else 0,
-            ref=str(a.get("url") or "")[:500],
+            ref=str(a.get("url") or "")[:500], kind=kind, duration=seconds,
         ))
     return tuple(out)
+
+
+def _audio(a: dict[str, Any]) -> tuple[str, int]:
+    """(kind, declared seconds) of an attachment: a voice message (it carries
+    ``duration_secs`` and a ``waveform``) is a voice note, another ``audio/*`` file an audio
+    file; both are transcribed within the voice limits, checked on these declared values
+    before any download (bots.attachments)."""
+    raw = a.get("duration_secs")
+    secs = raw if isinstance(raw, int | float) and not isinstance(raw, bool) else 0
+    seconds = max(0, math.ceil(secs)) if math.isfinite(secs) else 2**31  # never under a limit
+    if "duration_secs" in a or "waveform" in a:
+        return "voice", seconds
+    if str(a.get("content_type") or "").lower().startswith("audio/"):
+        return "audio", seconds
+    return "", 0
 
 
 def convert_message(

@@ -512,6 +512,18 @@ class FakeDiscord(Routes, UploadHold):
         return {"id": aid, "filename": filename, "size": len(content),
                 "content_type": content_type, "url": url, "proxy_url": url}
 
+    def add_voice_message(self, content: bytes, *, duration_secs: float,
+                          filename: str = "voice-message.ogg", content_type: str = "audio/ogg",
+                          size: int | None = None) -> JSON:
+        """A voice message's attachment (``duration_secs`` and a ``waveform``, as Discord's
+        clients record them; pass it in ``user_says(files=)``); ``size``: what it declares
+        instead of the content's length (an oversized one)."""
+        att = self.add_attachment(content, filename, content_type)
+        att.update(duration_secs=duration_secs, waveform="AAAAAAAAAAAA")
+        if size is not None:
+            att["size"] = size
+        return att
+
     @route("GET /attachments", verb="GET", path="/attachments/{aid}/{name}")
     async def _cdn_file(self, request: web.Request) -> web.Response:
         key = f"{request.match_info['aid']}/{request.match_info['name']}"
