@@ -601,7 +601,8 @@ def describe(daemon: Daemon) -> Sequence[str]:
 def scripted_factory(path: Path) -> ProviderFactory:
     """A testing aid: every session replays the JSON script at ``path`` from the start.
 
-    The file holds a JSON list (or ``{"latency": SECONDS, "script": [...]}``): a string is a
+    The file holds a JSON list (or ``{"latency": SECONDS, "script": [...]}``, with
+    ``"stream_piece"`` / ``"stream_every_s"`` to stream text answers in paced pieces): a string is a
     text answer; ``{"tool": NAME, "input": {...}}`` is a tool call; a list of those is one
     batch of parallel calls; ``{"after_results": ITEM, "otherwise": ITEM}`` answers the
     first when the request ends with tool results, else the second (a turn resumed after a
@@ -619,8 +620,11 @@ def scripted_factory(path: Path) -> ProviderFactory:
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read the scripted model {path}: {exc}") from exc
     latency = 0.0
+    pace: dict[str, Any] = {}
     if isinstance(raw, dict):
         latency = float(raw.get("latency", 0.0))
+        # a streamed answer's pieces: {"stream_piece": CHARS, "stream_every_s": SECONDS}
+        pace = {k: raw[k] for k in ("stream_piece", "stream_every_s") if k in raw}
         raw = raw.get("script")
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"the scripted model {path} must be a non-empty JSON list")
@@ -649,7 +653,7 @@ def scripted_factory(path: Path) -> ProviderFactory:
     script: list[Any] = [one(item) for item in raw]
 
     def build() -> BaseProvider:
-        return ScriptedProvider(list(script), latency=latency)
+        return ScriptedProvider(list(script), latency=latency, **pace)
 
     return build
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from geode.messages import Message, ModelResponse, TextBlock, ToolUseBlock, Usage
+from geode.messages import Message, ModelResponse, StreamEvent, TextBlock, ToolUseBlock, Usage
 from geode.providers.base import BaseProvider, ModelRequest
 
 __all__ = ["ScriptItem", "ScriptedProvider", "ToolCall"]
@@ -54,9 +54,16 @@ class ScriptedProvider(BaseProvider):
         *,
         latency: float = 0.0,
         repeat_last: bool = False,
+        stream_piece: int = 0,
+        stream_every_s: float = 0.0,
     ) -> None:
+        """``stream_piece`` / ``stream_every_s``: :meth:`stream` gives a text answer in
+        pieces of that many characters, one every that many seconds (a model writing);
+        0: in one piece."""
         self.script = list(script)
         self.latency = latency
+        self.stream_piece = stream_piece
+        self.stream_every_s = stream_every_s
         self.repeat_last = repeat_last
         self.calls: list[ModelRequest] = []
         self._pos = 0
@@ -85,6 +92,16 @@ class ScriptedProvider(BaseProvider):
         if callable(item) and not isinstance(item, (ToolCall, BaseException)):
             item = item(request)
         return self._to_response(item, request.model)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        response = await self.complete(request)
+        text = response.message.text
+        step = self.stream_piece or len(text) or 1
+        for i in range(0, len(text), step):
+            if i and self.stream_every_s:
+                await asyncio.sleep(self.stream_every_s)
+            yield StreamEvent(kind="text_delta", text=text[i:i + step])
+        yield StreamEvent(kind="done", response=response)
 
     @staticmethod
     def _to_response(item: Any, model: str) -> ModelResponse:
