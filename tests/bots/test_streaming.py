@@ -143,6 +143,28 @@ async def test_fifty_streaming_threads_get_no_429() -> None:
     assert len([c for c in fake.calls if c.method == "editMessageText"]) > 50  # it streamed
 
 
+async def test_a_private_chat_previews_the_answer_with_message_drafts(
+    make_stack: Any, fake: FakeTelegramServer
+) -> None:
+    stack: Stack = make_stack(provider=_Streaming(ANSWER), bindings=[binding(42)], options={
+        "stream": True, "progress_after_ms": 0, "progress_edit_interval_s": 0.05})
+    await stack.start()
+    fake.user_says(42, "explain", from_user=42, chat_type="private")
+    await fake.wait_until(lambda: any(m.plain_text.endswith("Done now.")
+                                      for m in fake.messages_in(42, from_bot=True)), within=15)
+    await settled(stack)
+    # the draft went out as sendMessageDraft previews of the progress message (its id as
+    # the draft id), growing; the chat itself holds only the answer
+    texts = [t for chat, _draft, t in fake.drafts if chat == 42]
+    assert len(texts) >= 2 and all(t.startswith("⏳ Working") for t in texts), texts
+    assert len({d for _c, d, _t in fake.drafts}) == 1
+    assert all(c.status == 200 for c in fake.calls if c.method == "sendMessageDraft")
+    assert [m.plain_text.endswith("Done now.") for m in fake.messages_in(42, from_bot=True)] \
+        == [True]
+    edits = [c for c in fake.calls if c.method == "editMessageText"]
+    assert len(edits) == 1  # only the final answer replaced the progress message
+
+
 # -- a refused draft ----------------------------------------------------------------------------
 
 class _Client:
