@@ -257,6 +257,11 @@ def _same_origin(request: web.Request, deps: ConsoleDeps) -> bool:
     origin = request.headers.get("Origin")
     if origin is None:
         return True
+    if origin == "null":
+        # Our pages' Referrer-Policy (no-referrer) makes a browser send "Origin: null" with
+        # their own forms; its Fetch Metadata still tells whether the form was ours (a
+        # browser that sends neither is refused)
+        return request.headers.get("Sec-Fetch-Site") == "same-origin"
     netloc = urlsplit(origin).netloc
     return bool(netloc) and netloc in {request.host, urlsplit(deps.base_url).netloc}
 
