@@ -85,6 +85,8 @@ class FakeDriver:
     api_calls: Callable[[Any], int] | None = None
     #: the bot holds its push connection (Socket Mode, gateway session); polling: always
     connected: Callable[[Any], bool] = lambda fake: True
+    #: the platform's 429 answers so far (None: the fake does not count them)
+    throttled: Callable[[Any], int] | None = None
 
 
 # Telegram ----------------------------------------------------------------------------------------
@@ -93,7 +95,8 @@ class FakeDriver:
 def _tg_make(config: dict[str, Any]) -> Any:
     from bots.testing.telegram import FakeTelegramServer
 
-    return FakeTelegramServer(token=config["token"], bot_username=config["bot_username"])
+    return FakeTelegramServer(token=config["token"], bot_username=config["bot_username"],
+                              flood_per_s=float(config.get("flood_per_s", 0)))
 
 
 async def _tg_push(fake: Any, tags: list[str], chat: Any, user: Any) -> None:
@@ -108,6 +111,7 @@ TELEGRAM = FakeDriver(
     written=lambda fake: [(fake.sent, lambda s: s.plain_text)],
     wait=lambda fake, pred, within: fake.wait_until(pred, within=within),
     api_calls=lambda fake: sum(1 for c in fake.calls if c.method != "getUpdates"),
+    throttled=lambda fake: sum(1 for c in fake.calls if c.status == 429),
 )
 
 # Slack -------------------------------------------------------------------------------------------
@@ -173,6 +177,8 @@ class _Answers:
     def __init__(self, sources: Written) -> None:
         self.sources = sources
         self.seen: dict[str, float] = {}
+        #: when the answer's first words were visible (a streamed draft, or the answer)
+        self.first: dict[str, float] = {}
         self._read = [0] * len(sources)
 
     def scan(self) -> None:
@@ -180,8 +186,16 @@ class _Answers:
         for i, (items, text_of) in enumerate(self.sources):
             for item in items[self._read[i]:]:
                 text = text_of(item)
-                if text and text.startswith(ANSWER):
-                    self.seen.setdefault(text[len(ANSWER):].strip(), now)
+                at = text.find(ANSWER) if text else -1
+                if at < 0:
+                    continue
+                words = text[at + len(ANSWER):].split()
+                if not words:
+                    continue
+                self.first.setdefault(words[0], now)
+                # complete: the whole answer (a streamed one ends with END), not a draft
+                if at == 0 and (len(words) == 1 or words[-1] == "END"):
+                    self.seen.setdefault(words[0], now)
             self._read[i] = len(items)
 
 
@@ -192,6 +206,8 @@ class FakeControl:
         self.driver = driver
         self.fake = fake
         self._answers = _Answers(driver.written(fake))
+        #: seconds from a push to its answer's first visible words, by tag
+        self.first_latency: dict[str, float] = {}
 
     async def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         """One request's reply; a failure is an ``error`` reply, never an exception."""
@@ -210,7 +226,10 @@ class FakeControl:
                                             float(req.get("within", 30)))
                 case "api_calls":
                     count = self.driver.api_calls
-                    return {"calls": count(self.fake) if count is not None else None}
+                    throttled = self.driver.throttled
+                    return {"calls": count(self.fake) if count is not None else None,
+                            "throttled": throttled(self.fake) if throttled is not None
+                            else None}
                 case "set":
                     self.fake.events_url = req["events_url"]
                 case "wait_connected":
@@ -258,6 +277,7 @@ class FakeControl:
             await self.driver.wait(self.fake, lambda: self._answered(tag), within)
         except TimeoutError:
             return None
+        self.first_latency[tag] = self._answers.first.get(tag, self._answers.seen[tag]) - t0
         return self._answers.seen[tag] - t0
 
     async def _closed(self, chats: list[Any], user: Any, per_chat: int, prefix: str,
@@ -265,19 +285,23 @@ class FakeControl:
         latencies: list[float] = []
         lost = 0
 
+        firsts: list[float] = []
+
         async def chat_loop(index: int, chat: Any) -> None:
             nonlocal lost
             for k in range(per_chat):
-                latency = await self._ask(f"{prefix}-{index}-{k}", chat, user, within)
+                tag = f"{prefix}-{index}-{k}"
+                latency = await self._ask(tag, chat, user, within)
                 if latency is None:
                     lost += per_chat - k  # this one and the ones never sent
                     return
                 latencies.append(latency)
+                firsts.append(self.first_latency.pop(tag))
 
         cpu0, t0 = time.process_time(), time.perf_counter()
         await asyncio.gather(*(chat_loop(i, c) for i, c in enumerate(chats)))
         return {"latencies": latencies, "lost": lost, "elapsed_s": time.perf_counter() - t0,
-                "fake_cpu_s": time.process_time() - cpu0}
+                "fake_cpu_s": time.process_time() - cpu0, "first": firsts}
 
     async def _open(self, chats: list[Any], user: Any, interval: float, duration: float,
                     prefix: str, within: float) -> dict[str, Any]:
@@ -301,6 +325,8 @@ class FakeControl:
                     lost += 1
                 else:
                     latencies.append(latency)
+            for j in range(k):  # first-words times are the closed loop's
+                self.first_latency.pop(f"{prefix}-{index}-{j}", None)
 
         cpu0, t0 = time.process_time(), time.perf_counter()
         await asyncio.gather(*(chat_loop(i, c) for i, c in enumerate(chats)))

@@ -47,6 +47,11 @@ reply, peak RSS (target: all, <= 300 MB). ``--baseline DIR [--rounds N]`` also r
 another checkout (a ``git worktree`` of the commit to compare with), alternating with this
 one's, its rows marked ``@base``, then each side's medians and the ratios: on a shared machine
 only runs made side by side tell a regression from the load.
+``--stream-tokens 400 [--tokens-per-s 40]`` runs the streaming load instead of the table: the
+model streams each answer (the floors make one non-streaming call), one chat then ``--chats``
+chats at once; per side the time to the answer's first visible words and to the complete
+answer, platform calls per reply, the platform's 429s (the Telegram fake enforces 30 messages a
+second) and CPU per reply.
 Telegram, Slack (Socket Mode; the floor is a slack-bolt ``AsyncApp`` answering in the
 mention's thread) and Discord (discord.py on both sides; all conversations in the fake's one
 channel, each mention a thread of its own) are covered.
@@ -432,6 +437,107 @@ async def run_burst(args: argparse.Namespace) -> None:
           f"{'met' if peak <= 300 and len(answered) == n else 'NOT met'})")
 
 
+@dataclass
+class StreamRow:
+    """One side under the streaming load: the model writes each answer for seconds."""
+
+    platform: str
+    side: str
+    load: str
+    replies: int
+    lost: int
+    #: push to the answer's first visible words (a streamed draft, or the whole answer)
+    first_p50_s: float
+    first_p99_s: float
+    #: push to the complete answer
+    done_p50_s: float
+    done_p99_s: float
+    calls: float
+    throttled: int | None
+    cpu_ms: float
+
+
+async def stream_measure(platform: str, side: str, load: str, fake: Child, pid: int,
+                         **args: Any) -> StreamRow:
+    before = await fake.call("api_calls")
+    cpu0 = cpu_s(pid)
+    result = await fake.call("closed", **args)
+    cpu1 = cpu_s(pid)
+    after = await fake.call("api_calls")
+    done, first = result["latencies"], result["first"]
+    per = max(len(done), 1)
+    throttled = (None if after["throttled"] is None
+                 else after["throttled"] - before["throttled"])
+    return StreamRow(platform=platform, side=side, load=load, replies=len(done),
+                     lost=result["lost"], first_p50_s=_pct(first, 50),
+                     first_p99_s=_pct(first, 99), done_p50_s=_pct(done, 50),
+                     done_p99_s=_pct(done, 99), calls=(after["calls"] - before["calls"]) / per,
+                     throttled=throttled, cpu_ms=(cpu1 - cpu0) * 1000 / per)
+
+
+async def run_stream(args: argparse.Namespace) -> list[StreamRow]:
+    """The streaming load: the model streams ``--stream-tokens`` tokens at ``--tokens-per-s``
+    (the floors make one non-streaming call: they show the answer when it is complete);
+    one chat (``--stream-seq`` messages in turn), then ``--chats`` chats at once (one message
+    each). The Telegram fake answers 429 beyond 30 messages a second (the Bot API's flood
+    control), so a bot that does not pace its edits is seen doing so."""
+    model_argv = (sys.executable, str(HERE / "_model_proc.py"), "--latency",
+                  str(args.model_latency), "--stream-tokens", str(args.stream_tokens),
+                  "--tokens-per-s", str(args.tokens_per_s))
+    rows: list[StreamRow] = []
+    within = 60 + 3 * args.stream_tokens / args.tokens_per_s
+    async with _child(*model_argv) as model:
+        url = model.ready["ready"]["base_url"]
+        for name in args.platforms:
+            spec = PLATFORMS[name]
+            if spec.name == "telegram":
+                spec = dataclasses.replace(spec, fake_config={**spec.fake_config,
+                                                              "flood_per_s": 30})
+            for side in args.sides:
+                if side == "geode-paced" and not spec.has_pacing:
+                    continue
+                label = "geode" if side not in FLOORS and not spec.has_pacing else side
+                async with _child(*_fake_argv(spec)) as fake:
+                    info = fake.ready["ready"]
+                    bot = (floor_side(spec, info, url, visible=side == "floor-visible")
+                           if side in FLOORS else
+                           geode_side(spec, info, url, n_chats=args.chats,
+                                      paced=side == "geode-paced", lanes=args.lanes))
+                    async with bot as pid:
+                        await fake.call("wait_connected", within=30)
+                        await asyncio.sleep(args.settle)
+                        chats = spec.chats(args.chats, info)
+                        user = spec.audience(info)
+                        for attempt in range(10):  # warm-up, as in run_side
+                            warm = await fake.call("closed", chats=chats[:1], user=user,
+                                                   per_chat=1, prefix=f"q4{attempt}",
+                                                   within=within)
+                            if not warm["lost"]:
+                                break
+                        rows.append(await stream_measure(
+                            name, label, "stream 1", fake, pid, chats=chats[:1], user=user,
+                            per_chat=args.stream_seq, prefix="q5", within=within))
+                        rows.append(await stream_measure(
+                            name, label, f"stream {args.chats}", fake, pid, chats=chats,
+                            user=user, per_chat=1, prefix="q6", within=within))
+    return rows
+
+
+def print_stream_table(rows: list[StreamRow], args: argparse.Namespace) -> None:
+    print(f"streaming: {args.stream_tokens} tokens at {args.tokens_per_s:g}/s "
+          f"(model latency {args.model_latency} s)")
+    head = (f"{'platform':<9} {'side':<14} {'load':<10} {'replies':>7} {'lost':>4} "
+            f"{'first p50 s':>11} {'first p99 s':>11} {'done p50 s':>10} {'done p99 s':>10} "
+            f"{'calls/rep':>9} {'429s':>4} {'cpu ms/rep':>10}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r.platform:<9} {r.side:<14} {r.load:<10} {r.replies:>7} {r.lost:>4} "
+              f"{r.first_p50_s:>11.2f} {r.first_p99_s:>11.2f} {r.done_p50_s:>10.2f} "
+              f"{r.done_p99_s:>10.2f} {r.calls:>9.1f} "
+              f"{'-' if r.throttled is None else r.throttled:>4} {r.cpu_ms:>10.1f}")
+
+
 def print_table(rows: list[Row]) -> None:
     head = (f"{'platform':<9} {'side':<19} {'load':<9} {'sent':>5} {'lost':>4} {'p50 ms':>8} "
             f"{'p99 ms':>8} "
@@ -502,6 +608,9 @@ async def main(args: argparse.Namespace) -> None:
     if args.burst_only:
         await run_burst(args)
         return
+    if args.stream_tokens:
+        print_stream_table(await run_stream(args), args)
+        return
     checkouts = [("", REPO)]
     if args.baseline is not None:
         checkouts.append(("@base", args.baseline.resolve()))
@@ -551,6 +660,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="then N mentions at once, each a new thread, GEODE alone (1000)")
     p.add_argument("--burst-latency", type=float, default=2.0, help="model s in --burst")
     p.add_argument("--burst-only", action="store_true", help="skip the table")
+    p.add_argument("--stream-tokens", type=int, default=0, metavar="N",
+                   help="instead of the table: the streaming load, the model writing N "
+                        "tokens per answer (400)")
+    p.add_argument("--tokens-per-s", type=float, default=40.0, help="the model's pace")
+    p.add_argument("--stream-seq", type=int, default=3,
+                   help="messages of the streaming load's one chat")
     p.add_argument("--baseline", type=Path, default=None, metavar="DIR",
                    help="also run GEODE from DIR (a worktree of the commit to compare with), "
                         "its rows marked @base, alternating with this checkout's")
