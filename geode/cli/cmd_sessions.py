@@ -395,8 +395,8 @@ def _echo_rewound(result: Any, json_out: bool, *, resumed: bool) -> None:
         typer.echo(json.dumps({"rewound": result.to_json(), "resumed": resumed},
                               ensure_ascii=False))
         return
-    what = "finished the unfinished rewind" if resumed else "rewound"
-    typer.echo(f"{what} of session {result.session_id}: turn(s) "
+    what = "finished the unfinished rewind of" if resumed else "rewound"
+    typer.echo(f"{what} session {result.session_id}: turn(s) "
                f"{', '.join(map(str, result.turns))}; files put back: "
                f"{', '.join(result.restored) or 'none'}")
     if result.archive_session_id:

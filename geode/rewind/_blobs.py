@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -87,7 +88,8 @@ def _digest(text: str) -> str:
 def write_atomic(path: Path, data: bytes) -> None:
     """``path`` holds ``data`` whole, or what it held before (never a torn write)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # unique per writer: two calls of one batch may keep the same blob at the same time
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:

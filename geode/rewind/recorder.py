@@ -89,10 +89,12 @@ class PreImageRecorder:
         except OSError:
             log.warning("rewind.record_failed", call_id=record.call_id, exc_info=True)
 
-    def _skip(self, ctx: ToolContext) -> tuple[Path, ...]:
-        value = ctx.deps.protected_paths
-        paths = [Path(os.path.realpath(p)) for p in value if isinstance(p, (str, Path))]
-        return (*paths, Path(os.path.realpath(self.blobs.root)))
+    def _skip(self, ctx: ToolContext, root: Path) -> tuple[Path, ...]:
+        """GEODE's own files the tools cannot reach from ``root`` (a protected directory
+        that holds the workspace, ``$GEODE_HOME/workspaces``, is not one), and the blobs."""
+        from geode.tools.builtin._workspace import protected_paths
+
+        return (*protected_paths(ctx, root), Path(os.path.realpath(self.blobs.root)))
 
     def _before(self, ctx: ToolContext, tool: ToolDef, keys: Sequence[str]) -> object | None:
         root = Path(os.path.realpath(ctx.workspace))
@@ -119,7 +121,7 @@ class PreImageRecorder:
             self.blobs.save_record(record)
             return None
         if whole:
-            skip = self._skip(ctx)
+            skip = self._skip(ctx, root)
             if len(self._known) > _KNOWN_MAX:
                 self._known.clear()
             snap = snapshot(self.blobs, root, max_bytes=self.max_bytes, skip=skip,
