@@ -27,6 +27,13 @@ takes the job's run lease (``running_by``, ``running_until``), renewed every thi
 lease holds is claimed as skipped (``last_status = "skipped: still running"``), not run. If
 the daemon running the job dies, its lease runs out after at most ``lease_s`` (60 s) and
 the next due time runs again.
+
+Reminders (jobs bound to a chat thread, once or cron) are rows of the same table, claimed the
+same way; a :class:`JobStore` scoped with ``threads`` sees only the reminders of those
+threads (the channel layer runs one :class:`Scheduler` over it, firing each into its
+thread), the daemon's unscoped one only the jobs without a thread. A one-time reminder keeps
+its due time until it fired: its claim takes only the run lease, and the finish disables it.
+A reminder missed while every daemon was down fires once, at the next start.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ import time
 import zoneinfo
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from croniter import croniter
@@ -103,8 +110,43 @@ class JobStore:
     cron expressions checked and due times computed here, the rows in
     :class:`~geode.store.jobs.ScheduledJobStore` (built from ``store``)."""
 
-    def __init__(self, *, store: Database) -> None:
+    def __init__(self, *, store: Database, threads: str | None = None) -> None:
+        """``threads``: the reminders of the threads whose key starts with it (None: the
+        jobs without a thread, as ``geode schedule add`` makes them)."""
         self._rows = ScheduledJobStore(store=store)
+        self._threads = threads
+
+    async def add_reminder(
+        self,
+        prompt: str,
+        *,
+        thread: str,
+        target: dict[str, Any],
+        created_by: str,
+        at: float | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+        now: float | None = None,
+    ) -> Job:
+        """A reminder bound to ``thread``: once at ``at`` (Unix seconds), or on ``cron``
+        read in ``tz``. The caller checked the thread's bounds."""
+        if (at is None) == (cron is None):
+            raise ConfigError("a reminder is either once (at a time) or on a cron")
+        if not prompt.strip():
+            raise ConfigError("the reminder's text is empty")
+        zone = validate_tz(tz)
+        when = time.time() if now is None else now
+        expr = "" if cron is None else validate_cron(cron)
+        first = int(at) if at is not None else next_after(expr, when, zone)
+        job = Job(id=f"rem-{secrets.token_hex(4)}", cron=expr, prompt=prompt, next_run=first,
+                  tz=zone, thread=thread, target=target, created_by=created_by,
+                  once=cron is None)
+        await self._rows.insert(job)
+        return job
+
+    async def in_thread(self, thread: str) -> builtins.list[Job]:
+        """The thread's enabled reminders, oldest first."""
+        return await self._rows.list(thread=thread)
 
     async def add(
         self,
@@ -136,14 +178,19 @@ class JobStore:
         return await self._rows.remove(job_id)
 
     async def due(self, now: float) -> builtins.list[Job]:
-        return await self._rows.due(int(now))
+        return await self._rows.due(int(now), threads=self._threads)
 
     async def claim(
         self, job: Job, *, now: float, owner: str, lease_s: float = RUN_LEASE_S
     ) -> Claim | None:
         """Compare-and-set ``next_run``: exactly one daemon gets each due time (see the
         module docstring); the one that gets ``"run"`` holds the run lease. The following
-        due time counts from now: missed runs are skipped, not replayed."""
+        due time counts from now: missed runs are skipped, not replayed. A one-time job
+        keeps its due time (only the lease is taken; :meth:`finish` disables it)."""
+        if job.once:
+            won = await self._rows.claim_once(job, now=int(now), owner=owner,
+                                              lease_until=_lease_end(now, lease_s))
+            return "run" if won else None
         following = next_after(job.cron, max(now, job.next_run), job.tz)
         return await self._rows.claim(job, following=following, now=int(now), owner=owner,
                                       lease_until=_lease_end(now, lease_s))
@@ -153,10 +200,13 @@ class JobStore:
         return await self._rows.renew(job_id, owner=owner, lease_until=_lease_end(now, lease_s))
 
     async def finish(
-        self, job_id: str, *, status: str, session_id: str | None, owner: str | None = None
+        self, job_id: str, *, status: str, session_id: str | None, owner: str | None = None,
+        disable: bool = False,
     ) -> None:
-        """Record a run's outcome; with ``owner``, release that owner's run lease."""
-        await self._rows.finish(job_id, status=status, session_id=session_id, owner=owner)
+        """Record a run's outcome; with ``owner``, release that owner's run lease; with
+        ``disable``, the job runs no more (a one-time job that fired)."""
+        await self._rows.finish(job_id, status=status, session_id=session_id, owner=owner,
+                                disable=disable)
 
 
 def _lease_end(now: float, lease_s: float) -> int:
@@ -259,8 +309,10 @@ class Scheduler:
                 await heartbeat
             self._running.pop(job.id, None)
             with contextlib.suppress(Exception):
+                # a one-time job that failed stays enabled: the next tick fires it again
                 await self.jobs.finish(job.id, status=status, session_id=session_id,
-                                       owner=self.owner)
+                                       owner=self.owner,
+                                       disable=job.once and status != "error")
 
     async def _renew(self, job_id: str) -> None:
         """Keep this run's lease while it lasts (a store hiccup is retried next time)."""

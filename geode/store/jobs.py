@@ -14,11 +14,21 @@ the winner already moved ``next_run``. The row *is* the lease, and the database'
 makes the compare-and-set atomic on both PostgreSQL and SQLite. The claim that starts a run
 also takes the job's run lease (``running_by``, ``running_until``); a due time that comes
 while the lease holds is claimed as skipped (:data:`SKIPPED`), not run.
+
+Reminders are jobs bound to a chat thread (``thread``: the channel layer's thread key;
+``target``: what the layer needs to fire one, JSON the harness does not read). The daemon's
+scheduler runs only the jobs without a thread; the layer serving a thread claims its
+reminders (:meth:`ScheduledJobStore.due` with ``threads``). A one-time job (``once``, no
+cron) keeps its ``next_run``: :meth:`ScheduledJobStore.claim_once` takes only the run
+lease, and :meth:`ScheduledJobStore.finish` disables it once it ran. A daemon that dies
+between the claim and the finish leaves the job enabled, so it fires again after the lease
+ran out (the layer's dedupe key makes that second firing a duplicate, recorded once).
 """
 
 from __future__ import annotations
 
 import builtins
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -57,6 +67,14 @@ class Job:
     run_count: int = 0
     #: IANA time zone the cron is evaluated in; None = UTC
     tz: str | None = None
+    #: a reminder's thread key (None: a ``geode schedule`` job)
+    thread: str | None = None
+    #: what the channel layer needs to fire a reminder (opaque here)
+    target: dict[str, Any] | None = None
+    #: who created it (a platform user id), if someone in a thread did
+    created_by: str | None = None
+    #: a one-time job: ``next_run`` is its time, ``cron`` is empty
+    once: bool = False
 
     @classmethod
     def from_row(cls, r: Any) -> Job:
@@ -65,7 +83,9 @@ class Job:
             enabled=bool(r.enabled), next_run=int(r.next_run),
             last_run=None if r.last_run is None else int(r.last_run),
             last_status=r.last_status or "", last_session_id=r.last_session_id,
-            run_count=int(r.run_count or 0), tz=r.tz,
+            run_count=int(r.run_count or 0), tz=r.tz, thread=r.thread,
+            target=json.loads(r.target) if r.target else None, created_by=r.created_by,
+            once=bool(r.once),
         )
 
 
@@ -85,6 +105,8 @@ class ScheduledJobStore:
                     last_run=job.last_run, last_status=job.last_status,
                     last_session_id=job.last_session_id, claimed_by="",
                     run_count=job.run_count, tz=job.tz, created_at=utcnow(),
+                    thread=job.thread, created_by=job.created_by, once=job.once,
+                    target=None if job.target is None else json.dumps(job.target),
                 )
             )
 
@@ -93,10 +115,13 @@ class ScheduledJobStore:
             row = (await conn.execute(select(_J).where(_J.c.id == job_id))).first()
         return None if row is None else Job.from_row(row)
 
-    async def list(self) -> builtins.list[Job]:
-        """Every job, oldest first."""
+    async def list(self, *, thread: str | None = None) -> builtins.list[Job]:
+        """Every job, oldest first; with ``thread``, that thread's enabled reminders."""
+        stmt = select(_J).order_by(_J.c.created_at, _J.c.id)
+        if thread is not None:
+            stmt = stmt.where(_J.c.thread == thread, _J.c.enabled.is_(True))
         async with self._store.read() as conn:
-            rows = (await conn.execute(select(_J).order_by(_J.c.created_at, _J.c.id))).all()
+            rows = (await conn.execute(stmt)).all()
         return [Job.from_row(r) for r in rows]
 
     async def remove(self, job_id: str) -> bool:
@@ -105,13 +130,17 @@ class ScheduledJobStore:
             result = await conn.execute(delete(_J).where(_J.c.id == job_id))
         return bool(result.rowcount)
 
-    async def due(self, now: int) -> builtins.list[Job]:
-        """The enabled jobs whose due time is ``now`` (Unix seconds) or earlier, soonest first."""
+    async def due(self, now: int, *, threads: str | None = None) -> builtins.list[Job]:
+        """The enabled jobs whose due time is ``now`` (Unix seconds) or earlier, soonest first:
+        the jobs without a thread, or with ``threads`` the reminders of the threads whose key
+        starts with it (one bot's)."""
+        scope = (_J.c.thread.is_(None) if threads is None
+                 else _J.c.thread.startswith(threads, autoescape=True))
         async with self._store.read() as conn:
             rows = (
                 await conn.execute(
                     select(_J)
-                    .where(_J.c.enabled.is_(True), _J.c.next_run <= now)
+                    .where(_J.c.enabled.is_(True), _J.c.next_run <= now, scope)
                     .order_by(_J.c.next_run)
                 )
             ).all()
@@ -140,6 +169,20 @@ class ScheduledJobStore:
             )
         return "overlap" if result.rowcount == 1 else None
 
+    async def claim_once(self, job: Job, *, now: int, owner: str, lease_until: int) -> bool:
+        """A one-time job: take its run lease if it is free (``next_run`` stays; the finish
+        disables the job). Exactly one daemon gets it while the lease holds."""
+        async with self._store.write() as conn:
+            result = await conn.execute(
+                update(_J)
+                .where(_J.c.id == job.id, _J.c.next_run == job.next_run,
+                       _J.c.enabled.is_(True),
+                       or_(_J.c.running_until.is_(None), _J.c.running_until <= now))
+                .values(last_run=now, claimed_by=owner, run_count=_J.c.run_count + 1,
+                        running_by=owner, running_until=lease_until)
+            )
+        return result.rowcount == 1
+
     async def renew(self, job_id: str, *, owner: str, lease_until: int) -> bool:
         """Extend ``owner``'s run lease; False if it is not ``owner``'s any more."""
         async with self._store.write() as conn:
@@ -150,14 +193,16 @@ class ScheduledJobStore:
         return result.rowcount == 1
 
     async def finish(
-        self, job_id: str, *, status: str, session_id: str | None, owner: str | None = None
+        self, job_id: str, *, status: str, session_id: str | None, owner: str | None = None,
+        disable: bool = False,
     ) -> None:
-        """Record a run's outcome; with ``owner``, release that owner's run lease."""
+        """Record a run's outcome; with ``owner``, release that owner's run lease; with
+        ``disable``, the job runs no more (a one-time job that fired)."""
+        values: dict[str, Any] = {"last_status": status[:32], "last_session_id": session_id}
+        if disable:
+            values["enabled"] = False
         async with self._store.write() as conn:
-            await conn.execute(
-                update(_J).where(_J.c.id == job_id)
-                .values(last_status=status[:32], last_session_id=session_id)
-            )
+            await conn.execute(update(_J).where(_J.c.id == job_id).values(**values))
             if owner is not None:
                 await conn.execute(
                     update(_J).where(_J.c.id == job_id, _J.c.running_by == owner)

@@ -294,6 +294,16 @@ class ScheduledJobModel(Base):
     #: IANA time zone the cron is read in (None = UTC); next_run stays Unix seconds
     tz: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: a reminder's thread (the channel layer's thread key); None: a ``geode schedule``
+    #: job, run by the daemon's scheduler in SCHEDULER mode. Reminders are fired by the
+    #: layer that serves the thread, never by that scheduler.
+    thread: Mapped[str | None] = mapped_column(String(400), index=True)
+    #: what the layer needs to fire a reminder into its thread (JSON, opaque to the harness)
+    target: Mapped[str | None] = mapped_column(Text)
+    #: who created it (a platform user id; None for ``geode schedule add``)
+    created_by: Mapped[str | None] = mapped_column(String(200))
+    #: a one-time job (``cron`` empty): disabled once it fired; None/False: cron
+    once: Mapped[bool | None] = mapped_column(Boolean)
 
 
 # Core handles for the hot paths (plain INSERT/UPDATE statements, no ORM unit of work).
