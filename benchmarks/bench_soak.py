@@ -38,9 +38,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,7 @@ from bench_blackbox import (  # noqa: E402
 
 BOT_USERNAME = "geode_bot"
 ANSWER = "answer to: "
+NEW_SESSION = "🆕 New session"
 
 
 # -- the Telegram fake's process ----------------------------------------------------------------
@@ -79,6 +82,10 @@ class SoakFake:
         self.fake = fake
         self.answers = _Answers(TELEGRAM.written(fake))
         self.asked: set[str] = set()
+        #: turns asked per thread so far (for --new-every), and the "/new" answers seen
+        self.turns: dict[tuple[int, int], int] = {}
+        self.news: dict[tuple[int, int], int] = {}
+        self._news_read = 0
 
     async def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -87,7 +94,8 @@ class SoakFake:
                     return self._setup(req["chats"], int(req["topics"]))
                 case "segment":
                     return await self._segment(req["threads"], int(req["per_thread"]),
-                                               str(req["prefix"]), float(req["within"]))
+                                               str(req["prefix"]), float(req["within"]),
+                                               int(req.get("new_every", 0)))
                 case "audit":
                     return self._audit()
                 case "quit":
@@ -117,14 +125,35 @@ class SoakFake:
             return None
         return self.answers.seen[tag] - t0
 
+    def _new_answers(self, chat: int, topic: int) -> int:
+        for msg in self.fake.sent[self._news_read:]:
+            if (msg.plain_text or "").startswith(NEW_SESSION):
+                key = (int(msg.chat_id), int(msg.message_thread_id or 0))
+                self.news[key] = self.news.get(key, 0) + 1
+        self._news_read = len(self.fake.sent)
+        return self.news.get((chat, topic), 0)
+
+    async def _new_session(self, chat: int, topic: int, within: float) -> None:
+        """``/new`` in the thread, then wait for its answer: the thread's next turns start
+        from an empty history (the thread itself, its binding and lease stay)."""
+        before = self._new_answers(chat, topic)
+        self.fake.user_says(chat, f"/new@{BOT_USERNAME}", from_user=USER,
+                            message_thread_id=topic)
+        await self.fake.wait_until(lambda: self._new_answers(chat, topic) > before,
+                                   within=within)
+
     async def _segment(self, threads: list[list[int]], per_thread: int, prefix: str,
-                       within: float) -> dict[str, Any]:
+                       within: float, new_every: int = 0) -> dict[str, Any]:
         latencies: list[float] = []
         lost = 0
 
         async def loop(index: int, chat: int, topic: int) -> None:
             nonlocal lost
             for k in range(per_thread):
+                n = self.turns.get((chat, topic), 0)
+                self.turns[(chat, topic)] = n + 1
+                if new_every and n and n % new_every == 0:
+                    await self._new_session(chat, topic, within)
                 latency = await self._ask(f"{prefix}-{index}-{k}", chat, topic, within)
                 if latency is None:
                     lost += per_thread - k  # this one and the ones never sent
@@ -287,6 +316,43 @@ def analyse(samples: list[Sample], *, warmup: float, fd_margin: int,
     }
 
 
+def analyse_probes(samples: list[Sample], probes: list[dict[str, Any]], *, warmup: float,
+                   slope_mb: float) -> dict[str, Any]:
+    """Where the RSS after warm-up went, from the probe inside serve (``--probe``): bytes
+    *live* after a full collection (Python's blocks in use + glibc's heap in use, SQLite's
+    allocations among them) against bytes the allocators *keep* (Python's arenas beyond
+    their blocks in use + glibc's free heap). A leak, or any cache or map growing with the
+    turns, grows the live bytes; memory an allocator keeps after a peak (fragmentation, a
+    high-water mark) grows only the kept bytes. ``live_flat``: the live bytes' slope over
+    the last quarter stays under ``slope_mb`` per 1,000 turns."""
+    total = samples[-1].turns
+    rows = list(zip(samples, probes, strict=False))
+    after = [r for r in rows if r[0].turns >= warmup * total] or rows[-1:]
+    quarter = [r for r in rows if r[0].turns >= 0.75 * total] or rows[-1:]
+
+    def live(q: dict[str, Any]) -> float:
+        return float(q["pymalloc_used"] + q["heap_in_use"]) / 2**20
+
+    def kept(q: dict[str, Any]) -> float:
+        return float(q["pymalloc_arenas"] - q["pymalloc_used"] + q["heap_free"]) / 2**20
+
+    def growth(f: Callable[[dict[str, Any]], float]) -> float:
+        return round(f(after[-1][1]) - f(after[0][1]), 2)
+
+    live_slope = 1000 * _slope([(s.turns, live(q)) for s, q in quarter])
+    return {
+        "live_mb": round(live(after[-1][1]), 1),
+        "live_growth_mb": growth(live),
+        "live_slope_last_quarter_mb_per_1000": round(live_slope, 2),
+        "sqlite_growth_mb": growth(lambda q: float(q["sqlite_used"]) / 2**20),
+        "kept_growth_mb": growth(kept),
+        "arena_growth_mb": growth(lambda q: float(q["pymalloc_arenas"]) / 2**20),
+        "heap_free_growth_mb": growth(lambda q: float(q["heap_free"]) / 2**20),
+        "compiled_cache_entries": probes[-1]["compiled_cache"],
+        "live_flat": live_slope <= slope_mb,
+    }
+
+
 def _pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -307,6 +373,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     fake_argv = (sys.executable, str(SELF), "--fake-child")
     home = Path(tempfile.mkdtemp(prefix="geode-soak-"))
     samples: list[Sample] = []
+    probes: list[dict[str, Any]] = []
     try:
         async with _child(*model_argv) as model, _child(*fake_argv) as fake:
             tg = fake.ready["ready"]
@@ -318,13 +385,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                        OPENAI_API_KEY="bench", TELEGRAM_BOT_TOKEN=TOKEN)
             log_path = home / "serve.log"
             with log_path.open("ab") as log:
-                async with _child(sys.executable, "-m", "geode", "serve", env=env,
+                async with _child(*_serve_argv(args), env=env,
                                   json_ready=False, stderr=log) as serve:
                     await _until_ready(port, serve.proc)
                     samples.append(sample(serve.pid, home, turns=0, elapsed=0, rate=0,
                                           p50_ms=float("nan")))
+                    await _probe(args, serve.pid, probes)
                     lost, done, t_start = await _segments(
-                        args, fake, serve, home, threads, per_segment, samples)
+                        args, fake, serve, home, threads, per_segment, samples, probes)
                     audit = await fake.call("audit")
                     await fake.call("quit")
             log_text = log_path.read_text(errors="replace")
@@ -332,11 +400,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(home, ignore_errors=True)
     analysis = analyse(samples, warmup=args.warmup, fd_margin=args.fd_margin,
                        rss_slope_mb=args.rss_slope_mb)
+    if probes:
+        analysis["memory"] = analyse_probes(samples, probes, warmup=args.warmup,
+                                            slope_mb=args.rss_slope_mb)
     return {
         "params": {"turns": done + lost, "threads": len(threads), "chats": n_chats,
+                   "new_every": args.new_every,
                    "lanes": args.lanes, "model_latency": args.model_latency,
                    "python": sys.version.split()[0], "cpus": os.cpu_count()},
         "samples": [asdict(s) for s in samples],
+        "probes": probes,
         "analysis": analysis,
         "audit": {**audit, "segment_lost": lost, "answered": done,
                   "elapsed_s": round(time.perf_counter() - t_start, 1),
@@ -345,25 +418,62 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _serve_argv(args: argparse.Namespace) -> tuple[str, ...]:
+    """``geode serve``, or serve under ``_profiled_serve.py``'s memory probe (and memray)."""
+    if args.probe is None:
+        return (sys.executable, "-m", "geode", "serve")
+    args.probe.mkdir(parents=True, exist_ok=True)
+    (args.probe / "probe.jsonl").unlink(missing_ok=True)
+    memray = ("--memray", str(args.probe / "serve.memray")) if args.memray else ()
+    return (sys.executable, str(HERE / "_profiled_serve.py"),
+            "--probe", str(args.probe / "probe.jsonl"), *memray)
+
+
+async def _probe(args: argparse.Namespace, pid: int, probes: list[dict[str, Any]]) -> None:
+    """One line of the probe inside serve (SIGPWR), appended to ``probes``."""
+    if args.probe is None:
+        return
+    path = args.probe / "probe.jsonl"
+    os.kill(pid, signal.SIGPWR)
+    for _ in range(600):
+        lines = path.read_text().splitlines() if path.exists() else []
+        if len(lines) > len(probes) and lines[-1].endswith("}"):
+            probes.append(json.loads(lines[-1]))
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError("serve's memory probe did not answer")
+
+
 async def _segments(args: argparse.Namespace, fake: Child, serve: Child, home: Path,
                     threads: list[list[int]], per_segment: list[int],
-                    samples: list[Sample]) -> tuple[int, int, float]:
+                    samples: list[Sample], probes: list[dict[str, Any]]
+                    ) -> tuple[int, int, float]:
     lost = done = 0
+    total = sum(per_segment) * len(threads)
+    tracking = False
     t_start = time.perf_counter()
     for i, per_thread in enumerate(per_segment):
         t0 = time.perf_counter()
         result = await fake.call("segment", threads=threads, per_thread=per_thread,
-                                 prefix=f"q{i + 1}", within=args.within)
+                                 prefix=f"q{i + 1}", within=args.within,
+                                 new_every=args.new_every)
         lost += result["lost"]
         done += len(result["latencies"])
         rate = len(result["latencies"]) / max(time.perf_counter() - t0, 1e-9)
         p50 = 1000 * _pct(result["latencies"], 0.5)
         samples.append(sample(serve.pid, home, turns=done, elapsed=time.perf_counter() - t_start,
                               rate=rate, p50_ms=p50))
+        await _probe(args, serve.pid, probes)
+        if args.memray and not tracking and done >= args.warmup * total:
+            os.kill(serve.pid, signal.SIGUSR1)  # memray from here: what stays alive after
+            tracking = True
         if not args.quiet:
             print(f"  segment {i + 1}/{len(per_segment)}: {done} turns, {rate:.1f}/s, "
                   f"fds {samples[-1].fds}, rss {samples[-1].rss_mb} MB", file=sys.stderr,
                   flush=True)
+    if tracking:
+        os.kill(serve.pid, signal.SIGUSR2)
+        await asyncio.sleep(5)  # the tracker writes its file
     return lost, done, t_start
 
 
@@ -371,7 +481,8 @@ def print_report(report: dict[str, Any]) -> None:
     p, a, audit = report["params"], report["analysis"], report["audit"]
     print(f"soak: {p['turns']} turns across {p['threads']} threads ({p['chats']} chats), "
           f"lanes {p['lanes']}, model latency {p['model_latency']} s, python {p['python']}, "
-          f"{p['cpus']} CPUs")
+          f"{p['cpus']} CPUs"
+          + (f", /new every {p['new_every']} turns" if p.get("new_every") else ""))
     head = (f"{'turns':>6} {'elapsed s':>9} {'turns/s':>7} {'p50 ms':>7} {'fds':>4} {'sock':>4} "
             f"{'rss MB':>7} {'thr':>4} {'cpu s':>7} {'db MB':>7} {'wal MB':>7}")
     print(head)
@@ -381,6 +492,8 @@ def print_report(report: dict[str, Any]) -> None:
               f"{s['p50_ms']:>7.1f} {s['fds']:>4} {s['sockets']:>4} {s['rss_mb']:>7.1f} "
               f"{s['threads']:>4} "
               f"{s['cpu_s']:>7.1f} {s['db_mb']:>7.2f} {s['wal_mb']:>7.2f}")
+    if report.get("probes"):
+        _print_probes(report)
     print(f"after warm-up ({a['warmup_turns']} turns): socket peak "
           f"{a['socket_peak_growth']:+d} (second half against first), non-socket fds "
           f"{a['file_fd_growth']:+d} -> "
@@ -388,12 +501,38 @@ def print_report(report: dict[str, Any]) -> None:
           f"{a['rss_growth_after_warmup_mb']:+.1f} MB (last quarter "
           f"{a['rss_slope_last_quarter_mb_per_1000']:+.2f} MB per 1000 turns) -> "
           f"{'flat' if a['rss_flat'] else 'GROWING'}")
+    if "memory" in a:
+        m = a["memory"]
+        print(f"probe: live after a full collection {m['live_mb']:.1f} MB, "
+              f"{m['live_growth_mb']:+.2f} MB after warm-up (last quarter "
+              f"{m['live_slope_last_quarter_mb_per_1000']:+.2f} MB per 1000 turns; SQLite "
+              f"{m['sqlite_growth_mb']:+.2f}); kept by the allocators "
+              f"{m['kept_growth_mb']:+.2f} MB "
+              f"(Python's arenas {m['arena_growth_mb']:+.2f}, glibc's free heap "
+              f"{m['heap_free_growth_mb']:+.2f}); SQLAlchemy compiled cache "
+              f"{'/'.join(map(str, m['compiled_cache_entries']))} entries -> live "
+              f"{'flat' if m['live_flat'] else 'GROWING'}")
     print(f"store: db {a['db_kb_per_turn_first_half']:.2f} KB/turn after warm-up, "
           f"{a['db_kb_per_turn_last_quarter']:.2f} KB/turn in the last quarter (the records "
           f"themselves); WAL at most {a['wal_max_mb']:.2f} MB")
     print(f"audit: {audit['asked']} asked, {audit['n_lost']} lost, {audit['n_duplicated']} "
           f"duplicated, {audit['unasked']} answers to nothing asked; {audit['turn_done_lines']} "
           f"turn.done lines, {audit['errors_in_log']} error lines in serve's log")
+
+
+def _print_probes(report: dict[str, Any]) -> None:
+    """The probe inside serve at each sample: where RSS is (glibc's heap in use and free,
+    SQLite's allocator, Python's live blocks and gc objects, SQLAlchemy's compiled cache)."""
+    head = (f"{'turns':>6} {'rss MB':>7} {'heap MB':>7} {'free MB':>7} {'sqlite MB':>9} "
+            f"{'pyarena MB':>10} {'pyused MB':>9} {'gc obj k':>8} {'sa cache':>8}")
+    print(head)
+    print("-" * len(head))
+    for s, q in zip(report["samples"], report["probes"], strict=False):
+        print(f"{s['turns']:>6} {q['rss'] / 2**20:>7.1f} {q['heap_in_use'] / 2**20:>7.1f} "
+              f"{q['heap_free'] / 2**20:>7.1f} {q['sqlite_used'] / 2**20:>9.2f} "
+              f"{q['pymalloc_arenas'] / 2**20:>10.1f} {q['pymalloc_used'] / 2**20:>9.1f} "
+              f"{q['gc_objects'] / 1000:>8.1f} "
+              f"{'/'.join(map(str, q['compiled_cache'])):>8}")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -410,7 +549,18 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fd-margin", type=int, default=3)
     p.add_argument("--rss-slope-mb", type=float, default=2.0,
                    help="MB per 1000 turns still called flat")
+    p.add_argument("--new-every", type=int, default=0, metavar="N",
+                   help="each thread sends /new every N turns: its history stays under N "
+                        "exchanges (0: never; the history grows with every turn)")
     p.add_argument("--json-out", type=Path, default=None)
+    p.add_argument("--probe", type=Path, default=None, metavar="DIR",
+                   help="run serve under benchmarks/_profiled_serve.py's memory probe (glibc "
+                        "heap, SQLite's allocator, Python blocks, SQLAlchemy's compiled "
+                        "cache) sampled with the curve; its lines go to DIR/probe.jsonl")
+    p.add_argument("--memray", action="store_true",
+                   help="with --probe: memray (native stacks) from the warm-up sample to the "
+                        "last; DIR/serve.memray holds what was allocated since and is still "
+                        "alive (memray flamegraph --leaks / memray stats; pip install memray)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--fake-child", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
