@@ -172,6 +172,25 @@ class DiscordConnector(BaseConnector):
                        if t is not None]
         self._tasks.append(
             self.start_supervisor(lease_name=f"discord:{self.link.bot_id}", ttl_s=o.lease_ttl_s))
+        # the slash commands, beside the start (never holding it up): read, and written only
+        # where a guild's differ, so a restart or a second replica writes nothing
+        self._tasks.append(asyncio.create_task(self._register_commands(),
+                                               name="discord.commands"))
+
+    async def _register_commands(self) -> None:
+        """The guilds of the configured Discord bindings get the thread commands as slash
+        commands (``bots.discord.commands_sync``); a failure is logged, the bot serves on."""
+        from bots.discord.commands_sync import bound_guilds, register
+
+        client = self.link.client
+        if client is None or not self.bindings:
+            return
+        try:
+            guilds = await bound_guilds(client.http, [b.channel for b in self.bindings])
+            lines = await register(client.http, int(self.link.app_id), guilds)
+            log.info("discord.commands_checked", guilds=lines)
+        except Exception as exc:
+            log.warning("discord.commands_not_registered", error=str(exc)[:200])
 
     @property
     def ready(self) -> bool:

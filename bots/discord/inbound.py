@@ -344,7 +344,7 @@ class DiscordInbound:
         event = InboundEvent(
             platform="discord", workspace=bot_id, channel=parent or cid, thread_root=cid,
             message_id=iid, sender=str(user.id), sender_name=user.display_name,
-            dedupe_key=f"discord:{bot_id}:interaction:{iid}", text=f"/{name}",
+            dedupe_key=f"discord:{bot_id}:interaction:{iid}", text=_command_text(name, data),
             mentions_bot=True, date=snowflake_seconds(iid), extra=extra,
         )
         try:
@@ -423,3 +423,17 @@ def _author(data: dict[str, Any]) -> str | None:
     """The id of a MESSAGE_CREATE payload's author."""
     author = data.get("author")
     return snowflake(author.get("id")) if isinstance(author, dict) else None
+
+
+def _command_text(name: str, data: dict[str, Any]) -> str:
+    """A slash command as the typed command it stands for: ``/remind`` with its ``when`` and
+    ``what`` is ``/remind in 10m check it``, ``/reminders`` with ``cancel`` is ``/reminders
+    cancel ID`` (the options in the order they came, string values only)."""
+    words = [f"/{name}"]
+    for option in data.get("options") or ():
+        if not isinstance(option, dict) or not isinstance(option.get("value"), str):
+            continue
+        if option.get("name") == "cancel":
+            words.append("cancel")
+        words.append(" ".join(option["value"].split())[:2000])
+    return " ".join(w for w in words if w)

@@ -72,13 +72,15 @@ async def test_slash_stop_cancels_and_answers_through_the_interaction(make_dstac
     provider = _Slow()
     stack = make_dstack(provider=provider)
     await stack.start()
-    # registered on request (the CLI's job), never on boot
-    assert dfake.command_syncs == []
+    # registered at start (once: the guild's commands are read first), and on request (the
+    # CLI), which then finds them unchanged and writes nothing
+    await dfake.wait_for(lambda: dfake.command_syncs, timeout=10)
+    assert dfake.command_syncs == [(dfake.guild_id, [c["name"] for c in SLASH_COMMANDS])]
     done = await sync_commands(*load_settings(
         env={"GEODE_HOME": str(stack.home), "DISCORD_BOT_TOKEN": TOKEN},
         channels={"discord": {"api_base": dfake.api_base}}, bindings=stack.bindings,
     ), guild_ids=())
-    assert done == [f"guild {dfake.guild_id}: /new, /reset, /status, /stop, /help"]
+    assert done == [f"guild {dfake.guild_id}: unchanged"]
     assert dfake.command_syncs == [(dfake.guild_id, [c["name"] for c in SLASH_COMMANDS])]
     root = await dfake.user_says(dfake.channel_id, "long job", mention_bot=True)
     await asyncio.wait_for(provider.started.wait(), 10)
