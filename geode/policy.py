@@ -88,8 +88,9 @@ class SessionScope:
     #: tools that run only after a named approver says yes for each call (a channel
     #: binding's ``approve``), even in a mode that otherwise asks nobody
     needs_approval: frozenset[str] = frozenset()
-    #: for a tool in ``needs_approval``: the values of its ``action`` argument that ask; its
-    #: other actions run without asking (absent: every call asks)
+    #: for a tool in ``needs_approval``: the values of its ``action`` argument that ask
+    #: (``"ARG=VALUE"``: that value of argument ARG, e.g. ``memory``'s ``scope=channel``);
+    #: its other calls run without asking (absent: every call asks)
     approve_actions: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def asks_for(self, name: str, args: Mapping[str, Any]) -> bool:
@@ -97,7 +98,13 @@ class SessionScope:
         if name not in self.needs_approval:
             return False
         actions = self.approve_actions.get(name)
-        return actions is None or str(args.get("action")) in actions
+        if actions is None:
+            return True
+        for value in actions:
+            arg, sep, wanted = value.partition("=")
+            if (str(args.get(arg)) == wanted) if sep else (str(args.get("action")) == value):
+                return True
+        return False
 
     def permits(self, name: str) -> bool:
         """Whether ``name`` is inside this scope (not denied, and allow-listed if one is set)."""

@@ -57,6 +57,9 @@ class SessionOverrides:
             ``approve_computer_actions``). A tool not named here asks on every call.
         skills: the skills offered, by name (None: every installed skill; a binding's
             ``skills``).
+        memory: what its turns remember (a binding's ``memory``): "user" shows and writes
+            the memory of the session's ``user`` on its ``source`` platform, "channel" that
+            and the memory of ``spend_scope`` (the binding); "off": none.
     """
 
     model: str | None = None
@@ -70,6 +73,7 @@ class SessionOverrides:
     display: str | None = None
     approve_actions: Mapping[str, frozenset[str]] = field(default_factory=dict)
     skills: Sequence[str] | None = None
+    memory: Literal["off", "user", "channel"] = "off"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,7 +4,8 @@ Sources, in order: the built-in base, the ``GEODE.md`` in ``$GEODE_HOME`` (opera
 the ``GEODE.md`` in the session's workspace (project), then rules added by the entry
 point (a binding's system prompt, the mode's note), then the names and descriptions of the
 skills the session is offered (only those: a skill's instructions come with the ``skill``
-tool). Only the declared ``## `` sections of
+tool), then what the session remembers (``geode.memory``: the speaking user's memory and the
+binding's, within its token budget, whole entries only). Only the declared ``## `` sections of
 a GEODE.md are used (``SECTIONS``), so a stray file cannot inject arbitrary structure.
 The conversation is passed separately, never folded into this text.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,6 +81,8 @@ class SystemPromptSources:
     #: (name, description) of each skill the session is offered; their instructions are
     #: not here: the ``skill`` tool opens one when the model needs it
     skills: Sequence[tuple[str, str]] = field(default_factory=tuple)
+    #: the ``<memory>`` block now (``geode.memory.SessionMemory.prompt``; None: memory off)
+    memory: Callable[[], str] | None = None
 
 
 def build_system_prompt(src: SystemPromptSources) -> str:
@@ -93,6 +96,8 @@ def build_system_prompt(src: SystemPromptSources) -> str:
     parts.extend(r for r in src.rules if r)
     if src.skills:
         parts.append(_skill_listing(src.skills))
+    if src.memory is not None:
+        parts.append(src.memory())
     return "\n\n".join(parts)
 
 

@@ -20,6 +20,7 @@ from geode.store._engines import normalize_url
 from geode.store.checkpoint import CheckpointRow, CheckpointStore, Restored, SessionCheckpointer
 from geode.store.database import Database, open_database
 from geode.store.ledger import EvidenceLedger, payload_hash
+from geode.store.memory import MemoryStore
 from geode.store.receipts import (
     DuplicateReceiptError,
     Receipt,
@@ -47,6 +48,7 @@ __all__ = [
     "DuplicateReceiptError",
     "EvidenceLedger",
     "IllegalTransitionError",
+    "MemoryStore",
     "Receipt",
     "ReceiptStore",
     "Restored",

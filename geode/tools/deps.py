@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
     from geode.search import SearchHit, SearchQuery
 
-__all__ = ["KeptResults", "SandboxLimits", "SessionSkills", "ToolDeps", "WebSearch"]
+__all__ = ["KeptResults", "MemoryNote", "SandboxLimits", "SessionMemoryWrites", "SessionSkills",
+           "ToolDeps", "WebSearch"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +66,32 @@ class SessionSkills(Protocol):
     def open(self, name: str, workspace: Path) -> str: ...
 
 
+class MemoryNote(Protocol):
+    """A memory entry as the ``memory`` tool reports it."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+
+class SessionMemoryWrites(Protocol):
+    """The memory of the person a turn answers and of its binding
+    (``geode.memory.SessionMemory``); whose memory it is was fixed by the host."""
+
+    def owner(self, scope: Literal["user", "channel"]) -> str: ...
+
+    async def add(self, scope: Literal["user", "channel"], text: str | None, *,
+                  turn_id: str) -> MemoryNote: ...
+
+    async def replace(self, scope: Literal["user", "channel"], entry_id: str | None,
+                      text: str | None, *, turn_id: str) -> MemoryNote: ...
+
+    async def remove(self, scope: Literal["user", "channel"], entry_id: str | None, *,
+                     turn_id: str) -> MemoryNote: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToolDeps:
     """The typed dependencies of the built-in tools (one object per session)."""
@@ -93,3 +120,5 @@ class ToolDeps:
     search: WebSearch | None = None
     #: the skills the ``skill`` tool opens (None: none are offered)
     skills: SessionSkills | None = None
+    #: the memory the ``memory`` tool writes (None: memory is off)
+    memory: SessionMemoryWrites | None = None

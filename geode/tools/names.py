@@ -55,9 +55,10 @@ def check_tool_names(
         )
 
 
-#: built-in tools a session has only when configured: ``web_search`` (``[search]``) and
-#: ``skill`` (skills installed); a binding may name them before they are
-OPTIONAL_TOOL_NAMES = frozenset({"web_search", "skill"})
+#: built-in tools a session has only when configured: ``web_search`` (``[search]``),
+#: ``skill`` (skills installed) and ``memory`` (a binding's ``memory``); a binding may name
+#: them before they are
+OPTIONAL_TOOL_NAMES = frozenset({"web_search", "skill", "memory"})
 
 
 def known_tool_names() -> set[str]:

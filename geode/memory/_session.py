@@ -1,0 +1,148 @@
+"""One session's memory: the entries its prompt shows and the writes its ``memory`` tool
+makes, for the user and the binding the host named (:class:`MemoryScope`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from geode.errors import RunError
+from geode.memory._render import MAX_ENTRY_CHARS, RenderedMemory, clean_text, render_memory
+from geode.memory._scope import MemoryScope
+from geode.store.memory import MemoryAudit, MemoryEntry, MemoryScopeName
+
+if TYPE_CHECKING:
+    from geode.store.memory import MemoryStore
+
+__all__ = ["MAX_ENTRIES_PER_OWNER", "MemoryWriteError", "SessionMemory"]
+
+#: entries one person (or one channel) may have; past it an entry must be replaced or removed
+MAX_ENTRIES_PER_OWNER = 100
+
+
+class MemoryWriteError(RunError):
+    """A memory write refused (the tool turns it into its failure text)."""
+
+
+class SessionMemory:
+    """The memory of one session's turn (``ctx.deps.memory``).
+
+    Built by :meth:`open` with the entries as they are when the turn starts; the tool's
+    writes update them here too, so the next model call's prompt shows them.
+    """
+
+    def __init__(self, *, store: MemoryStore, scope: MemoryScope, session_id: str,
+                 budget_tokens: int, user: list[MemoryEntry], channel: list[MemoryEntry]
+                 ) -> None:
+        self.store = store
+        self.scope = scope
+        self.session_id = session_id
+        self.budget_tokens = budget_tokens
+        self._user = user
+        self._channel = channel
+        #: the block as last rendered (the loop asks before every model call); a write
+        #: drops it
+        self._rendered: RenderedMemory | None = None
+
+    @classmethod
+    async def open(cls, *, store: MemoryStore, scope: MemoryScope, session_id: str,
+                   budget_tokens: int) -> SessionMemory:
+        """Read the turn's entries and count a use of those its prompt will show."""
+        owners: list[tuple[MemoryScopeName, str]] = []
+        if scope.user_enabled:
+            owners.append(("user", scope.user))
+        if scope.channel_enabled:
+            owners.append(("channel", scope.channel))
+        entries = await store.for_owners(owners)
+        memory = cls(store=store, scope=scope, session_id=session_id,
+                     budget_tokens=budget_tokens,
+                     user=[e for e in entries if e.scope == "user"],
+                     channel=[e for e in entries if e.scope == "channel"])
+        await store.touch(memory.rendered().shown)
+        return memory
+
+    def rendered(self) -> RenderedMemory:
+        """The ``<memory>`` block now, and the entries it shows."""
+        if self._rendered is None:
+            self._rendered = render_memory(
+                user=self._user, channel=self._channel, user_label=self.scope.user,
+                budget_tokens=self.budget_tokens, channel_on=self.scope.channel_enabled)
+        return self._rendered
+
+    def prompt(self) -> str:
+        """The system prompt's ``<memory>`` block now (the loop asks before each call)."""
+        return self.rendered().text
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def owner(self, scope: MemoryScopeName) -> str:
+        """Whose ``scope`` memory this session writes ("" when that memory is off)."""
+        if scope == "channel":
+            return self.scope.channel if self.scope.channel_enabled else ""
+        return self.scope.user if self.scope.user_enabled else ""
+
+    def _owner(self, scope: MemoryScopeName) -> str:
+        if scope == "channel":
+            if not self.scope.channel_enabled:
+                raise MemoryWriteError(
+                    "channel memory is off here (the binding's memory is "
+                    f"{self.scope.mode!r}); save facts about the person you answer with "
+                    'scope "user"')
+            return self.scope.channel
+        if not self.scope.user_enabled:
+            raise MemoryWriteError("user memory is off here")
+        return self.scope.user
+
+    def _entries(self, scope: MemoryScopeName) -> list[MemoryEntry]:
+        return self._channel if scope == "channel" else self._user
+
+    def _audit(self, turn_id: str) -> MemoryAudit:
+        return MemoryAudit(by=self.scope.user or "unknown", session_id=self.session_id,
+                           turn_id=turn_id, via="tool")
+
+    @staticmethod
+    def _text(text: str | None) -> str:
+        cleaned = clean_text(text or "")
+        if not cleaned:
+            raise MemoryWriteError("give the text to remember")
+        if len(cleaned) > MAX_ENTRY_CHARS:
+            raise MemoryWriteError(f"an entry is at most {MAX_ENTRY_CHARS} characters "
+                                   f"({len(cleaned)} given): save one short fact")
+        return cleaned
+
+    async def add(self, scope: MemoryScopeName, text: str | None, *, turn_id: str
+                  ) -> MemoryEntry:
+        owner = self._owner(scope)
+        cleaned = self._text(text)
+        if await self.store.count(scope, owner) >= MAX_ENTRIES_PER_OWNER:
+            raise MemoryWriteError(f"this {scope} memory holds {MAX_ENTRIES_PER_OWNER} entries "
+                                   "already: replace or remove one first")
+        entry = await self.store.add(scope=scope, owner=owner, text=cleaned,
+                                     audit=self._audit(turn_id))
+        self._entries(scope).append(entry)
+        self._rendered = None
+        return entry
+
+    async def replace(self, scope: MemoryScopeName, entry_id: str | None, text: str | None,
+                      *, turn_id: str) -> MemoryEntry:
+        owner = self._owner(scope)
+        cleaned = self._text(text)
+        entry = await self.store.replace(entry_id=entry_id or "", scope=scope, owner=owner,
+                                         text=cleaned, audit=self._audit(turn_id))
+        if entry is None:
+            raise MemoryWriteError(f"no {scope} memory entry {entry_id!r} here")
+        entries = self._entries(scope)
+        entries[:] = [entry if e.id == entry.id else e for e in entries]
+        self._rendered = None
+        return entry
+
+    async def remove(self, scope: MemoryScopeName, entry_id: str | None, *, turn_id: str
+                     ) -> MemoryEntry:
+        owner = self._owner(scope)
+        gone = await self.store.remove(entry_ids=[entry_id or ""], scope=scope, owner=owner,
+                                       audit=self._audit(turn_id))
+        if not gone:
+            raise MemoryWriteError(f"no {scope} memory entry {entry_id!r} here")
+        entries = self._entries(scope)
+        entries[:] = [e for e in entries if e.id != gone[0].id]
+        self._rendered = None
+        return gone[0]
