@@ -69,8 +69,9 @@ class TokenSpec:
 
 
 #: tools only a channel session has (the layer adds them to its sessions): ``send_file``
-#: uploads a workspace file into the thread. Every platform's spec has them by default.
-LAYER_TOOLS = frozenset({"send_file"})
+#: uploads a workspace file into the thread, ``schedule`` sets the thread's reminders.
+#: Every platform's spec has them by default.
+LAYER_TOOLS = frozenset({"send_file", "schedule"})
 
 
 #: a doctor check of an enabled ``[channels.<name>]``: what is wrong (an operator's

@@ -316,7 +316,7 @@ class RunPhase:
             else f"{event.platform} thread {turn.thread}", thread=turn.thread,
             source=event.platform, fence=turn.fence, stream=self.deps.options.stream,
             # channel-only tools: the thread this turn answers in is where a file goes
-            extra_tools=[self._send_file],
+            extra_tools=[self._send_file, *self.deps.chat_tools],
             # Who said what, on each message of a collaborative thread: written with the
             # turn's first checkpoint (the one holding the message), in its transaction; a
             # resumed turn's went in with its first checkpoint already.

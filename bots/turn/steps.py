@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from geode.daemon.port import Claim
     from geode.messages import ImageBlock
     from geode.settings import BindingSettings
+    from geode.tools.base import ToolDef
 
 __all__ = [
     "Accept",
@@ -96,6 +97,8 @@ class TurnDeps:
     files: FileSender
     #: what was received of each event's attachments (a recovered turn goes by it)
     attachments: AttachmentRecords
+    #: more channel-only tools for the turns' sessions (the ``schedule`` tool)
+    chat_tools: tuple[ToolDef, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -53,7 +53,7 @@ def schedule_add(
 def schedule_list(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List scheduled prompts."""
+    """List scheduled prompts, and the reminders set in chat threads (with their thread)."""
     from dataclasses import asdict
 
     from geode.daemon.scheduler import JobStore
@@ -72,10 +72,22 @@ def schedule_list(
         typer.echo("no scheduled prompts (add one with `geode schedule add CRON PROMPT`)")
     for j in jobs:
         last = f"last {_utc(j.last_run)} {j.last_status}" if j.last_run else "never ran"
-        cron = f"{j.cron!r} {j.tz}" if j.tz else repr(j.cron)
-        typer.echo(f"{j.id}  {cron}  next {_utc(j.next_run)}  runs {j.run_count}  {last}"
+        cron = "once" if j.once else f"{j.cron!r} {j.tz}" if j.tz else repr(j.cron)
+        nxt = f"next {_utc(j.next_run)}" if j.enabled else "done"
+        typer.echo(f"{j.id}  {cron}  {nxt}  runs {j.run_count}  {last}"
                    f"\n    {j.prompt[:100]!r}" + (f"  session {j.session_id}" if j.session_id
                                                   else ""))
+        if j.thread is not None:
+            typer.echo(f"    {_thread_line(j.thread)}  by {j.created_by or '-'}")
+
+
+def _thread_line(thread: str) -> str:
+    """A reminder's thread as ``binding PLATFORM CHANNEL, thread ROOT`` (its key is
+    ``platform:workspace:channel:root``; a channel id may hold colons, the root does not)."""
+    platform, _, rest = thread.partition(":")
+    _workspace, _, rest = rest.partition(":")
+    channel, _, root = rest.rpartition(":")
+    return f"reminder in binding {platform} {channel}, thread {root}"
 
 
 @schedule_app.command("remove")
