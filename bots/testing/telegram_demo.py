@@ -63,6 +63,10 @@ def config_toml(fake: FakeTelegramServer, workspace: Path | None = None) -> str:
         f'base_url = "{fake.base_url}"',
         f'base_file_url = "{fake.base_file_url}"',
         "poll_timeout_s = 5",
+        # every step of a reply on show: the progress message at once (the scripted model
+        # answers sooner than a quick answer's second), then the answer edited into it
+        "progress_after_ms = 0",
+        "stream = false",
         "",
         "[[bindings]]",
         'platform = "telegram"',
