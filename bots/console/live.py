@@ -1,8 +1,9 @@
 """Live updates of a thread page: server-sent events (``GET /threads/KEY/events``).
 
 One :class:`ThreadFeed` per thread that has viewers polls the store (the session's new
-timeline rows and its message count) and fans what it found out to every viewer: fifty
-viewers of one thread cost one query a second, and a thread nobody watches costs nothing.
+timeline rows and its message count) and fans what it found out to every viewer, one chunk
+per poll: fifty viewers of one thread cost one query a second and fifty writes (however
+many rows the turns recorded), and a thread nobody watches costs nothing.
 The feed stops with its last viewer. A reply never waits for the console: the feed reads
 what the turn committed, it is not on the turn's path.
 """
@@ -52,7 +53,7 @@ class ThreadFeed:
     threads: ConsoleThreads
     after_id: int
     count: int
-    viewers: set[asyncio.Queue[str | None]] = field(default_factory=set)
+    viewers: set[asyncio.Queue[bytes | None]] = field(default_factory=set)
     task: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
@@ -63,23 +64,26 @@ class ThreadFeed:
             except Exception:  # the store is down: the viewers keep waiting
                 log.warning("console.feed_failed", session_id=self.session_id, exc_info=True)
                 count, rows = self.count, []
+            frames = []
             for row in rows:
                 self.after_id = max(self.after_id, int(row["id"]))
-                self._send("timeline", row)
+                frames.append(timeline_frame(row))
             if count != self.count:
                 self.count = count
-                self._send("messages", {"count": count})
+                frames.append(f"event: messages\ndata: {json.dumps({'count': count})}\n\n")
+            if frames:
+                self._send("".join(frames).encode())
             await asyncio.sleep(LIVE_POLL_S)
 
-    def _send(self, event: str, data: dict[str, Any]) -> None:
-        frame = (timeline_frame(data) if event == "timeline"
-                 else f"event: {event}\ndata: {json.dumps(data, default=str)}\n\n")
+    def _send(self, chunk: bytes) -> None:
+        """One poll's events to every viewer, as one chunk encoded once: a viewer costs one
+        write per poll that found something, however many rows the turns recorded."""
         for queue in list(self.viewers):
             if queue.qsize() >= VIEWER_BACKLOG:
                 self.viewers.discard(queue)
                 queue.put_nowait(None)  # too slow: its stream ends, the browser reconnects
             else:
-                queue.put_nowait(frame)
+                queue.put_nowait(chunk)
 
 
 @dataclass
@@ -88,7 +92,7 @@ class ThreadFeeds:
 
     feeds: dict[str, ThreadFeed] = field(default_factory=dict)
 
-    def watch(self, feed: ThreadFeed, queue: asyncio.Queue[str | None]) -> ThreadFeed:
+    def watch(self, feed: ThreadFeed, queue: asyncio.Queue[bytes | None]) -> ThreadFeed:
         current = self.feeds.setdefault(feed.session_id, feed)
         current.viewers.add(queue)
         if current.task is None or current.task.done():
@@ -102,7 +106,7 @@ class ThreadFeeds:
             if self.feeds.get(feed.session_id) is feed and not feed.viewers:
                 del self.feeds[feed.session_id]
 
-    def leave(self, feed: ThreadFeed, queue: asyncio.Queue[str | None]) -> None:
+    def leave(self, feed: ThreadFeed, queue: asyncio.Queue[bytes | None]) -> None:
         feed.viewers.discard(queue)
 
     async def close(self) -> None:
@@ -140,7 +144,7 @@ async def thread_events(request: web.Request) -> web.StreamResponse:
         "Content-Type": "text/event-stream", "Cache-Control": "no-store",
         "X-Accel-Buffering": "no"})
     await response.prepare(request)
-    queue: asyncio.Queue[str | None] = asyncio.Queue()
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
     feeds = request.app[FEEDS_KEY]
     feed = feeds.watch(ThreadFeed(session_id=t.session_id, threads=threads, after_id=after,
                                   count=count), queue)
@@ -153,12 +157,12 @@ async def thread_events(request: web.Request) -> web.StreamResponse:
                     await response.write(timeline_frame(row).encode())
         while True:
             try:
-                frame = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                chunk = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
             except TimeoutError:
-                frame = ": keepalive\n\n"
-            if frame is None:
+                chunk = b": keepalive\n\n"
+            if chunk is None:
                 break
-            await response.write(frame.encode())
+            await response.write(chunk)
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:
