@@ -209,10 +209,16 @@ class TelegramClient:
         ``sendMessageDraft`` (an ephemeral preview under the progress message; the answer
         then replaces that message), elsewhere an edit of the progress message. Both go
         through the same pacing as every other call (:class:`PerChatRateLimiter`)."""
+        assert self.bot is not None
+        limiter = self.bot.rate_limiter
+        if isinstance(limiter, PerChatRateLimiter) and limiter.busy():
+            # A draft is cosmetic: with the overall budget spent, it is skipped (the next
+            # state, or the answer, shows instead), never queued before the answers and
+            # progress messages other threads wait to send.
+            return
         if target.channel.startswith("-"):  # groups and channels have no drafts
             await self.edit(target, message_id, chunk)
             return
-        assert self.bot is not None
         data = {**self._route(target), "draft_id": int(message_id), **_text(chunk, False)}
         try:
             await self.bot.post_json("sendMessageDraft", data)
@@ -390,6 +396,12 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
 
     async def shutdown(self) -> None:
         return None
+
+    def busy(self) -> bool:
+        """The overall budget is spent or other requests wait for it: a cosmetic update
+        (a streamed draft) is better skipped than queued."""
+        limiter = self._overall
+        return limiter is not None and (self._waiting > 0 or not limiter.has_capacity())
 
     def _group(self, chat: str) -> Any:
         if self._group_rate <= 0:

@@ -227,3 +227,31 @@ async def test_a_draft_the_verifier_refused_leaves_the_message() -> None:
     await progress.close()
     assert "the wrong answer" not in client.shown[-1]
     assert progress.message_id == "m1"  # the final answer is delivered over this message
+
+
+async def test_a_draft_is_skipped_while_the_overall_budget_is_spent() -> None:
+    from bots.telegram.client import PerChatRateLimiter, TelegramClient
+
+    limiter = PerChatRateLimiter(overall_max_rate=2, overall_time_period=60)
+
+    async def call() -> bool:
+        return True
+
+    assert not limiter.busy()
+    for _ in range(2):
+        await limiter.process_request(call, (), {}, "editMessageText", {"chat_id": 1}, None)
+    assert limiter.busy()
+
+    class _Bot:
+        rate_limiter = limiter
+        posted: list[str] = []
+
+        async def post_json(self, endpoint: str, data: dict[str, Any]) -> bool:
+            self.posted.append(endpoint)
+            return True
+
+    client = TelegramClient.__new__(TelegramClient)
+    client.bot = _Bot()  # type: ignore[assignment]
+    await client.stream_draft(ReplyTarget(channel="42", thread_root="1"), "7",
+                              Chunk(formatted="x", fallback="x"))
+    assert _Bot.posted == []  # skipped: the answers other threads wait to send go first
