@@ -14,7 +14,8 @@ used, never before:
 - :attr:`~HarnessPlugin.doctor`: further ``geode doctor`` checks (reading the store);
 - :attr:`~HarnessPlugin.env_lines`: lines ``geode init`` writes into the new ``.env``;
 - :attr:`~HarnessPlugin.connectors`: what ``geode serve`` hosts (channel connectors);
-- :attr:`~HarnessPlugin.session_details`: what ``geode sessions show`` adds to a session.
+- :attr:`~HarnessPlugin.session_details`: what ``geode sessions show`` adds to a session;
+- :attr:`~HarnessPlugin.demo`: what ``geode serve --demo`` adds to a bare configuration.
 
 So ``geode run`` reads no plugin at all, and a harness installed without the chat layer runs
 (its commands are simply not there). The plugin's own module must stay cheap to import: it
@@ -55,6 +56,9 @@ class HarnessPlugin:
             ``geode serve`` (:class:`geode.daemon.serve.Connector`).
         session_details: ``async (store, session_id) -> dict``: keys ``geode sessions show``
             adds to a session (its ``--json`` object; the text report reads them too).
+        demo: ``(settings, *, workspace, throwaway) -> (settings, announce | None)``:
+            what ``geode serve --demo`` serves offline; ``announce`` is ``async (daemon) -> lines``,
+            printed once the daemon is up (the chat layer: a web chat and its sign-in link).
     """
 
     name: str
@@ -64,6 +68,7 @@ class HarnessPlugin:
     env_lines: str = ""
     connectors: str = ""
     session_details: str = ""
+    demo: str = ""
 
 
 _lock = threading.Lock()

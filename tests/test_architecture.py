@@ -160,7 +160,7 @@ def test_production_code_never_imports_test_helpers(package: str) -> None:
     assert offenders == []
 
 
-_PLATFORMS = ("bots.telegram", "bots.slack", "bots.discord")
+_PLATFORMS = ("bots.telegram", "bots.slack", "bots.discord", "bots.webchat")
 
 
 def _connector_side(module: str) -> bool:

@@ -7,7 +7,8 @@ codes (:class:`PairingStore`), stored bindings (:class:`StoredBindings`) and app
 requests (:class:`ApprovalRequests`), what was received of attachments
 (:class:`AttachmentRecords`), the operator's view of queued turns
 (:class:`ChannelQueue`), the operator console's links and sessions
-(:class:`ConsoleLinks`, :class:`ConsoleSessions`), each with
+(:class:`ConsoleLinks`, :class:`ConsoleSessions`), the web chat's messages
+(:class:`WebChatRecords`), each with
 named operations; :class:`ChannelStore` builds them on the harness's store and holds the
 units of work that span several tables (accepting a turn). The tables are on
 :data:`CHANNEL_METADATA`, handed to the harness by the composition root.
@@ -30,6 +31,7 @@ from bots.store.outbox import PLACEHOLDER, Outbox, OutboxRow
 from bots.store.pairing import CODE_TTL_S, PairingRecord, PairingStore
 from bots.store.queue import DROPPED_NOTICE, ChannelQueue, QueuedMessage
 from bots.store.threads import MessageIndex, ThreadSessions, ThreadState
+from bots.store.webchat import WebChatRecords
 
 __all__ = [
     "CHANNEL_METADATA",
@@ -67,4 +69,5 @@ __all__ = [
     "ThreadSessions",
     "ThreadState",
     "Tx",
+    "WebChatRecords",
 ]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -24,7 +26,9 @@ if TYPE_CHECKING:
 @app.command()
 def serve(
     demo: Annotated[
-        bool, typer.Option("--demo", help="Every session uses the offline scripted demo model.")
+        bool, typer.Option("--demo", help=(
+            "Every session uses the offline scripted demo model; with nothing else to serve, "
+            "a web chat in the console too (a throwaway GEODE_HOME unless one is set)."))
     ] = False,
     cwd: Annotated[
         Path | None,
@@ -37,10 +41,40 @@ def serve(
     ] = 30.0,
 ) -> None:
     """Run the daemon: IPC socket, channel connectors, scheduler, health endpoint."""
+    throwaway = _throwaway_home() if demo else None
+    try:
+        _serve(demo=demo, cwd=cwd, drain_timeout=drain_timeout, throwaway=throwaway)
+    finally:
+        if throwaway is not None:
+            shutil.rmtree(throwaway, ignore_errors=True)
+
+
+def _throwaway_home() -> Path | None:
+    """``--demo`` without ``GEODE_HOME``: a new home of its own, removed when serve stops,
+    so the demo neither reads nor writes ``~/.geode``."""
+    if os.environ.get("GEODE_HOME"):
+        return None
+    home = Path(tempfile.mkdtemp(prefix="geode-demo-"))
+    os.environ["GEODE_HOME"] = str(home)
+    return home
+
+
+def _serve(*, demo: bool, cwd: Path | None, drain_timeout: float,
+           throwaway: Path | None) -> None:
     from geode.daemon.serve import Daemon, ProviderFactory, describe, scripted_factory
+    from geode.plugins import load_part, plugins
 
     settings, secrets_ = load_typed()
     _log_turns_by_default(settings)
+    announce = None
+    if demo:
+        # what plugins add to a bare configuration (the chat layer: a web chat, offline)
+        for plugin in plugins():
+            if plugin.demo:
+                settings, more = load_part(plugin.demo)(
+                    settings, workspace=resolve_cwd(cwd) if cwd else Path.cwd(),
+                    throwaway=throwaway is not None)
+                announce = more or announce
     from geode.cli.preflight import preflight, refuse_failed
 
     # the same checks as `geode doctor`: a config refused here is refused there, in the
@@ -60,7 +94,6 @@ def serve(
     daemon = Daemon(settings=settings, secrets=secrets_, provider_factory=factory,
                     workspace=resolve_cwd(cwd) if cwd else None, drain_timeout_s=drain_timeout,
                     settle_heap=True, provider_label=label)
-    from geode.plugins import load_part, plugins
 
     # What plugins host runs inside this daemon, on its lanes and store: the chat layer's
     # connectors, one per enabled [channels.*] (each imports only its own platform's SDK).
@@ -72,6 +105,11 @@ def serve(
     async def main() -> None:
         await daemon.start()
         for line in describe(daemon):
+            typer.echo(line, err=True)
+        if throwaway is not None:
+            typer.echo(f"  home    {throwaway} (--demo: a throwaway home, removed when serve "
+                       "stops; set GEODE_HOME to keep one)", err=True)
+        for line in await announce(daemon) if announce is not None else []:
             typer.echo(line, err=True)
         await daemon.serve_forever()
         typer.echo("geode serve: stopped", err=True)
