@@ -74,3 +74,25 @@ def test_a_baseline_checkout_runs_beside_this_one() -> None:
     assert sides == ["geode-unpaced", "geode-unpaced@base"]
     assert "telegram geode-unpaced seq: CPU per reply" in out
     assert "telegram geode-unpaced closed 2: CPU per reply" in out
+
+
+def test_the_streaming_load_times_first_words_and_complete_answers() -> None:
+    """``--stream-tokens``: every side answers every message; the table gives the first
+    visible words no later than the complete answer, and counts the platform's 429s."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--platforms", "telegram", "--sides", "floor",
+         "geode-paced", "--chats", "2", "--stream-tokens", "8", "--tokens-per-s", "40",
+         "--stream-seq", "1", "--settle", "0.2"],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("telegram ")]
+    assert [(r[1], f"{r[2]} {r[3]}") for r in rows] == [
+        (side, load) for side in ("floor", "geode-paced") for load in ("stream 1", "stream 2")]
+    for r in rows:  # replies lost first-p50 first-p99 done-p50 done-p99 calls 429s cpu
+        replies, lost = int(r[4]), int(r[5])
+        first_p50, done_p50 = float(r[6]), float(r[8])
+        assert replies > 0 and lost == 0, r
+        assert first_p50 <= done_p50, r
+        assert r[11] == "0", r  # no 429 from the Telegram fake's flood control
