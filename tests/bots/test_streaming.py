@@ -255,3 +255,29 @@ async def test_a_draft_is_skipped_while_the_overall_budget_is_spent() -> None:
     await client.stream_draft(ReplyTarget(channel="42", thread_root="1"), "7",
                               Chunk(formatted="x", fallback="x"))
     assert _Bot.posted == []  # skipped: the answers other threads wait to send go first
+
+
+async def test_tool_rounds_are_lines_between_text_blocks_and_a_retry_is_not_doubled() -> None:
+    from geode.loop.events import ModelRetrying, ToolProposed, ToolResulted
+
+    client = _Client()
+    progress = ProgressReporter(
+        client=client, outbox=_Outbox(), row=_Row(),  # type: ignore[arg-type]
+        target=ReplyTarget(channel="c", thread_root="1"), inbound_message_id="9",
+        edit_interval_s=0.0, stream=True)
+    await progress.start()
+    responded = ModelResponded(turn_id="t", model="m", stop_reason="end_turn",
+                               input_tokens=1, output_tokens=1)
+    await progress.on_event(TextDelta(text="Let me look."))
+    await progress.on_event(responded)
+    await progress.on_event(ToolProposed(id="1", name="read_file"))
+    await progress.on_event(ToolResulted(id="1", name="read_file", status="ok"))
+    await progress.on_event(TextDelta(text="Found it, half"))
+    await progress.on_event(ModelRetrying(error="overloaded", delay_s=0.0, attempt=2,
+                                          max_attempts=3))
+    await progress.on_event(TextDelta(text="Found it."))
+    await _until_shown(client, "Found it.")
+    await progress.close()
+    shown = client.shown[-1]
+    assert shown.index("Let me look.") < shown.index("🔧 read_file ✓") < shown.index("Found it.")
+    assert "half" not in shown  # the retried call's partial text came once, as it ended
