@@ -18,8 +18,8 @@ SQLite's own allocator (``sqlite3_memory_used``: page caches, prepared statement
 Python's live blocks (``sys.getallocatedblocks``) and objects tracked by the gc, and each
 SQLAlchemy engine's compiled cache (entries). ``--memray``: SIGUSR1 starts memray with native
 stacks (aggregated: only what is alive at the end and the high-water mark are kept),
-SIGUSR2 stops it; ``memray stats`` / ``memray flamegraph --leaks`` on OUT.bin then show
-every allocation made between the two signals and still alive at the second, by stack
+SIGUSR2 stops it; ``python benchmarks/_profiled_serve.py --memray-report OUT.bin`` then lists every
+allocation made between the two signals and still alive at the second, by where it was made
 (``pip install memray``; the benchmark's own runs never need it).
 """
 
@@ -141,6 +141,7 @@ def _memory(argv: list[str]) -> None:
         tracker.append(t)
 
     def _stop(_sig: int, _frame: FrameType | None) -> None:
+        gc.collect()  # garbage waiting for the collector is not what stays
         while tracker:
             tracker.pop().__exit__(None, None, None)
 
@@ -168,7 +169,42 @@ def _cpu(out: Path) -> None:
     signal.signal(signal.SIGUSR2, _stop)
 
 
+def memray_leaks(path: Path, *, top: int = 25) -> list[tuple[int, int, str]]:
+    """What a ``--memray`` capture holds: the allocations still alive when tracking stopped,
+    summed by their nearest Python frames (bytes, allocations, where), largest first; new
+    arenas of Python's own allocator summed apart (they hold whatever objects landed there).
+    ``memray flamegraph --leaks`` shows the same, when memray can merge every native stack
+    with its Python one (on some stacks it stops on an assertion: here such a stack is
+    read without its native frames)."""
+    from memray import FileReader
+
+    sums: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
+    for record in FileReader(path, report_progress=False).get_leaked_allocation_records(
+            merge_threads=True):
+        try:
+            frames = record.hybrid_stack_trace(max_stacks=60)
+        except AssertionError:
+            frames = record.stack_trace(max_stacks=60)
+        if any("new_arena" in f[0] for f in frames[:3]):
+            where = "(new arenas of Python's object allocator)"
+        else:
+            py = [f"{f[0]} {'/'.join(f[1].split('/')[-2:])}:{f[2]}"
+                  for f in frames if f[1].endswith(".py")][:3]
+            where = " <- ".join(py) or " <- ".join(f[0] for f in frames[:4])
+        sums[where][0] += record.size
+        sums[where][1] += record.n_allocations
+    ranked = sorted(((size, n, where) for where, (size, n) in sums.items()), reverse=True)
+    return ranked[:top]
+
+
 def main() -> None:
+    if "--memray-report" in sys.argv:
+        ranked = memray_leaks(Path(sys.argv[sys.argv.index("--memray-report") + 1]))
+        print(f"alive at the end: {sum(size for size, _, _ in ranked) / 2**20:.2f} MB "
+              f"in the {len(ranked)} largest places")
+        for size, n, where in ranked:
+            print(f"{size / 1024:10.1f} KB {n:7d}  {where}")
+        return
     if "--probe" in sys.argv:
         _memory(sys.argv[1:])
     else:

@@ -26,8 +26,17 @@ first quarter after warm-up says whether the growth stays linear) and the WAL st
 smoke test, ``tests/benchmarks/test_bench_soak_smoke.py``, reads it). Nothing is asserted
 here: a benchmark measures.
 
+Where the memory is: ``--probe DIR`` runs serve under ``_profiled_serve.py``, whose probe
+reads, at every sample and after a full collection, Python's arenas and the bytes of them in
+use, glibc's heap in use and free, SQLite's allocator and SQLAlchemy's compiled cache; the
+report then says whether the bytes *live* grow (a leak, a cache or map growing with the
+turns) or only the bytes the allocators *keep* (``analyse_probes``). ``--memray`` adds
+memray with native stacks from the warm-up sample to the last. ``--new-every N`` has each
+thread send ``/new`` every N turns, so its history stays short: growth that follows the
+threads' history stops there, a leak per turn does not.
+
 Run: ``python benchmarks/bench_soak.py [--turns 10000] [--threads 200] [--chats 20]
-[--samples 20] [--lanes 64] [--model-latency 0]``.
+[--samples 20] [--lanes 64] [--model-latency 0] [--new-every 0] [--probe DIR [--memray]]``.
 """
 
 from __future__ import annotations
