@@ -42,13 +42,10 @@ from geode.errors import ConfigError, GeodeError, ShuttingDown, StoreUnavailable
 from geode.loop import LoopEvent, TurnResult, model_wait_text
 from geode.loop.events import (
     ModelResponded,
-    ModelRetrying,
     ModelWaiting,
-    TextDelta,
     ToolProposed,
     ToolResulted,
     TurnStarted,
-    VerifyFailed,
 )
 from geode.loop.termination import TerminationReason
 from geode.secret_redaction import redact_text
@@ -461,13 +458,9 @@ class ProgressReporter:
     (:class:`~bots.progress.ProgressFinder`: Slack, Discord) finds the bot's unrecorded
     placeholder and it is reused; otherwise (Telegram) a new one is sent.
 
-    ``stream``: the answer grows in the progress message as the model writes it
-    (:class:`~bots.turn.stream.AnswerDraft`: the heartbeat line, then the text with the tool
-    lines between its blocks), at the same paced edits (or through the client's own
-    :class:`~bots.progress.DraftStreamer`); the final answer still replaces it whole.
-    ``progress_after_s``: the progress message is sent only once the turn has run that
-    long (a turn answered sooner has none: its answer is the only message); the ack
-    reaction goes out at once either way. A recovered turn shows itself at once.
+    ``stream``: the answer grows in the message (:mod:`bots.turn.stream`), by the same paced
+    edits or a :class:`~bots.progress.DraftStreamer`. ``progress_after_s``: the message is
+    sent only once the turn has run that long (a quicker answer is the only message).
     """
 
     def __init__(
@@ -650,6 +643,9 @@ class ProgressReporter:
             self._touch()
 
     async def on_event(self, event: LoopEvent) -> None:
+        if self.stream and self.draft.follow(event):
+            self._touch()  # the answer being written: a text delta, a refused draft
+            return
         match event:
             case TurnStarted():
                 if self.started is None:
@@ -660,12 +656,7 @@ class ProgressReporter:
                 self.queued_ahead = None
             case ModelWaiting():
                 self.waiting = model_wait_text(event.kind, event.data)  # until the model answers
-            case TextDelta() | ModelRetrying() | VerifyFailed():
-                if self._draft_event(event):
-                    self._touch()
-                return
             case ModelResponded():
-                self.draft.responded()
                 # counted silently: the next edit (a tool, the heartbeat) shows them
                 self.rounds += 1
                 self.tokens += event.input_tokens + event.output_tokens
@@ -675,8 +666,6 @@ class ProgressReporter:
             case ToolProposed(name=name):
                 self.tool = name
                 self.lines.append(f"🔧 {name}")
-                if self.stream:
-                    self.draft.tool(f"🔧 {name}")
             case ToolResulted(name=name, status=status):
                 self.tool = None
                 mark = {"ok": "✓", "denied": "⛔ denied", "error": "✗"}.get(status, status)
@@ -684,27 +673,9 @@ class ProgressReporter:
                     if self.lines[i] == f"🔧 {name}":
                         self.lines[i] = f"🔧 {name} {mark}"
                         break
-                self.draft.tool_done(f"🔧 {name}", f"🔧 {name} {mark}")
             case _:
                 return
         self._touch()
-
-    def _draft_event(self, event: TextDelta | ModelRetrying | VerifyFailed) -> bool:
-        """The draft follows the answer being written; True: the message shows a change."""
-        if not self.stream:
-            return False
-        match event:
-            case TextDelta(text=text):
-                self.draft.delta(text)
-                return True
-            case ModelRetrying():
-                self.draft.retried()  # the partial text comes again
-                return False
-            case VerifyFailed():
-                shown = self.draft.has_text
-                self.draft.refused()  # the repair replaces it
-                return shown
-        return False
 
     def _text(self) -> str:
         resumed = [RESUMED] if self.recovered else []

@@ -18,11 +18,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bots.format import Chunk
+from geode.loop.events import (
+    LoopEvent,
+    ModelResponded,
+    ModelRetrying,
+    TextDelta,
+    ToolProposed,
+    ToolResulted,
+    VerifyFailed,
+)
 
 __all__ = ["AnswerDraft", "closed_markdown", "draft_chunk"]
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})", re.MULTILINE)
 _PARTIAL_MARKER = re.compile(r"[*`~_]+\Z")
+#: a tool line's outcome, as the progress message shows it
+_MARKS = {"ok": "✓", "denied": "⛔ denied", "error": "✗"}
 
 
 @dataclass(kw_only=True)
@@ -38,6 +49,27 @@ class AnswerDraft:
     def has_text(self) -> bool:
         return bool(self.pending.strip()) or any(
             kind == "text" and body.strip() for kind, body in self.blocks)
+
+    def follow(self, event: LoopEvent) -> bool:
+        """The draft follows the turn's events; True: only the draft changed (the message
+        is due an edit), False: the progress reporter handles the event as well."""
+        match event:
+            case TextDelta(text=text):
+                self.delta(text)
+                return True
+            case VerifyFailed():
+                shown = self.has_text
+                self.refused()  # the repair replaces it
+                return shown
+            case ModelRetrying():
+                self.retried()  # the partial text comes again
+            case ModelResponded():
+                self.responded()
+            case ToolProposed(name=name):
+                self.tool(f"🔧 {name}")
+            case ToolResulted(name=name, status=status):
+                self.tool_done(f"🔧 {name}", f"🔧 {name} {_MARKS.get(status, status)}")
+        return False
 
     def delta(self, text: str) -> None:
         self.pending += text
