@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 from aiohttp import web
@@ -36,7 +36,6 @@ from bots.console.access import Access, Identity
 if TYPE_CHECKING:
     import jinja2
 
-    from bots.commands import ActiveTurn
     from bots.store import ConsoleSession
     from geode.settings import BindingSettings, Settings
     from geode.store import Store
@@ -44,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CSP",
     "ConsoleDeps",
+    "RunningTurn",
     "csrf_token",
     "respond",
     "see_other",
@@ -71,6 +71,28 @@ SIGNIN_WINDOW_S = 600.0
 Readiness = Callable[[], Awaitable[tuple[bool, dict[str, Any]]]]
 
 
+class RunningTurn(Protocol):
+    """What the thread page reads of a running turn and how Stop ends it: the chat layer's
+    ``bots.commands.ActiveTurn`` (the registry ``/stop`` uses), named here by shape so the
+    console imports nothing of the layer."""
+
+    session_id: str
+    started: float
+    loop_turn_id: str
+    stop_requested: bool
+    waiting: str
+    queued_ahead: int | None
+    display_wait: bool
+
+    @property
+    def session(self) -> object | None: ...
+
+    @property
+    def heartbeat(self) -> Callable[[], str] | None: ...
+
+    def cancel(self) -> None: ...
+
+
 @dataclass(kw_only=True)
 class ConsoleDeps:
     """What the console's routes use: the store, the configuration, how to reach it."""
@@ -85,7 +107,7 @@ class ConsoleDeps:
     lanes: Callable[[], dict[str, int]] | None = None
     #: the turn running (or waiting for a lane) in a thread of this process, by thread key
     #: (the registry ``/stop`` uses); None outside serve
-    running: Callable[[str], ActiveTurn | None] | None = None
+    running: Callable[[str], RunningTurn | None] | None = None
     clock: Callable[[], float] = time.time
     #: failed sign-in attempts by remote address (monotonic times)
     failures: dict[str, deque[float]] = field(default_factory=dict)

@@ -17,14 +17,15 @@ link is single-use, good for 10 minutes, and rate-limited per identity).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import structlog
 
 if TYPE_CHECKING:
     from bots.events import InboundEvent
     from bots.port import PlatformClient, TurnHost
-    from bots.router import Dispatch, DispatchContext, Middleware, Next
     from geode.settings import Settings
     from geode.store.database import Database
 
@@ -41,6 +42,24 @@ NOT_ENABLED = "The web console is not enabled on this service."
 VIA = "dm"
 
 
+#: ``/console`` or ``/console@thisbot`` (``bots.commands.parse_command``'s form; matched
+#: here so that the router's chain and the commands, which import this module, are not
+#: imported by it)
+_COMMAND = re.compile(r"^/console(?:@([A-Za-z0-9_]+))?(?:\s|$)", re.IGNORECASE)
+
+#: the router's middleware shape (``bots.router.Middleware``), the chain's element type
+Middleware = Callable[[Any, Any, Callable[[], Awaitable[None]]], Awaitable[None]]
+
+
+def _is_console(text: str, bot_username: str | None) -> bool:
+    m = _COMMAND.match(text.strip())
+    if m is None:
+        return False
+    target = m.group(1)
+    return target is None or (bot_username is not None
+                              and target.lower() == bot_username.lower())
+
+
 @runtime_checkable
 class HasSettings(Protocol):
     """A host that knows its configuration (``geode serve``'s daemon); checked per use."""
@@ -52,9 +71,7 @@ class HasSettings(Protocol):
 def asks_for_link(text: object) -> bool:
     """Whether a message's text is ``/console`` (a connector that records only its bound
     channels records such a direct message too: Discord)."""
-    from bots.commands import parse_command
-
-    return isinstance(text, str) and parse_command(text, None) == COMMAND
+    return isinstance(text, str) and _is_console(text, None)
 
 
 def in_thread(event: InboundEvent) -> str:
@@ -104,15 +121,15 @@ async def console_command(host: TurnHost, platform: str, user_id: str, *, dm: bo
 
 def console_dm(client: PlatformClient, host: TurnHost) -> Middleware:
     """The middleware that answers ``/console`` in a direct message (see the module
-    docstring); every other event goes on down the chain."""
-    from bots.commands import parse_command
+    docstring); every other event goes on down the chain. ``ctx`` and ``d`` are the
+    router's ``DispatchContext`` and ``Dispatch``."""
 
-    async def middleware(ctx: DispatchContext, d: Dispatch, nxt: Next) -> None:
-        ev = d.event
+    async def middleware(ctx: Any, d: Any, nxt: Callable[[], Awaitable[None]]) -> None:
+        ev: InboundEvent = d.event
         store = host.database
         if (not ev.is_dm or ev.is_edit or ev.sender_is_bot or store is None
                 or not isinstance(host, HasSettings)
-                or parse_command(ev.text, ctx.identity.username) != COMMAND):
+                or not _is_console(ev.text, ctx.identity.username)):
             await nxt()
             return
         text = await console_answer(store, host.settings, ev.platform, ev.sender)
@@ -128,10 +145,8 @@ def console_dm(client: PlatformClient, host: TurnHost) -> Middleware:
     return middleware
 
 
-def with_console_dm(chain: tuple[Middleware, ...], client: PlatformClient,
-                    host: TurnHost) -> tuple[Middleware, ...]:
-    """``chain`` with :func:`console_dm` placed before its binding check."""
-    from bots.router import binding
-
-    at = chain.index(binding) if binding in chain else 0
+def with_console_dm(chain: Sequence[Middleware], client: PlatformClient, host: TurnHost,
+                    *, before: Middleware) -> tuple[Middleware, ...]:
+    """``chain`` with :func:`console_dm` placed before ``before`` (the binding check)."""
+    at = list(chain).index(before) if before in chain else 0
     return (*chain[:at], console_dm(client, host), *chain[at:])

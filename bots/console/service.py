@@ -15,11 +15,11 @@ import structlog
 from geode.settings import console_listen
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from aiohttp import web
 
-    from bots.commands import ActiveTurn
+    from bots.console.app import RunningTurn
     from geode.settings import Settings
     from geode.store.database import Database
 
@@ -87,17 +87,29 @@ class ShowsConnectors(Protocol):
     def connectors(self) -> Sequence[object]: ...
 
 
-def running_turns(connectors: Sequence[object]) -> Callable[[str], ActiveTurn | None]:
+class _TurnRegistry(Protocol):
+    @property
+    def active(self) -> Mapping[str, RunningTurn]: ...
+
+
+@runtime_checkable
+class _HasLayer(Protocol):
+    """A channel connector: its layer (None until started) holds the running turns."""
+
+    @property
+    def layer(self) -> _TurnRegistry | None: ...
+
+
+def running_turns(connectors: Sequence[object]) -> Callable[[str], RunningTurn | None]:
     """The lookup of a thread's running (or lane-waiting) turn in this process: the
     registry of each connector's layer, the one ``/stop`` in the thread acts on."""
-    from bots.connector import BaseConnector
 
-    def find(thread_key: str) -> ActiveTurn | None:
+    def find(thread_key: str) -> RunningTurn | None:
         for c in connectors:
-            if isinstance(c, BaseConnector) and c.layer is not None:
-                turn = c.layer.active.get(thread_key)
-                if turn is not None:
-                    return turn
+            layer = c.layer if isinstance(c, _HasLayer) else None
+            turn = layer.active.get(thread_key) if layer is not None else None
+            if turn is not None:
+                return turn
         return None
 
     return find
