@@ -8,8 +8,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from conftest import CHAT, TOKEN, Stack, binding, finals, settled, store_url_for
-
 from bots.events import ReplyTarget
 from bots.format import Chunk
 from bots.telegram.format import chunk_markdown
@@ -21,6 +19,7 @@ from geode.loop.events import ModelResponded, TextDelta, VerifyFailed
 from geode.messages import StreamEvent
 from geode.providers.base import ModelRequest
 from geode.providers.scripted import ScriptedProvider
+from tests.bots.conftest import CHAT, TOKEN, Stack, binding, finals, settled, store_url_for
 
 ANSWER = ("Here is **bold text that spans several pieces** of the answer.\n\n"
           "```python\nprint('hi')\nx = 1\n```\n\nDone **now**.")
