@@ -280,3 +280,24 @@ async def test_tool_rounds_are_lines_between_text_blocks_and_a_retry_is_not_doub
     shown = client.shown[-1]
     assert shown.index("Let me look.") < shown.index("🔧 read_file ✓") < shown.index("Found it.")
     assert "half" not in shown  # the retried call's partial text came once, as it ended
+
+
+async def test_a_crash_right_after_a_quick_answer_was_sent_never_sends_it_again(
+    make_stack: Any, fake: FakeTelegramServer
+) -> None:
+    from tests.bots._harness import crash_at
+
+    hit, fault = crash_at("answer_sent_before_record")
+    stack: Stack = make_stack(fault=fault, options={"stream": True, "progress_after_ms": 1000})
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot once", from_user=42)
+    await asyncio.wait_for(hit.wait(), 10)
+    await stack.crash()  # sent, its id not recorded: nothing can tell it landed
+    stack.fault = None
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot after", from_user=42)
+    await fake.wait_until(lambda: finals(fake, "answer to: after"), within=15)
+    await settled(stack)
+    assert len(finals(fake, "answer to: once")) == 1  # at most once: not sent again
+    assert [m.plain_text for m in fake.messages_in(CHAT, from_bot=True)] == [
+        "answer to: once", "answer to: after"]
