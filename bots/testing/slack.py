@@ -1028,6 +1028,50 @@ class FakeSlack(RoutedFake, UploadHold):
         )
         return {"channel": channel, "ts": msg["ts"], "text": text, "message": dict(msg)}
 
+    @route("chat.startStream")
+    async def _start_stream(self, params: JSONDict) -> JSONDict:
+        """A message that grows as it is written (Slack's chat streaming): posted in the
+        thread with ``markdown_text`` so far, then :meth:`_append_stream` /
+        :meth:`_stop_stream`; each call is a :class:`SlackPost` too."""
+        channel = self._channel(params)
+        if not params.get("thread_ts"):
+            raise _SlackError("invalid_arguments")
+        thread_ts = str(params["thread_ts"])
+        text = str(params.get("markdown_text") or "")
+        msg: JSONDict = {"type": "message", "user": self.bot_user_id, "bot_id": self.bot_id,
+                         "app_id": self.app_id, "text": text, "ts": self._new_ts(),
+                         "team": self.team_id, "streaming": True}
+        self._store(channel, msg, thread_ts)
+        self.posts.append(SlackPost(method="chat.startStream", channel=channel, ts=msg["ts"],
+                                    text=text, thread_ts=thread_ts))
+        return {"channel": channel, "ts": msg["ts"]}
+
+    def _streaming(self, params: JSONDict) -> tuple[str, JSONDict]:
+        channel = self._channel(params)
+        msg = self._message(channel, params.get("ts"))
+        if msg.get("bot_id") != self.bot_id:
+            raise _SlackError("cant_update_message")
+        if not msg.get("streaming"):
+            raise _SlackError("message_not_in_streaming_state")
+        return channel, msg
+
+    @route("chat.appendStream")
+    async def _append_stream(self, params: JSONDict) -> JSONDict:
+        channel, msg = self._streaming(params)
+        msg["text"] += str(params.get("markdown_text") or "")
+        self.posts.append(SlackPost(method="chat.appendStream", channel=channel, ts=msg["ts"],
+                                    text=msg["text"], thread_ts=msg.get("thread_ts")))
+        return {"channel": channel, "ts": msg["ts"]}
+
+    @route("chat.stopStream")
+    async def _stop_stream(self, params: JSONDict) -> JSONDict:
+        channel, msg = self._streaming(params)
+        msg["text"] += str(params.get("markdown_text") or "")
+        msg["streaming"] = False
+        self.posts.append(SlackPost(method="chat.stopStream", channel=channel, ts=msg["ts"],
+                                    text=msg["text"], thread_ts=msg.get("thread_ts")))
+        return {"channel": channel, "ts": msg["ts"], "message": dict(msg)}
+
     @route("chat.postEphemeral")
     async def _post_ephemeral(self, params: JSONDict) -> JSONDict:
         channel = self._channel(params)

@@ -318,3 +318,21 @@ async def test_mention_only_delivery_option(slack: FakeSlack) -> None:
     # No client connected: envelopes are queued; a DM never yields app_mention.
     assert kinds == [("app_mention", None), ("message", "im")]
     assert len(slack.unacked) == 2
+
+
+async def test_chat_streaming_grows_one_message_until_stopped(slack: FakeSlack) -> None:
+    """slack_sdk's chat.startStream / appendStream / stopStream against the fake."""
+    root = await slack.user_posts(CHANNEL, "question", user="U1")
+    client = _client(slack)
+    started = await client.chat_startStream(channel=CHANNEL, thread_ts=root,
+                                            markdown_text="Here ")
+    await client.chat_appendStream(channel=CHANNEL, ts=started["ts"], markdown_text="is **it**")
+    await client.chat_stopStream(channel=CHANNEL, ts=started["ts"], markdown_text=".")
+    with pytest.raises(SlackApiError) as stopped:
+        await client.chat_appendStream(channel=CHANNEL, ts=started["ts"], markdown_text="more")
+    assert stopped.value.response["error"] == "message_not_in_streaming_state"
+    assert [(p.method, p.text) for p in slack.posts] == [
+        ("chat.startStream", "Here "), ("chat.appendStream", "Here is **it**"),
+        ("chat.stopStream", "Here is **it**.")]
+    replies = [m for m in slack.messages_in(CHANNEL, thread_ts=root) if m["ts"] == started["ts"]]
+    assert [m["text"] for m in replies] == ["Here is **it**."]
