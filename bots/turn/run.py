@@ -698,9 +698,11 @@ class ProgressReporter:
         return self.client.render_progress(text)
 
     def _touch(self) -> None:
-        """An edit is due: the edit task takes it (started if none runs)."""
+        """An edit is due: the edit task takes it (started if none runs; none before the
+        message exists: its send shows the state then)."""
         self._dirty = True
-        if self._edit_task is None and self._started and not self._closed:
+        if (self._edit_task is None and self._started and not self._closed
+                and self.message_id is not None):
             self._edit_task = asyncio.create_task(self._edit_loop())
 
     async def _edit_loop(self) -> None:
