@@ -785,6 +785,19 @@ class FakeSlack(RoutedFake, UploadHold):
         self._files[fid] = (info, content)
         return {k: v for k, v in info.items() if not k.startswith("url_")}
 
+    def add_audio_clip(self, content: bytes, *, duration_ms: int, name: str = "audio_message.webm",
+                       mimetype: str = "audio/webm", size: int | None = None) -> JSONDict:
+        """An audio clip recorded in Slack (``subtype: slack_audio``, its length in
+        ``duration_ms``) as a message's ``files`` entry carries it; ``size``: what the file
+        object declares instead of the content's length (an oversized clip)."""
+        info = self.add_file(content, name, mimetype)
+        extra = {"subtype": "slack_audio", "duration_ms": duration_ms,
+                 "media_display_type": "audio"}
+        if size is not None:
+            extra["size"] = size
+        self._files[info["id"]][0].update(extra)
+        return {**info, **extra}
+
     @route("files.info")
     async def _files_info(self, params: JSONDict) -> JSONDict:
         fid = str(params.get("file") or "")
