@@ -32,10 +32,12 @@ class Fork:
 
 def _finished_turns(checkpoints: list[CheckpointRow]) -> list[CheckpointRow]:
     """The checkpoint that ended each finished turn, in order (a turn resumed after a
-    crash ends once)."""
+    crash ends once; turns a rewind took back are left out)."""
     ends: dict[str, CheckpointRow] = {}
     for cp in checkpoints:
-        if cp.state.get("last_termination"):
+        if cp.kind == "rewind":  # the turns it took back are not the session's any more
+            ends = {k: v for k, v in ends.items() if v.message_count <= cp.message_count}
+        elif cp.state.get("last_termination"):
             ends[str(cp.state.get("turn_id") or cp.turn_id)] = cp
     return sorted(ends.values(), key=lambda cp: cp.seq)
 
@@ -45,6 +47,9 @@ def _compacted_after(checkpoints: list[CheckpointRow], chosen: CheckpointRow) ->
     high = chosen.message_count
     for cp in checkpoints:
         if cp.seq > chosen.seq:
+            if cp.kind == "rewind":  # went back to a turn at or after ``chosen``: not a cut
+                high = cp.message_count
+                continue
             if cp.message_count < high:
                 return True
             high = cp.message_count

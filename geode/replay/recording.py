@@ -104,6 +104,11 @@ def _turn_bounds(checkpoints: Iterable[CheckpointRow]) -> list[tuple[str, int, i
     high = 0
     for cp in checkpoints:
         turn_id = str(cp.state.get("turn_id") or cp.turn_id or "")
+        if cp.kind == "rewind":  # the turns past this point were taken back (geode.rewind)
+            for gone in [t for t, (_, end) in bounds.items() if end > cp.message_count]:
+                del bounds[gone]
+            high = cp.message_count
+            continue
         if cp.message_count < high:  # compacted: the messages of the turns so far are gone
             lost.update(bounds, [turn_id])
             bounds.clear()
