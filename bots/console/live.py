@@ -143,7 +143,10 @@ async def thread_events(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={
         "Content-Type": "text/event-stream", "Cache-Control": "no-store",
         "X-Accel-Buffering": "no"})
-    await response.prepare(request)
+    try:
+        await response.prepare(request)
+    except ConnectionResetError:  # the browser left (a navigation) before the stream began
+        return response
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
     feeds = request.app[FEEDS_KEY]
     feed = feeds.watch(ThreadFeed(session_id=t.session_id, threads=threads, after_id=after,
