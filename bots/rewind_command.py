@@ -20,21 +20,42 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from geode.errors import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from pathlib import Path
 
-    from bots.commands import CommandContext
     from bots.events import InboundEvent
-    from bots.store import ApprovalRecord
+    from bots.store import ApprovalRecord, ApprovalRequests, ThreadSessions
+    from geode.daemon.port import HarnessPort
     from geode.rewind import BlobStore, RewindPlan
     from geode.settings import BindingSettings
     from geode.store import Store
     from geode.store.database import Database
 
-__all__ = ["REWIND_TOOL", "rewind_command", "rewind_confirmed"]
+__all__ = ["REWIND_TOOL", "CommandContext", "rewind_command", "rewind_confirmed"]
 
 #: the tool name of a rewind's approval request
 REWIND_TOOL = "rewind"
 _N = re.compile(r"[1-9][0-9]{0,2}")
+
+
+class CommandContext(Protocol):
+    """What the rewind command uses of ``bots.commands.CommandContext`` (named here, not
+    imported: the commands module imports this one)."""
+
+    @property
+    def threads(self) -> ThreadSessions: ...
+
+    @property
+    def host(self) -> HarnessPort: ...
+
+    @property
+    def active(self) -> Mapping[str, object]: ...
+
+    @property
+    def queued(self) -> Callable[[str], int]: ...
+
+    @property
+    def approvals(self) -> ApprovalRequests | None: ...
 
 
 @runtime_checkable
