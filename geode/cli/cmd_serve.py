@@ -26,9 +26,7 @@ if TYPE_CHECKING:
 @app.command()
 def serve(
     demo: Annotated[
-        bool, typer.Option("--demo", help=(
-            "Every session uses the offline scripted demo model; with nothing else to serve, "
-            "a web chat in the console too (a throwaway GEODE_HOME unless one is set)."))
+        bool, typer.Option("--demo", help="Every session uses the offline scripted demo model.")
     ] = False,
     cwd: Annotated[
         Path | None,
