@@ -120,8 +120,6 @@ class RewindStore:
                      timeline: dict[str, Any]) -> Committed:
         """Move the head to the intent's target, in one transaction (see the module doc).
 
-        Raises:
-            RewindConflictError: the head is not where the intent was planned.
         """
         secrets = self._store.secrets
 
@@ -131,9 +129,11 @@ class RewindStore:
             intent = meta.get(PENDING_KEY)
             if not isinstance(intent, dict) or intent.get("id") != intent_id:
                 return Committed(archive_id="", seq=int(head.last_seq), applied=False)
-            if int(head.last_seq) != int(intent["seq"]):
-                raise RewindConflictError(
-                    f"session {session_id!r} moved on while its rewind was pending")
+            # The head moved while the intent was pending (a turn that was already running
+            # saved): the rewind still completes, whole, and takes that turn back too; the
+            # files are already back, and an intent that could never commit would hold the
+            # session forever. The timeline row says so.
+            moved = int(head.last_seq) != int(intent["seq"])
             target = intent["target"]
             count, now = int(target["message_count"]), utcnow()
             archive = self._archive(conn, session_id, head, intent, now)
@@ -148,7 +148,8 @@ class RewindStore:
                 {"metadata": meta, "last_seq": seq, "message_count": count, "updated_at": now}))
             insert_rows(conn, [timeline_row(
                 session_id=session_id, turn_id="", kind="session.rewound",
-                payload={**timeline, "archive_session_id": archive, "intent_id": intent_id},
+                payload={**timeline, "archive_session_id": archive, "intent_id": intent_id,
+                         "moved_since_planned": moved},
                 secrets=secrets)])
             return Committed(archive_id=archive, seq=seq, applied=True)
 
