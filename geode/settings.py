@@ -13,18 +13,23 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from contextvars import ContextVar
+from copy import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal
 
 from dotenv import dotenv_values
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -37,11 +42,15 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from geode.agents import BINDING_ONLY, apply_agent
+from geode.config_errors import config_error, reject_unknown_sections, unknown_key_message
 from geode.errors import ConfigError
 from geode.secret_redaction import register_secret
 
 __all__ = [
+    "BINDING_ONLY",
     "PROJECT_CONFIG",
+    "AgentSettings",
     "BindingSettings",
     "BudgetSettings",
     "CodexSettings",
@@ -214,6 +223,8 @@ class BindingSettings(SpendCaps):
     channel: str
     #: the platform's team (workspace, server, bot id) this binding is limited to ("" = any)
     team: str = ""
+    #: a named agent (``[agents.NAME]``) whose keys this binding takes where it sets none
+    agent: str | None = None
     #: the folder its turns work in; "" = its own, $GEODE_HOME/workspaces/<platform>-<channel>/
     #: (see bots.workspaces); two bindings share one only when both name it
     workspace: str = ""
@@ -244,6 +255,16 @@ class BindingSettings(SpendCaps):
     approve_computer_actions: list[str] = Field(default_factory=lambda: ["click", "type", "key"])
     #: the skills offered in its threads, by name (None: every installed skill; []: none)
     skills: list[str] | None = None
+    #: a voice note is answered with a voice note too (``[voice] tts_model``), text beside it
+    voice_replies: bool = False
+
+    #: the keys it took from its agent (:func:`apply_agent`); None: not resolved here
+    _agent_keys: frozenset[str] | None = PrivateAttr(default=None)
+
+    @property
+    def agent_keys(self) -> frozenset[str]:
+        """The keys this binding took from its named agent (none without one)."""
+        return self._agent_keys or frozenset()
 
     @field_validator("platform")
     @classmethod
@@ -286,6 +307,28 @@ class BindingSettings(SpendCaps):
         return self
 
 
+class _AgentBase(_Section):
+    """What every ``[agents.NAME]`` table is: the behaviour keys of a binding (its fields are
+    BindingSettings' minus :data:`BINDING_ONLY`, with their types, defaults and bounds). The
+    rules between keys (``run_bash`` only in ``approve``, ...) are checked in each binding
+    that uses the agent, after its own keys are applied."""
+
+    @field_validator("approvers", mode="before", check_fields=False)
+    @classmethod
+    def _approver_ids(cls, v: Any) -> Any:
+        return [str(x) for x in v] if isinstance(v, list) else v
+
+
+if TYPE_CHECKING:
+    AgentSettings = _AgentBase
+else:
+    AgentSettings = create_model(
+        "AgentSettings", __base__=_AgentBase, __module__=__name__,
+        __doc__=_AgentBase.__doc__,
+        **{name: (info.annotation, copy(info))
+           for name, info in BindingSettings.model_fields.items() if name not in BINDING_ONLY})
+
+
 class SandboxSettings(_Section):
     """Per-call limits of run_bash's sandbox (see geode.tools.builtin._sandbox)."""
 
@@ -326,7 +369,9 @@ class SearchSettings(_Section):
 
 class VoiceSettings(_Section):
     """``[voice]``: voice notes transcribed through an OpenAI-compatible
-    ``/audio/transcriptions`` endpoint (no model: voice notes are saved as files, unread).
+    ``/audio/transcriptions`` endpoint (no model: voice notes are saved as files, unread),
+    and answers spoken through ``/audio/speech`` (``tts_model``; a binding's
+    ``voice_replies``).
 
     Its key is ``OPENAI_API_KEY`` from the environment or ``$GEODE_HOME/.env`` (a local
     Whisper server that wants none works without it), never from a config file."""
@@ -339,8 +384,16 @@ class VoiceSettings(_Section):
     max_mb: float = Field(default=20.0, gt=0, le=25)
     #: voice notes longer than this (seconds, as the platform declares them) are not downloaded
     max_duration_s: int = Field(default=600, ge=1, le=7200)
-    #: seconds one transcription may take
+    #: seconds one transcription (or one spoken reply's synthesis) may take
     timeout_s: float = Field(default=60.0, gt=0, le=600)
+    #: the speech model of spoken replies (``tts-1``, ``gpt-4o-mini-tts``, a local server's),
+    #: sent to ``/audio/speech`` at the same address; unset: no binding's answers are spoken
+    tts_model: str | None = None
+    #: the voice it speaks with (the endpoint's name: ``alloy``, ``nova``, ...)
+    voice: str = "alloy"
+    #: the longest text spoken (characters); a longer answer is cut at a sentence end, its
+    #: whole text is beside the voice note
+    max_speech_chars: int = Field(default=1500, ge=50, le=4096)
 
 
 class SkillsSettings(_Section):
@@ -456,6 +509,8 @@ class Settings(BaseSettings):
     lanes: LaneSettings = Field(default_factory=LaneSettings)
     budgets: BudgetSettings = Field(default_factory=BudgetSettings)
     channels: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: named agents, before ``bindings``: a binding's validation reads them
+    agents: dict[str, AgentSettings] = Field(default_factory=dict)
     bindings: list[BindingSettings] = Field(default_factory=list)
     mcp: dict[str, Any] = Field(default_factory=dict)
     search: SearchSettings = Field(default_factory=SearchSettings)
@@ -471,6 +526,33 @@ class Settings(BaseSettings):
     #: (the image sets GEODE_HEALTH_HOST) so the published port reaches it
     health_host: str = "127.0.0.1"
     health_port: int = 8787
+
+    @field_validator("bindings", mode="wrap")
+    @classmethod
+    def _with_agents(cls, value: Any, handler: ValidatorFunctionWrapHandler,
+                     info: ValidationInfo) -> list[BindingSettings]:
+        """Each binding that names an agent takes the agent's keys it does not set itself,
+        before it is validated: the rules between keys hold for what the binding runs with."""
+        agents = info.data.get("agents")
+        if agents is None or not isinstance(value, list):  # the agents failed: said already
+            bindings: list[BindingSettings] = handler(value)
+            return bindings
+        merged: list[Any] = []
+        taken: list[frozenset[str] | None] = []
+        for i, raw in enumerate(value):
+            if isinstance(raw, BindingSettings) and raw._agent_keys is None and raw.agent:
+                raw = raw.model_dump(include=raw.model_fields_set)
+            if isinstance(raw, Mapping):
+                raw, keys = apply_agent(raw, agents, where=f"[[bindings]] #{i + 1}")
+                taken.append(keys)
+            else:
+                taken.append(None)
+            merged.append(raw)
+        bindings = handler(merged)
+        for binding, from_agent in zip(bindings, taken, strict=True):
+            if from_agent is not None:
+                binding._agent_keys = from_agent
+        return bindings
 
     @property
     def store_url(self) -> str:
@@ -623,20 +705,6 @@ def config_files(home: Path, cwd: Path | None = None) -> list[Path]:
     return found
 
 
-def unknown_key_message(where: str, key: str, known: Iterable[str], *,
-                        what: str = "key", hint: str = "{}") -> str:
-    """The one wording of every unknown name in the configuration (a section, a key in a
-    section, a ``[channels.*]`` platform or one of its options): where, the name, the close
-    match and what is known. A misspelt name is refused with this, never ignored."""
-    import difflib
-
-    names = sorted(set(known))
-    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
-    match = f" Did you mean {hint.format(close[0])}?" if close else ""
-    return (f"{where}: unknown {what} {key!r}.{match} Known: {', '.join(names) or 'none'} "
-            "(config/config.example.toml shows each).")
-
-
 def platform_names() -> tuple[str, ...]:
     """The platforms a binding (and a ``[channels.*]`` section) may name: the registered
     ones (:mod:`geode.platforms`), so this module holds no list of them."""
@@ -646,69 +714,7 @@ def platform_names() -> tuple[str, ...]:
 
 
 def _reject_unknown_sections(path: Path, data: Mapping[str, Any]) -> None:
-    """An unknown top-level key or section is an error, as an unknown key inside a section
-    is (``extra="forbid"``): a misspelt ``[modle]`` used to be ignored without a word. So is
-    an unknown ``[channels.NAME]``: ``[channels.telegarm]`` used to start no connector.
-    (The keys inside ``[channels.NAME]`` are the platform's own options, checked by
-    :func:`geode.cli.preflight.preflight`, which imports the platform packages.)"""
-    known = [n for n in Settings.model_fields if n != "home" and not n.startswith("test_")]
-    for key in data:
-        if key not in Settings.model_fields:
-            raise ConfigError(unknown_key_message(str(path), key, known,
-                                                  what="section or key", hint="[{}]"))
-    channels = data.get("channels")
-    if isinstance(channels, Mapping):
-        for name in channels:
-            if name not in platform_names():
-                raise ConfigError(unknown_key_message(
-                    f"{path}: [channels.{name}]", name, platform_names(), what="platform"))
-
-
-def _loc_model(loc: Sequence[int | str]) -> tuple[str, type[BaseModel] | None]:
-    """The section a validation error's location names (``[model]``, ``[[bindings]] #2``)
-    and the model whose fields are known there (None: not a model, e.g. a free dict)."""
-    model: type[BaseModel] | None = Settings
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts[-1:] = [f"{parts[-1] if parts else ''} #{item + 1}"]
-            continue
-        if model is None or item not in model.model_fields:
-            return ".".join(parts), None
-        parts.append(item)
-        model = _inner_model(model.model_fields[item].annotation)
-    return ".".join(parts), model
-
-
-def _inner_model(annotation: Any) -> type[BaseModel] | None:
-    """The model a field holds, directly or as the items of a list (``[[bindings]]``)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    if get_origin(annotation) is list:
-        args = get_args(annotation)
-        return _inner_model(args[0]) if args else None
-    return None
-
-
-def _config_error(where: str, exc: ValidationError | SettingsError) -> ConfigError:
-    """A ConfigError from a failed Settings(): an unknown key is named with its close match
-    (:func:`unknown_key_message`); other errors keep pydantic's wording."""
-    if not isinstance(exc, ValidationError):
-        return ConfigError(f"Invalid configuration in {where}:\n{exc}")
-    unknown: list[str] = []
-    others = 0
-    for err in exc.errors():
-        loc = err["loc"]
-        if err["type"] != "extra_forbidden" or not loc:
-            others += 1
-            continue
-        section, model = _loc_model(loc[:-1])
-        known = [] if model is None else list(model.model_fields)
-        unknown.append(unknown_key_message(f"{where}: [{section}]", str(loc[-1]), known))
-    if not unknown:
-        return ConfigError(f"Invalid configuration in {where}:\n{exc}")
-    rest = f"\n{exc}" if others else ""
-    return ConfigError("\n".join(unknown) + rest)
+    reject_unknown_sections(path, data, root=Settings, platforms=platform_names())
 
 
 def load_settings(
@@ -733,7 +739,7 @@ def load_settings(
         settings = Settings(home=home, **overrides)
     except (ValidationError, SettingsError) as exc:
         where = ", ".join(str(f) for f in files) or "the environment"
-        raise _config_error(where, exc) from exc
+        raise config_error(Settings, where, exc) from exc
     finally:
         _LOAD.reset(token)
     if settings.codex.home is None and env.get("CODEX_HOME"):

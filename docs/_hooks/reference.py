@@ -163,6 +163,10 @@ def _constraints(info: FieldInfo) -> str:
 
 #: what each table is for, in a reader's words (the models' docstrings are for contributors)
 INTROS = {
+    "[agents.NAME]": "A named agent: the behaviour keys of a binding, kept once for every "
+                     "binding that says `agent = \"NAME\"` (each key means what it means in "
+                     "`[[bindings]]`; a binding's own keys win). `geode agents show NAME` says "
+                     "where each key of a binding comes from. See [Daemon](../daemon.md).",
     "[model]": "The model every session uses unless a binding, `--model` or `/model` says "
                "otherwise; see [Models and providers](../models.md).",
     "[providers.NAME]": "Per provider (`anthropic`, `openai`, `zai`, `openrouter`, ...): another "
@@ -321,13 +325,18 @@ def _cell(text: str) -> str:
 def key_rows(model: type[BaseModel], table: str) -> Iterator[str]:
     """Markdown table rows ``| key | type | default | meaning |`` of ``model``'s fields."""
     comments = _field_comments(model)
+    if table == "[agents.NAME]":  # an agent's keys are a binding's (derived): the same words
+        from geode.settings import BindingSettings
+
+        comments = _field_comments(BindingSettings)
     for name, info in model.model_fields.items():
         key = info.alias or name
         annotation = info.annotation
         sub = _submodel(annotation)
         if sub is not None and info.default_factory is not None and not _is_container(annotation):
             continue  # a nested table: it has its own section
-        shared = "[channels.*]" if table.startswith("[channels.") else table
+        shared = ("[channels.*]" if table.startswith("[channels.")
+                  else "[[bindings]]" if table == "[agents.NAME]" else table)
         meaning = _clean(comments.get(name) or NOTES.get(f"{table}.{key}")
                          or NOTES.get(f"{shared}.{key}", ""))
         bounds = _constraints(info)

@@ -27,15 +27,17 @@ async def open_store(settings: Settings) -> Store:
     return await open_store(settings.store_url)
 
 
-def check_binding(binding: BindingSettings, settings: Settings) -> None:
+def check_binding(binding: BindingSettings, settings: Settings, *,
+                  where: str | None = None) -> None:
     """A binding's model and tools exist (ConfigError with close matches otherwise): checked
-    when it is written or read at start, so no channel turn fails on a typo."""
+    when it is written or read at start, so no channel turn fails on a typo. ``where``
+    names it in the message (default: ``binding PLATFORM CHANNEL``)."""
     from geode.errors import ConfigError
     from geode.mcp.config import servers_section
     from geode.providers.catalog import resolve_generation_model
     from geode.tools.names import check_tool_names, known_tool_names
 
-    where = f"binding {binding.platform} {binding.channel}"
+    where = where or f"binding {binding.platform} {binding.channel}"
     if binding.model:
         resolve_generation_model(binding.model)  # judge-only ids never serve a channel
     for model_id in binding.models:  # what /model may pick: the same check, at start

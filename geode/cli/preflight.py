@@ -3,10 +3,10 @@
 ``geode serve`` refuses to start (exit 2) when one fails; ``geode doctor`` runs the very
 same function and reports every result, so a config that serve refuses makes doctor say
 the same words and exit non-zero (a binding's model id used to pass doctor and fail serve).
-What is checked: each configured binding's model id and tool names, then each plugin's start
-checks (:attr:`geode.plugins.HarnessPlugin.preflight`; the chat layer's: the bindings'
-workspaces and each ``[channels.*]`` section). Nothing here names a platform or imports the
-chat layer.
+What is checked: each named agent's and each configured binding's model id and tool names,
+then each plugin's start checks (:attr:`geode.plugins.HarnessPlugin.preflight`; the chat
+layer's: the bindings' workspaces and each ``[channels.*]`` section). Nothing here names a
+platform or imports the chat layer.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def preflight(settings: Settings, secrets: Secrets) -> list[Check]:
     Raises:
         ConfigError: a plugin does not load (it names the plugin and its package).
     """
-    return [*_bindings(settings), *_plugins(settings, secrets)]
+    return [*_agents(settings), *_bindings(settings), *_plugins(settings, secrets)]
 
 
 def refuse_failed(checks: list[Check]) -> None:
@@ -69,6 +69,27 @@ def _bindings(settings: Settings) -> list[Check]:
             out.append(Check(name=name, status="ok",
                              message=f"{name}: model {b.model or settings.model.default}, "
                                      "tools known"))
+    return out
+
+
+def _agents(settings: Settings) -> list[Check]:
+    """Each named agent's model and tool names, as a binding's (one no binding uses yet
+    too: it fails here, not when a binding first names it)."""
+    from geode.cli._common import check_binding
+    from geode.settings import BindingSettings
+
+    out = []
+    for name, agent in sorted(settings.agents.items()):
+        where = f"[agents.{name}]"
+        keys = agent.model_dump(include=agent.model_fields_set)
+        try:  # its keys were validated as [agents.NAME]; only the names are checked here
+            check_binding(BindingSettings.model_construct(**keys), settings, where=where)
+        except ConfigError as exc:
+            out.append(Check(name=where, status="fail", message=f"{where}: {exc}",
+                             fix="fix the [agents] table in config.toml; `geode models` "
+                                 "lists the model ids"))
+        else:
+            out.append(Check(name=where, status="ok", message=f"{where}: model and tools known"))
     return out
 
 
