@@ -56,7 +56,8 @@ from geode.settings import BindingSettings
 from geode.tools.builtin import own_inodes
 from geode.voice import Transcriber, TranscriptionError
 
-__all__ = ["INLINE_CHARS", "Received", "VoiceHost", "receive_attachments", "recorded_notices"]
+__all__ = ["INLINE_CHARS", "Received", "VoiceHost", "is_voice_note", "receive_attachments",
+           "recorded_notices"]
 
 log = structlog.get_logger(__name__)
 
@@ -101,10 +102,11 @@ class VoiceHost(Protocol):
     def transcriber(self) -> Transcriber | None: ...
 
 
-def _is_voice(a: Attachment) -> bool:
-    # by what the connector says it is (Telegram's voice notes and audio files), not by its
-    # MIME type: a platform whose connector does not say a duration keeps its audio unread
-    # rather than download it unchecked
+def is_voice_note(a: Attachment) -> bool:
+    """Whether ``a`` is transcribed as a voice note: by what the connector says it is
+    (Telegram's voice notes and audio files, Slack's audio clips and audio files, Discord's
+    voice messages and audio files, each with what it declares of its length), not by
+    its MIME type."""
     return a.kind in ("voice", "audio")
 
 
@@ -324,7 +326,7 @@ async def recorded_notices(records: AttachmentRecords, event_id: int, *,
         if rec.status == "refused":
             _refusal(rec.name or "file", rec.reason, out)
         elif (event is not None and workspace is not None and i < len(event.attachments)
-              and _is_voice(event.attachments[i]) and rec.path):
+              and is_voice_note(event.attachments[i]) and rec.path):
             kept = workspace / (rec.path + ".transcript.txt")
             with contextlib.suppress(_NotSaved):
                 text = await asyncio.to_thread(_read_transcript, kept, own)
@@ -347,7 +349,7 @@ async def _receive_one(
                             platform=event.platform, file_ref=a.ref, name=a.name or "file",
                             mime=a.mime)
     # a voice note is checked against the voice limits first: never downloaded past them
-    why = _voice_refusal(a, voice) if voice is not None and _is_voice(a) else None
+    why = _voice_refusal(a, voice) if voice is not None and is_voice_note(a) else None
     if why is None and not _allowed(a, binding.attachment_types):
         why = f"files of type {a.mime or _suffix(a) or 'unknown'} are not accepted here"
     elif why is None and a.size > max_bytes:
@@ -415,7 +417,7 @@ async def receive_attachments(
                 continue
         try:
             await _describe(a, dest, got, out, own)
-            if voice is not None and _is_voice(a):
+            if voice is not None and is_voice_note(a):
                 await _transcript(voice, label, dest, got, out, own, fresh=fresh)
         except _NotSaved as exc:  # swapped since it was checked: nothing of it is read
             _refusal(label, str(exc), out)

@@ -1,4 +1,5 @@
-"""Voice notes to text: an OpenAI-compatible ``/audio/transcriptions`` client (``[voice]``).
+"""Voice notes to text and answers to speech: OpenAI-compatible ``/audio/transcriptions``
+and ``/audio/speech`` clients (``[voice]``).
 
 The chat layer decides what is a voice note, checks its declared size and duration before
 any download, saves it like any attachment and reads it back confined
@@ -8,6 +9,11 @@ never sent to the endpoint.
 
 The endpoint's failures become :class:`TranscriptionError` here, in one place: the caller
 tells the user and the turn goes on without the transcript.
+
+A spoken reply (a binding's ``voice_replies``, ``[voice] tts_model``) is the answer's text,
+cut to ``max_speech_chars`` at a sentence or word end, synthesised as Ogg/Opus by
+:class:`Speaker`; its failures are :class:`SpeechError` (the text answer is delivered
+either way, see :mod:`bots.voice_reply`).
 """
 
 from __future__ import annotations
@@ -20,8 +26,8 @@ from geode.errors import RunError
 if TYPE_CHECKING:
     from geode.settings import Secrets, VoiceSettings
 
-__all__ = ["KEY_ENV", "Transcriber", "TranscriptionError", "audio_suffix", "is_audio",
-           "voice_transcriber"]
+__all__ = ["KEY_ENV", "Speaker", "SpeechError", "Transcriber", "TranscriptionError",
+           "audio_suffix", "is_audio", "speech_text", "voice_speaker", "voice_transcriber"]
 
 #: where the endpoint's key is read from (the environment or ``$GEODE_HOME/.env``)
 KEY_ENV = "OPENAI_API_KEY"
@@ -33,6 +39,15 @@ MAX_TRANSCRIPT_CHARS = 20_000
 class TranscriptionError(RunError):
     """The transcription endpoint did not give a transcript (``status``: its HTTP status,
     None when it was not reached)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class SpeechError(RunError):
+    """The speech endpoint did not give audio (``status``: its HTTP status, None when it was
+    not reached or its answer was not Ogg audio)."""
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
@@ -124,3 +139,75 @@ def voice_transcriber(voice: VoiceSettings, secrets: Secrets) -> Transcriber | N
                        api_key=secrets.get(KEY_ENV) or "none", timeout_s=voice.timeout_s,
                        max_bytes=int(voice.max_mb * 1024 * 1024),
                        max_duration_s=voice.max_duration_s)
+
+
+#: the most audio one spoken reply may be (bytes); a longer answer from the endpoint is refused
+MAX_SPEECH_BYTES = 20 * 1024 * 1024
+
+
+def speech_text(text: str, max_chars: int) -> str:
+    """What of ``text`` is spoken: all of it up to ``max_chars``; past that, cut at the last
+    sentence end (else word end) before the cap, with an ellipsis (the whole text is beside
+    the voice note)."""
+    text = " ".join(text.split())
+    if len(text) <= max_chars:
+        return text
+    head = text[:max_chars]
+    cut = max(head.rfind(". "), head.rfind("! "), head.rfind("? "))
+    if cut >= max_chars // 2:
+        return head[:cut + 1] + " …"
+    space = head.rfind(" ")
+    return (head[:space] if space > 0 else head) + " …"
+
+
+class Speaker:
+    """Sends text to ``/audio/speech`` with the OpenAI SDK and returns Ogg/Opus audio (what
+    the chat apps play as a voice note)."""
+
+    def __init__(self, *, model: str, voice: str, base_url: str | None, api_key: str,
+                 timeout_s: float, max_chars: int) -> None:
+        self.model = model
+        self.voice = voice
+        self.max_chars = max_chars
+        import openai  # only when a tts_model is configured
+
+        self._client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url,
+                                          timeout=timeout_s, max_retries=1)
+
+    async def speak(self, text: str) -> bytes:
+        """``text`` (cut by :func:`speech_text`) spoken, as an Ogg/Opus file.
+
+        Raises:
+            SpeechError: nothing to say, the endpoint failed, or it answered with something
+                that is not Ogg audio (or is too large).
+        """
+        said = speech_text(text, self.max_chars)
+        if not said:
+            raise SpeechError("there is no text to speak")
+        import openai
+
+        try:
+            result = await self._client.audio.speech.create(
+                model=self.model, voice=self.voice, input=said, response_format="opus")
+            data = result.content
+        except openai.APIStatusError as exc:
+            raise SpeechError(f"the speech service answered HTTP {exc.status_code}",
+                              status=exc.status_code) from exc
+        except openai.APIError as exc:
+            raise SpeechError("the speech service could not be reached") from exc
+        if audio_suffix(data[:16]) != ".ogg" or len(data) > MAX_SPEECH_BYTES:
+            raise SpeechError("the speech service did not return Ogg/Opus audio")
+        return data
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def voice_speaker(voice: VoiceSettings, secrets: Secrets) -> Speaker | None:
+    """The configured speaker, or None when ``[voice] tts_model`` is not set (no binding's
+    ``voice_replies`` is spoken then). Same endpoint and key as the transcriber."""
+    if not voice.tts_model:
+        return None
+    return Speaker(model=voice.tts_model, voice=voice.voice, base_url=voice.base_url,
+                   api_key=secrets.get(KEY_ENV) or "none", timeout_s=voice.timeout_s,
+                   max_chars=voice.max_speech_chars)

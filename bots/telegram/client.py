@@ -250,8 +250,9 @@ class TelegramClient:
         self, target: ReplyTarget, *, filename: str, data: bytes, caption: str | None,
         image: bool,
     ) -> str:
-        """``sendPhoto`` (``image``) or ``sendDocument``, in the thread as :meth:`send`
-        replies (topic, reply to the message that asked)."""
+        """``sendPhoto`` (``image``), ``sendVoice`` (an Ogg/Opus file: a spoken reply, shown
+        as a voice note) or ``sendDocument``, in the thread as :meth:`send` replies (topic,
+        reply to the message that asked)."""
         assert self.bot is not None
         route = self._route(target)
         reply = None
@@ -263,6 +264,9 @@ class TelegramClient:
         try:
             if image:
                 msg = await self.bot.send_photo(photo=upload, caption=text,
+                                                reply_parameters=reply, **route)
+            elif _is_opus(data):
+                msg = await self.bot.send_voice(voice=upload, caption=text,
                                                 reply_parameters=reply, **route)
             else:
                 msg = await self.bot.send_document(document=upload, caption=text,
@@ -289,6 +293,11 @@ class TelegramClient:
 
 
 _NO_PREVIEW = {"is_disabled": True}
+
+
+def _is_opus(data: bytes) -> bool:
+    """An Ogg file whose first stream is Opus: what Telegram plays as a voice note."""
+    return data.startswith(b"OggS") and b"OpusHead" in data[:64]
 
 
 def _text(chunk: Chunk, plain: bool) -> dict[str, Any]:

@@ -117,7 +117,8 @@ class SentMessage:
 
 @dataclass(kw_only=True)
 class TelegramUpload:
-    """A ``sendDocument`` / ``sendPhoto`` that took effect (the file's bytes included)."""
+    """A ``sendDocument`` / ``sendPhoto`` / ``sendVoice`` that took effect (the file's bytes
+    included)."""
 
     method: str
     chat_id: ChatId
@@ -808,6 +809,10 @@ class FakeTelegramServer(RoutedFake, UploadHold):
     async def _send_photo(self, params: JSONDict) -> JSONDict:
         return await self._send_file("sendPhoto", "photo", params)
 
+    @route("sendVoice")
+    async def _send_voice(self, params: JSONDict) -> JSONDict:
+        return await self._send_file("sendVoice", "voice", params)
+
     async def _send_file(self, method: str, field_name: str, params: JSONDict) -> JSONDict:
         chat_id = self._chat(params)
         part = params.get(field_name)
@@ -839,6 +844,8 @@ class FakeTelegramServer(RoutedFake, UploadHold):
         }
         if field_name == "photo":
             raw["photo"] = [{**file_info, "width": 1, "height": 1}]
+        elif field_name == "voice":
+            raw["voice"] = {**file_info, "duration": 1, "mime_type": "audio/ogg"}
         else:
             raw["document"] = {**file_info, "file_name": filename}
         if caption is not None:

@@ -34,6 +34,7 @@ from bots.observed import ChannelEvent, DeliveryRetried, RateLimited, ReplySent
 from bots.port import DeliveryError, PlatformClient
 from bots.store.outbox import PLACEHOLDER, Outbox, OutboxRow
 from bots.turn.steps import Answered, Done, Dropped, Ready
+from bots.voice_reply import SpeakerHost, send_voice_reply
 from geode.secret_redaction import redact_text
 
 if TYPE_CHECKING:
@@ -78,6 +79,23 @@ class DeliverPhase:
         if step.fresh:
             self._fault("delivered")
         return Done()
+
+    async def speak(self, row: OutboxRow) -> None:
+        """After ``row``'s answer was delivered: the same answer as a voice note, once
+        (:mod:`bots.voice_reply`); nothing when the host speaks nothing or the text did not
+        land."""
+        host = self.deps.host
+        if not isinstance(host, SpeakerHost) or host.speaker is None:
+            return
+        row = await self.deps.outbox.by_id(row.id)
+        if row.status != "sent" or not row.loop_turn_id:
+            return
+        # the model's own words, not the notices put before them in the thread
+        outcome = await host.turn_outcome(row.session_key, row.loop_turn_id)
+        if outcome.state == "finished" and outcome.text.strip():
+            await send_voice_reply(speaker=host.speaker, files=self.deps.files,
+                                   outbox=self.deps.outbox, row=row, answer=outcome.text)
+            self._fault("voice_reply_sent")
 
 
 def _no_fault(point: str) -> None:

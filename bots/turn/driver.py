@@ -49,6 +49,7 @@ from bots.turn.steps import (
     Step,
     TurnDeps,
 )
+from bots.voice_reply import wants_voice_reply
 
 if TYPE_CHECKING:
     from bots.store import OutboxRow, StoredEvent
@@ -87,12 +88,15 @@ class TurnRunner:
     async def drive(self, step: Step) -> Done:
         """Walk ``step`` and the steps the phases return until one is ``Done``."""
         shown: Shown | None = None  # the turn in its thread, from Accept until it answered
+        speak = False  # its answer is spoken too (bots.voice_reply): decided by its event
         try:
             while True:
                 match step:
                     case Recover():
+                        speak = wants_voice_reply(step.binding, step.stored)
                         step = await self.prepare.recover(step)
                     case Accept():
+                        speak = wants_voice_reply(step.binding, step.stored)
                         turn = self.prepare.turn(step)
                         shown = await self.running.show(turn)
                         step = await self.prepare.prepare(turn, step.prompt)
@@ -107,7 +111,10 @@ class TurnRunner:
                     case Dropped():
                         step = await self.delivery.dropped(step)
                     case Ready():
+                        row = step.row
                         step = await self.delivery.deliver(step)
+                        if speak:  # the answer landed: now spoken too, once
+                            await self.delivery.speak(row)
                     case Done():
                         return step
                     case _:

@@ -55,7 +55,7 @@ from geode.providers.base import BaseProvider
 from geode.settings import Secrets, Settings, SpendCaps
 from geode.store.database import Database
 from geode.store.space import volume_problem
-from geode.voice import Transcriber, voice_transcriber
+from geode.voice import Speaker, Transcriber, voice_speaker, voice_transcriber
 
 __all__ = ["Connector", "Daemon", "ProviderFactory"]
 
@@ -152,6 +152,8 @@ class Daemon:
         self.computer: ComputerDisplay | None = None
         #: voice notes' transcriber (``[voice]``; None: voice notes are saved, unread)
         self.transcriber: Transcriber | None = voice_transcriber(settings.voice, secrets)
+        #: answers' speaker (``[voice] tts_model``; None: no answer is spoken)
+        self.speaker: Speaker | None = voice_speaker(settings.voice, secrets)
         self.draining = False
         self._lock = HomeLock(home=settings.home, socket_path=self.socket_path)
         self._stop: asyncio.Event | None = None

@@ -19,7 +19,7 @@ from _discord_stack import (  # noqa: F401  (fixtures)
 )
 
 from geode.providers.scripted import ScriptedProvider
-from geode.testing.fake_voice import FakeVoice
+from geode.testing.fake_voice import FAKE_SPEECH, FakeVoice
 from tests.bots._harness import user_messages
 
 OGG = b"OggS\x00\x02" + b"\x00" * 20 + b"OpusHead" + b"\x01" * 200
@@ -97,3 +97,20 @@ async def test_a_voice_message_whose_bytes_are_not_audio_is_never_sent(
     await dfake.wait_for(lambda: replies(dfake, "could not transcribe"), timeout=15)
     assert "not an audio file" in replies(dfake, "could not transcribe")[0]
     assert voice.requests == []
+
+
+async def test_a_voice_message_is_answered_with_a_spoken_reply_beside_the_text(
+        make_dstack, dfake, home: Path, voice: FakeVoice) -> None:  # noqa: F811 (fixtures)
+    with (home / "config.toml").open("a") as f:
+        f.write('tts_model = "tts-1"\n')
+    provider = ScriptedProvider(["Rolled back."], repeat_last=True)
+    stack = make_dstack(provider=provider, bindings=[
+        dbinding(dfake, require_mention=False, voice_replies=True)])
+    await stack.start()
+    await dfake.user_says(dfake.channel_id, "", files=[dfake.add_voice_message(OGG,
+                                                                               duration_secs=2)])
+    await dfake.wait_for(lambda: dfake.uploads, timeout=15)
+    [spoken] = dfake.uploads
+    assert spoken.filename == "answer.ogg"
+    assert spoken.data == FAKE_SPEECH + b"Rolled back."
+    assert len(replies(dfake, "Rolled back.")) == 1
