@@ -46,6 +46,23 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _audio(f: dict[str, Any]) -> tuple[str, int]:
+    """(kind, declared seconds) of a file: an audio clip recorded in Slack (subtype
+    ``slack_audio``, its length in ``duration_ms``) is a voice note, another ``audio/*``
+    upload an audio file; both are transcribed within the voice limits, checked on these
+    declared values before any download (bots.attachments)."""
+    seconds = -(-_int(f.get("duration_ms")) // 1000)  # rounded up: never under the limit
+    if f.get("subtype") == "slack_audio":
+        return "voice", seconds
+    if _str(f.get("mimetype")).lower().startswith("audio/"):
+        return "audio", seconds
+    return "", 0
+
+
 def _files(value: Any) -> tuple[Attachment, ...]:
     if not isinstance(value, list):
         return ()
@@ -53,11 +70,11 @@ def _files(value: Any) -> tuple[Attachment, ...]:
     for f in value[:20]:
         if not isinstance(f, dict):
             continue
-        size = f.get("size")
+        kind, seconds = _audio(f)
         out.append(Attachment(
             name=_str(f.get("name"))[:200], mime=_str(f.get("mimetype"))[:100],
-            size=size if isinstance(size, int) and not isinstance(size, bool) else 0,
-            ref=_str(f.get("id"))[:100],
+            size=_int(f.get("size")), ref=_str(f.get("id"))[:100], kind=kind,
+            duration=seconds,
         ))
     return tuple(out)
 
