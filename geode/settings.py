@@ -58,6 +58,7 @@ __all__ = [
     "ConsoleSettings",
     "LoopSettings",
     "ModelSettings",
+    "RewindSettings",
     "SandboxSettings",
     "SearchSettings",
     "Secrets",
@@ -340,6 +341,17 @@ class SandboxSettings(_Section):
     gid: int = Field(default=1000, ge=1)
 
 
+class RewindSettings(_Section):
+    """``[rewind]``: what a session keeps so ``/rewind`` and ``geode sessions rewind`` can put
+    its workspace files back (``geode.rewind``)."""
+
+    #: keep pre-images of files before write_file / edit_file and a workspace snapshot
+    #: before run_bash; off: nothing is kept and no turn with such a call can be rewound
+    enabled: bool = True
+    #: the most one call's kept pre-images may hold (MB); a run_bash that changed more makes
+    #: its turn not rewindable
+    max_snapshot_mb: int = Field(default=64, ge=1, le=100_000)
+
 
 class SearchSettings(_Section):
     """``[search]``: the backend of the ``web_search`` tool (no provider: no such tool).
@@ -518,6 +530,7 @@ class Settings(BaseSettings):
     voice: VoiceSettings = Field(default_factory=VoiceSettings)
     hooks: dict[str, list[HookCommand]] = Field(default_factory=dict)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    rewind: RewindSettings = Field(default_factory=RewindSettings)
     computer: ComputerSettings = Field(default_factory=ComputerSettings)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     log_level: str = "WARNING"

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from geode.daemon.port_values import SessionOverrides
     from geode.hooks import HookRegistry, HookSystem
     from geode.mcp.manager import MCPServerManager
+    from geode.rewind import PreImageRecorder
     from geode.search import WebSearchClient
     from geode.settings import Settings
     from geode.skills import OfferedSkills
@@ -119,8 +120,18 @@ class ToolsBuilder:
             scope=scope, workspace=workspace, hooks=self.hooks, observers=self.observers,
             approver=approver, receipts=records.receipts, timeline=records.timeline,
             locks=self.locks, max_result_chars=max_result_chars, results=records.results,
-            deps=self.deps(display=display, skills=skills),
+            deps=self.deps(display=display, skills=skills), preimages=self._preimages,
         )
+
+    @functools.cached_property
+    def _preimages(self) -> PreImageRecorder | None:
+        """What rewind keeps before a call changes workspace files (``[rewind]``)."""
+        if not self.settings.rewind.enabled:
+            return None
+        from geode.rewind import BlobStore, PreImageRecorder
+
+        return PreImageRecorder(blobs=BlobStore(self.settings.home / "rewind"),
+                                max_snapshot_mb=self.settings.rewind.max_snapshot_mb)
 
     async def plan_source(self, scope: SessionScope,
                           extra_tools: Sequence[ToolDef] = ()) -> PlanSource:
