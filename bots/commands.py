@@ -29,7 +29,7 @@ __all__ = ["COMMANDS", "ActiveTurn", "CommandContext", "PrivateReply", "allowed_
            "parse_command", "picked_model", "run_command"]
 
 COMMANDS = ("new", "reset", "status", "stop", "help", "start", "approve", "deny", "model",
-            "usage")
+            "usage", "console")
 _CMD = re.compile(r"^/([A-Za-z_]+)(?:@([A-Za-z0-9_]+))?(?:\s|$)")
 #: what an approval request id looks like (``bots.store.approvals`` issues 6 of these)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9]{4,16}")
@@ -54,6 +54,7 @@ HELP = (
     "/approve, /deny  decide a pending approval request (reply to it, or give its id)\n"
     "/model   show this thread's model and the ones it may use; /model ID switches to one\n"
     "/usage   tokens of this thread and yours today, against their caps\n"
+    "/console (in a direct message to me) a sign-in link for the web console\n"
     "/help    this text"
 )
 
@@ -141,6 +142,10 @@ async def run_command(
         return await _model(ctx, event, binding)
     if name == "usage":
         return await _usage(ctx, event, binding)
+    if name == "console":  # a direct message gets its link before the binding check
+        from bots.console.chat_command import in_thread
+
+        return in_thread(event)
     return HELP
 
 

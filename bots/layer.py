@@ -38,13 +38,21 @@ from bots._aio import reap
 from bots.approvals import ApprovalWaiters
 from bots.bindings import BindingTable
 from bots.commands import ActiveTurn, CommandContext
+from bots.console.chat_command import with_console_dm
 from bots.events import InboundEvent
 from bots.intake import ClaimState, Intake, Pump
 from bots.lease_keeper import LeaseKeeper
 from bots.metrics import ChannelMetrics
 from bots.options import LayerOptions
 from bots.port import PlatformClient, TurnHost
-from bots.router import BaseEventProcessor, BotIdentity, Router, ThreadOrderedProcessor
+from bots.router import (
+    DEFAULT_CHAIN,
+    BaseEventProcessor,
+    BotIdentity,
+    Router,
+    ThreadOrderedProcessor,
+    binding,
+)
 from bots.store import ChannelStore
 from bots.turn import Deliverer, EntryOrder, TurnDeps, TurnRunner
 from bots.uploads import FileSender
@@ -124,7 +132,8 @@ class ChannelLayer:
         self.router = Router(
             signals=self.state, client=client, records=records, bindings=self.bindings,
             processor=self.processor, deliverer=self.deliverer, turns=self.turns,
-            commands=self.commands, active=self.active, entry=self.entry, fault=fault)
+            commands=self.commands, active=self.active, entry=self.entry, fault=fault,
+            chain=with_console_dm(DEFAULT_CHAIN, client, host, before=binding))
         self.keeper = LeaseKeeper(
             state=self.state, router=self.router, client=client, records=records, host=host,
             options=options, bindings=self.bindings, processor=self.processor,
