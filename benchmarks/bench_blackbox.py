@@ -264,25 +264,52 @@ async def _until_ready(port: int, proc: asyncio.subprocess.Process, within: floa
 
 
 def geode_config(platform: PlatformSpec, fake: dict[str, Any], *, n_chats: int, paced: bool,
-                 lanes: int) -> str:
-    """An operator's config.toml: the model, lanes, the channel, one binding per chat."""
+                 lanes: int, memory: int = 0) -> str:
+    """An operator's config.toml: the model, lanes, the channel, one binding per chat
+    (``memory``: entries seeded, so each binding turns memory on)."""
     bindings = "".join(
         f'\n[[bindings]]\nplatform = "{platform.name}"\nchannel = "{c}"\n'
         f'allow_users = ["{platform.audience(fake)}"]\n'
+        + ('memory = "channel"\n' if memory else "")
         for c in dict.fromkeys(platform.chats(n_chats, fake)))
     return (f'[model]\ndefault = "openai:bench-model"\n\n'
             f"[lanes]\nglobal_cap = {lanes}\nchannel_cap = {lanes}\n\n"
             f"{platform.section(fake, paced, lanes)}{bindings}")
 
 
+async def seed_memory(home: Path, platform: PlatformSpec, fake: dict[str, Any], *,
+                      n_chats: int, entries: int) -> None:
+    """``entries`` memory entries each turn's prompt shows: half about the audience (user
+    memory), half for each bound chat (channel memory). Written with this checkout's code."""
+    from geode.store import open_store
+    from geode.store.memory import MemoryAudit, MemoryStore
+
+    audit = MemoryAudit(by="bench", via="cli")
+    user = f"{platform.name}:{platform.audience(fake)}"
+    async with await open_store(f"sqlite:///{home / 'geode.db'}") as store:
+        memory = MemoryStore(store=store)
+        for i in range(entries - entries // 2):
+            await memory.add(scope="user", owner=user, audit=audit,
+                             text=f"Fact {i} about this person: prefers answers in short "
+                                  "bullet points and metric units.")
+        for c in dict.fromkeys(platform.chats(n_chats, fake)):
+            for i in range(entries // 2):
+                await memory.add(scope="channel", owner=f"{platform.name}:{c}", audit=audit,
+                                 text=f"Channel fact {i}: the team deploys on Tuesdays, "
+                                      "standup is at 09:30 UTC.")
+
+
 @contextlib.asynccontextmanager
 async def geode_side(platform: PlatformSpec, fake: dict[str, Any], model_url: str, *,
                      n_chats: int, paced: bool, lanes: int,
-                     profile: Path | None = None, code: Path = REPO) -> AsyncIterator[int]:
+                     profile: Path | None = None, code: Path = REPO,
+                     memory: int = 0) -> AsyncIterator[int]:
     home = Path(tempfile.mkdtemp(prefix="geode-bench-"))
     try:
-        (home / "config.toml").write_text(
-            geode_config(platform, fake, n_chats=n_chats, paced=paced, lanes=lanes))
+        (home / "config.toml").write_text(geode_config(
+            platform, fake, n_chats=n_chats, paced=paced, lanes=lanes, memory=memory))
+        if memory:
+            await seed_memory(home, platform, fake, n_chats=n_chats, entries=memory)
         port = _free_port()
         env = _env(code, GEODE_HOME=str(home), GEODE_HEALTH_PORT=str(port),
                    OPENAI_BASE_URL=model_url, OPENAI_API_KEY="bench", **platform.env(fake))
@@ -368,7 +395,7 @@ async def run_side(platform: PlatformSpec, side: str, model_url: str,
                        else args.profile.resolve() / f"{platform.name}-{side}-seq.pstat")
             bot = geode_side(platform, info, model_url, n_chats=args.chats,
                              paced=side == "geode-paced", lanes=args.lanes, profile=profile,
-                             code=code)
+                             code=code, memory=args.memory)
         async with bot as pid:
             # the push connection, then what it starts (Discord's catch-up of the bound
             # channel's threads after READY) settles before the idle RSS and the loads
@@ -650,6 +677,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--interval", type=float, default=8.0, help="s between a chat's messages")
     p.add_argument("--duration", type=float, default=24.0, help="s of light load (0: skip)")
     p.add_argument("--lanes", type=int, default=64)
+    p.add_argument("--memory", type=int, default=0, metavar="N",
+                   help="bindings remember: N memory entries in every prompt (half user, "
+                        "half channel)")
     p.add_argument("--settle", type=float, default=1.0,
                    help="s between a bot's start and its idle RSS reading and first load")
     p.add_argument("--model-latency", type=float, default=0.0)

@@ -57,6 +57,7 @@ __all__ = [
     "ComputerSettings",
     "ConsoleSettings",
     "LoopSettings",
+    "MemorySettings",
     "ModelSettings",
     "RewindSettings",
     "SandboxSettings",
@@ -256,6 +257,9 @@ class BindingSettings(SpendCaps):
     approve_computer_actions: list[str] = Field(default_factory=lambda: ["click", "type", "key"])
     #: the skills offered in its threads, by name (None: every installed skill; []: none)
     skills: list[str] | None = None
+    #: what its threads remember: "off"; "user" (what each person asked to be remembered
+    #: about them, shown only in their threads); "channel" (that, and notes for everyone here)
+    memory: Literal["off", "user", "channel"] = "off"
     #: a voice note is answered with a voice note too (``[voice] tts_model``), text beside it
     voice_replies: bool = False
 
@@ -408,6 +412,15 @@ class VoiceSettings(_Section):
     max_speech_chars: int = Field(default=1500, ge=50, le=4096)
 
 
+class MemorySettings(_Section):
+    """``[memory]``: how much of the system prompt remembered entries may take
+    (``geode.memory``; a binding's ``memory`` turns it on)."""
+
+    #: the memory block's budget (estimated tokens); past it the least recently used
+    #: entries are left out whole, and the prompt says how many
+    budget_tokens: int = Field(default=800, ge=100, le=32_000)
+
+
 class SkillsSettings(_Section):
     """``[skills]``: where skills (folders holding a ``SKILL.md``) are found, besides
     ``$GEODE_HOME/skills``."""
@@ -527,6 +540,7 @@ class Settings(BaseSettings):
     mcp: dict[str, Any] = Field(default_factory=dict)
     search: SearchSettings = Field(default_factory=SearchSettings)
     skills: SkillsSettings = Field(default_factory=SkillsSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
     voice: VoiceSettings = Field(default_factory=VoiceSettings)
     hooks: dict[str, list[HookCommand]] = Field(default_factory=dict)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)

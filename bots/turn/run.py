@@ -95,14 +95,17 @@ def friendly_failure(result: TurnResult) -> str:
 def session_overrides(binding: BindingSettings, *, model: str = "") -> SessionOverrides:
     """A binding's session settings as the harness's neutral overrides (``model``: the
     thread's ``/model`` choice, already checked against the binding's list)."""
+    actions: dict[str, frozenset[str]] = {}
+    if "computer" in binding.approve:
+        actions["computer"] = frozenset(binding.approve_computer_actions)
+    if "memory" in binding.approve:  # a person's own memory is theirs: only channel writes ask
+        actions["memory"] = frozenset({"scope=channel"})
     return SessionOverrides(
         model=model or binding.model or None, prompt_addition=binding.system_prompt,
         tools=binding.tools, approve=tuple(binding.approve),
-        computer_use=binding.computer_use is True,
-        approve_actions={"computer": frozenset(binding.approve_computer_actions)}
-        if "computer" in binding.approve else {},
+        computer_use=binding.computer_use is True, approve_actions=actions,
         time_budget_s=binding.time_budget_s, spend_caps=binding,
-        spend_scope=spend_scope(binding), skills=binding.skills,
+        spend_scope=spend_scope(binding), skills=binding.skills, memory=binding.memory,
     )
 
 

@@ -32,6 +32,7 @@ from geode.providers.retry import RetryPolicy
 from geode.tools.base import ToolDef
 
 if TYPE_CHECKING:
+    from geode.memory import SessionMemory
     from geode.skills import OfferedSkills
     from geode.store.timeline import SessionTimeline
 
@@ -94,6 +95,8 @@ class SessionContext:
             policy["tools"] = sorted(o.tools)
         if o.computer_use:
             policy["computer_use"] = True
+        if o.memory != "off":
+            policy["memory"] = o.memory
         if policy:
             meta["policy"] = policy
         return meta
@@ -211,6 +214,34 @@ def _skill_tools(skills: OfferedSkills) -> list[ToolDef]:
     return [skill]
 
 
+def _memory_tools(ctx: SessionContext) -> list[ToolDef]:
+    """The ``memory`` tool, when the caller's binding turned memory on."""
+    if ctx.overrides.memory == "off":
+        return []
+    from geode.tools.builtin.memory import memory
+
+    return [memory]
+
+
+async def _open_memory(parts: SessionParts, ctx: SessionContext,
+                       session_id: str) -> SessionMemory | None:
+    """What this turn remembers: the memory of the person it answers (``ctx.user`` on the
+    ``ctx.source`` platform, as the host received the message: never the model's say) and
+    of the binding (``spend_scope``); None when memory is off or there is no store."""
+    store = parts.records.store
+    o = ctx.overrides
+    if o.memory == "off" or store is None:
+        return None
+    from geode.memory import MemoryScope, SessionMemory
+    from geode.store.memory import MemoryStore
+
+    user = f"{ctx.source}:{ctx.user}" if ctx.source and ctx.user else ""
+    scope = MemoryScope(mode=o.memory, user=user, channel=o.spend_scope)
+    return await SessionMemory.open(
+        store=MemoryStore(store=store), scope=scope, session_id=session_id,
+        budget_tokens=parts.tools.settings.memory.budget_tokens)
+
+
 async def open_session(parts: SessionParts, ctx: SessionContext) -> Session:
     """Build (or resume) a session with its paired executor and loop."""
     ref, provider = parts.providers.session_model(
@@ -218,7 +249,7 @@ async def open_session(parts: SessionParts, ctx: SessionContext) -> Session:
     tools, records, budgets = parts.tools, parts.records, parts.budgets
     # the skill folders are scanned (stat, scandir, a changed SKILL.md parsed) off the loop
     skills = await asyncio.to_thread(tools.skills_for, ctx.overrides)
-    extra_tools = [*ctx.extra_tools, *_skill_tools(skills)]
+    extra_tools = [*ctx.extra_tools, *_skill_tools(skills), *_memory_tools(ctx)]
     scope = tools.scope(mode=ctx.mode, overrides=ctx.overrides, allow_tools=ctx.allow_tools,
                         deny_tools=ctx.deny_tools, extra_tools=extra_tools)
     if skills and not scope.permits("skill"):  # denied (--deny-tool skill): not listed
@@ -230,14 +261,16 @@ async def open_session(parts: SessionParts, ctx: SessionContext) -> Session:
         parent_session_id=ctx.parent_session_id, title=ctx.title,
         metadata=ctx.session_metadata())
     session_id = loaded.session_id
+    memory = await _open_memory(parts, ctx, session_id)
     executor = tools.executor(scope=scope, workspace=ctx.workspace, approver=ctx.approver,
                               records=records, max_result_chars=budgets.max_result_chars(ref),
-                              display=ctx.overrides.display, skills=skills)
+                              display=ctx.overrides.display, skills=skills, memory=memory)
     plan_source = await tools.plan_source(scope, extra_tools)
     rules = [*ctx.rules, *([ctx.overrides.prompt_addition] if ctx.overrides.prompt_addition
                            else [])]
     sources = SystemPromptSources(home=parts.home, workspace=ctx.workspace, rules=rules,
-                                  mode=ctx.mode, skills=tuple(skills.listing()))
+                                  mode=ctx.mode, skills=tuple(skills.listing()),
+                                  memory=memory.prompt if memory is not None else None)
     checkpointer = records.checkpointer(session_id, fence=ctx.fence,
                                         opening_note=ctx.opening_note)
     deps = RunDeps(

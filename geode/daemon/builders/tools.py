@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from geode.daemon.port_values import SessionOverrides
     from geode.hooks import HookRegistry, HookSystem
     from geode.mcp.manager import MCPServerManager
+    from geode.memory import SessionMemory
     from geode.rewind import PreImageRecorder
     from geode.search import WebSearchClient
     from geode.settings import Settings
@@ -101,26 +102,29 @@ class ToolsBuilder:
 
         return OfferedSkills(find_skills(skill_dirs(self.settings)).pick(overrides.skills))
 
-    def deps(self, *, display: str | None = None,
-             skills: OfferedSkills | None = None) -> ToolDeps:
+    def deps(self, *, display: str | None = None, skills: OfferedSkills | None = None,
+             memory: SessionMemory | None = None) -> ToolDeps:
         """The tools' dependencies for a session (``display``: a computer-use session's X
-        display; ``skills``: the ones it is offered); the executor adds the kept results."""
+        display; ``skills``: the ones it is offered; ``memory``: what its turn remembers);
+        the executor adds the kept results."""
         settled = self._settled_deps
-        if not display and not skills:
+        if not display and not skills and memory is None:
             return settled
-        return dataclasses.replace(settled, display=display or None, skills=skills or None)
+        return dataclasses.replace(settled, display=display or None, skills=skills or None,
+                                   memory=memory)
 
     def executor(
         self, *, scope: SessionScope, workspace: Path, approver: Approver | None,
         records: Records, max_result_chars: int, display: str | None = None,
-        skills: OfferedSkills | None = None,
+        skills: OfferedSkills | None = None, memory: SessionMemory | None = None,
     ) -> ToolExecutor:
         """The session's tool boundary (every check, in order; see :mod:`geode.executor`)."""
         return ToolExecutor(
             scope=scope, workspace=workspace, hooks=self.hooks, observers=self.observers,
             approver=approver, receipts=records.receipts, timeline=records.timeline,
             locks=self.locks, max_result_chars=max_result_chars, results=records.results,
-            deps=self.deps(display=display, skills=skills), preimages=self._preimages,
+            deps=self.deps(display=display, skills=skills, memory=memory),
+            preimages=self._preimages,
         )
 
     @functools.cached_property
