@@ -33,9 +33,13 @@ _PERMALINK_TS = re.compile(r"/p(\d{10})(\d{6})(?:\D|$)")
 _QUERY_TS = re.compile(r"thread_ts=(\d{1,12}\.\d{1,9})")
 #: subtypes that are a person's (or a bot's) message; others (joins, deletes, topic) are not
 _MESSAGE_SUBTYPES = {None, "thread_broadcast", "file_share", "me_message", "bot_message"}
-COMMAND_NAMES = ("new", "reset", "status", "stop", "help", "approve", "deny")
+COMMAND_NAMES = ("new", "reset", "status", "stop", "help", "approve", "deny", "model", "usage",
+                 "remind", "reminders")
 #: subcommands whose first argument is theirs (a request's short id), not a thread
 _ARG_COMMANDS = ("approve", "deny")
+#: commands whose words after the name are their text (``/geode remind in 10m check it``);
+#: a thread link or ts may still end it
+_TEXT_COMMANDS = ("model", "usage", "remind", "reminders")
 
 
 def valid_ts(value: Any) -> TypeGuard[str]:
@@ -170,17 +174,13 @@ def parse_slash(body: Any) -> SlashCommand | None:
     words = _str(body.get("text")).split()
     name = words[0].lower().lstrip("/") if words else "help"
     arg = ""
+    if name in _TEXT_COMMANDS:
+        return _text_command(body, name, words[1:], channel=channel, user=user)
     if name in _ARG_COMMANDS and len(words) > 1 and re.fullmatch(r"[A-Za-z0-9]{4,16}", words[1]):
         arg, words = words[1].upper(), words[:1] + words[2:]
     thread: str | None = None
     for word in words[1:2]:
-        word = word.strip("<>").split("|")[0]
-        if valid_ts(word):
-            thread = word
-        elif (m := _QUERY_TS.search(word)) is not None:
-            thread = m.group(1)
-        elif (m := _PERMALINK_TS.search(word)) is not None:
-            thread = f"{m.group(1)}.{m.group(2)}"
+        thread = _thread_word(word)
     if name in _ARG_COMMANDS and not arg and thread is None and len(words) > 1:
         # neither an id nor a thread: kept, so that the command refuses it (`/geode approve
         # %` must never decide the channel's pending request as a bare /approve would)
@@ -189,6 +189,31 @@ def parse_slash(body: Any) -> SlashCommand | None:
     return SlashCommand(name=name, channel=channel[:100], user=user[:100],
                         user_name=_str(body.get("user_name"))[:200], trigger_id=trigger[:90],
                         thread=thread, arg=arg)
+
+
+def _thread_word(word: str) -> str | None:
+    """The thread a word names (a ts or a message link), or None."""
+    word = word.strip("<>").split("|")[0]
+    if valid_ts(word):
+        return word
+    if (m := _QUERY_TS.search(word)) is not None:
+        return m.group(1)
+    if (m := _PERMALINK_TS.search(word)) is not None:
+        return f"{m.group(1)}.{m.group(2)}"
+    return None
+
+
+def _text_command(body: dict[str, Any], name: str, rest: list[str], *, channel: str,
+                  user: str) -> SlashCommand:
+    """``/geode model ID``, ``/geode remind WHEN WHAT``, ``/geode reminders cancel ID``: the
+    words after the name are the command's text, a last word naming a thread aside."""
+    thread = _thread_word(rest[-1]) if rest else None
+    if thread is not None:
+        rest = rest[:-1]
+    trigger = _str(body.get("trigger_id")) or f"{channel}:{user}:{time.time_ns()}"
+    return SlashCommand(name=name, channel=channel[:100], user=user[:100],
+                        user_name=_str(body.get("user_name"))[:200], trigger_id=trigger[:90],
+                        thread=thread, arg=" ".join(rest)[:2000])
 
 
 def command_event(cmd: SlashCommand, *, team: str, thread_root: str) -> InboundEvent:
