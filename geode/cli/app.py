@@ -114,7 +114,7 @@ def _root(
 # In the order ``geode --help`` lists them (then the plugins' commands).
 _COMMAND_MODULES = ("cmd_info", "cmd_init", "cmd_mcp", "cmd_run", "cmd_serve",
                     "cmd_ask", "cmd_repl", "cmd_schedule", "cmd_sessions", "cmd_usage",
-                    "cmd_db", "cmd_skills", "cmd_agents", "cmd_replay")
+                    "cmd_db", "cmd_skills", "cmd_agents", "cmd_memory", "cmd_replay")
 
 
 #: each command (or command group) and the module that defines it: a command imports only its
@@ -133,6 +133,7 @@ _COMMAND_MODULE = {
     "schedule": "cmd_schedule",
     "sessions": "cmd_sessions",
     "skills": "cmd_skills",
+    "memory": "cmd_memory",
     "agents": "cmd_agents",
     "usage": "cmd_usage",
     "db": "cmd_db",
