@@ -22,7 +22,7 @@ from bots.store.bindings import StoredBindings
 from geode.errors import ConfigError
 from geode.settings import BindingSettings
 
-__all__ = ["BindingTable", "StoredBindings", "parse_binding", "spend_scope"]
+__all__ = ["BindingTable", "StoredBindings", "approve_actions", "parse_binding", "spend_scope"]
 
 log = structlog.get_logger(__name__)
 
@@ -88,3 +88,15 @@ def parse_binding(data: dict[str, Any]) -> BindingSettings:
 def spend_scope(binding: BindingSettings) -> str:
     """The key a binding's usage and spend caps count under (``platform:channel``)."""
     return f"{binding.platform}:{binding.channel}"
+
+
+def approve_actions(binding: BindingSettings) -> dict[str, frozenset[str]]:
+    """For the tools in the binding's ``approve`` that ask only for some calls: which
+    (``computer``: the actions it names; ``memory``: channel writes only, a person's own
+    memory is theirs)."""
+    actions: dict[str, frozenset[str]] = {}
+    if "computer" in binding.approve:
+        actions["computer"] = frozenset(binding.approve_computer_actions)
+    if "memory" in binding.approve:
+        actions["memory"] = frozenset({"scope=channel"})
+    return actions

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 
 from bots.approvals import ChatApprover
-from bots.bindings import spend_scope
+from bots.bindings import approve_actions, spend_scope
 from bots.commands import ActiveTurn, picked_model
 from bots.computer_use import ScreenWatch, approval_screen
 from bots.events import ReplyTarget
@@ -95,15 +95,10 @@ def friendly_failure(result: TurnResult) -> str:
 def session_overrides(binding: BindingSettings, *, model: str = "") -> SessionOverrides:
     """A binding's session settings as the harness's neutral overrides (``model``: the
     thread's ``/model`` choice, already checked against the binding's list)."""
-    actions: dict[str, frozenset[str]] = {}
-    if "computer" in binding.approve:
-        actions["computer"] = frozenset(binding.approve_computer_actions)
-    if "memory" in binding.approve:  # a person's own memory is theirs: only channel writes ask
-        actions["memory"] = frozenset({"scope=channel"})
     return SessionOverrides(
         model=model or binding.model or None, prompt_addition=binding.system_prompt,
         tools=binding.tools, approve=tuple(binding.approve),
-        computer_use=binding.computer_use is True, approve_actions=actions,
+        computer_use=binding.computer_use is True, approve_actions=approve_actions(binding),
         time_budget_s=binding.time_budget_s, spend_caps=binding,
         spend_scope=spend_scope(binding), skills=binding.skills, memory=binding.memory,
     )
