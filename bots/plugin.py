@@ -24,4 +24,5 @@ PLUGIN = HarnessPlugin(
     env_lines="bots.cli.checks:env_lines",
     connectors="bots:build_connectors",
     session_details="bots.cli.sessions:session_details",
+    demo="bots.webchat.demo:prepare",
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from aiohttp import web
 
@@ -38,9 +39,27 @@ def build_app(deps: ConsoleDeps) -> web.Application:
     app.router.add_get("/approvals", pages.approvals)
     app.router.add_post("/approvals/{id}", pages.decide)
     app.router.add_get("/usage", pages.usage)
+    _platform_routes(app)
     app.router.add_get("/static/console.js", _static("console.js", "text/javascript"))
     app.router.add_get("/static/console.css", _static("console.css", "text/css"))
     return app
+
+
+@runtime_checkable
+class AddsConsolePages(Protocol):
+    """A platform spec that adds pages to the console (the web chat's ``/chat``): its
+    ``console_routes`` names ``"module:function"``, ``(app) -> None``; checked once."""
+
+    console_routes: str
+
+
+def _platform_routes(app: web.Application) -> None:
+    """The pages platforms add, found through the registry: the console names none."""
+    from bots.platforms import platform_specs, resolve
+
+    for spec in platform_specs().values():
+        if isinstance(spec, AddsConsolePages) and spec.console_routes:
+            resolve(spec.console_routes)(app)
 
 
 def _static(name: str, content_type: str) -> Callable[[web.Request], Awaitable[web.Response]]:
