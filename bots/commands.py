@@ -21,6 +21,8 @@ from geode.settings import BindingSettings
 
 if TYPE_CHECKING:
     from bots.approvals import ApprovalWaiters
+    from bots.memory_commands import ThreadMemory
+    from bots.reminders import ThreadReminders
     from bots.store import ApprovalRecord, ApprovalRequests, ThreadSessions
     from geode.daemon.port import HarnessPort
     from geode.daemon.session import Session
@@ -29,7 +31,8 @@ __all__ = ["COMMANDS", "ActiveTurn", "CommandContext", "PrivateReply", "allowed_
            "parse_command", "picked_model", "run_command"]
 
 COMMANDS = ("new", "reset", "status", "stop", "help", "start", "approve", "deny", "model",
-            "usage", "console")
+            "usage", "console", "remind", "reminders", "rewind", "memory",
+            "forget")
 _CMD = re.compile(r"^/([A-Za-z_]+)(?:@([A-Za-z0-9_]+))?(?:\s|$)")
 #: what an approval request id looks like (``bots.store.approvals`` issues 6 of these)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9]{4,16}")
@@ -54,6 +57,10 @@ HELP = (
     "/approve, /deny  decide a pending approval request (reply to it, or give its id)\n"
     "/model   show this thread's model and the ones it may use; /model ID switches to one\n"
     "/usage   tokens of this thread and yours today, against their caps\n"
+    "/memory  what I remember about you and this channel; /forget ID|all removes it\n"
+    "/remind WHEN WHAT  I do WHAT here then (in 10m, tomorrow 09:00, every day 09:00, ...)\n"
+    "/reminders  this thread's reminders; /reminders cancel ID cancels one\n"
+    "/rewind [N]  take back this thread's last N turns (files too), after a confirmation\n"
     "/console (in a direct message to me) a sign-in link for the web console\n"
     "/help    this text"
 )
@@ -102,6 +109,8 @@ class CommandContext:
     queued: Callable[[str], int]
     approvals: ApprovalRequests | None = None
     waiters: ApprovalWaiters | None = None
+    memory: ThreadMemory | None = None
+    reminders: ThreadReminders | None = None
 
 
 def parse_command(text: str, bot_username: str | None) -> str | None:
@@ -115,7 +124,7 @@ def parse_command(text: str, bot_username: str | None) -> str | None:
     return name if name in COMMANDS else None
 
 
-async def run_command(
+async def run_command(  # noqa: C901 - one dispatch line per command (handlers elsewhere)
     ctx: CommandContext, name: str, event: InboundEvent, binding: BindingSettings
 ) -> str:
     """Carry out a command; returns the text to answer with."""
@@ -142,6 +151,20 @@ async def run_command(
         return await _model(ctx, event, binding)
     if name == "usage":
         return await _usage(ctx, event, binding)
+    if name in ("memory", "forget"):
+        from bots.memory_commands import memory_command
+
+        return await memory_command(ctx.memory, name, event, binding)
+    if name in ("remind", "reminders") and ctx.reminders is None:
+        return "Reminders are not available here."
+    if name == "remind" and ctx.reminders is not None:
+        return await ctx.reminders.remind(event)
+    if name == "reminders" and ctx.reminders is not None:
+        return await ctx.reminders.reminders(event, binding)
+    if name == "rewind":
+        from bots.rewind_command import rewind_command
+
+        return await rewind_command(ctx, event, binding)
     if name == "console":  # a direct message gets its link before the binding check
         from bots.console.chat_command import in_thread
 
@@ -243,6 +266,10 @@ async def _decide(ctx: CommandContext, event: InboundEvent, *, approve: bool) ->
     if ctx.waiters is not None:
         ctx.waiters.wake(found.id)
     rec = decision.record
+    if decision.applied and approve and rec.tool == "rewind":  # /rewind's confirmation
+        from bots.rewind_command import rewind_confirmed
+
+        return await rewind_confirmed(ctx, rec)
     if decision.applied:
         return f"{'✅' if approve else '🚫'} {rec.tool} ({rec.short_id}) {outcome_line(rec)}."
     if rec.pending:  # its time is up: the waiting turn marks it expired

@@ -42,9 +42,11 @@ from bots.console.chat_command import with_console_dm
 from bots.events import InboundEvent
 from bots.intake import ClaimState, Intake, Pump
 from bots.lease_keeper import LeaseKeeper
+from bots.memory_commands import ThreadMemory
 from bots.metrics import ChannelMetrics
 from bots.options import LayerOptions
 from bots.port import PlatformClient, TurnHost
+from bots.reminders import ThreadReminders
 from bots.router import (
     DEFAULT_CHAIN,
     BaseEventProcessor,
@@ -58,6 +60,7 @@ from bots.turn import Deliverer, EntryOrder, TurnDeps, TurnRunner
 from bots.uploads import FileSender
 from geode.daemon.supervisor import TaskSupervisor
 from geode.settings import BindingSettings
+from geode.tools.builtin.schedule import make_schedule
 
 __all__ = ["ChannelLayer", "LayerOptions"]
 
@@ -115,6 +118,10 @@ class ChannelLayer:
         self.deliverer = Deliverer(client=client, outbox=self.outbox,
                                    fault=fault, observe=host.publish)
         self.files = FileSender(client=client, outbox=self.outbox)
+        #: /remind, /reminders, the schedule tool; fired into their threads by this layer
+        self.reminders = (None if host.database is None else ThreadReminders(
+            database=host.database, submit=self.submit, owner=self.owner,
+            active=self.active, events=self._event))
         self.turns = TurnRunner(deps=TurnDeps(
             client=client, host=host, inbound=self.inbound, outbox=self.outbox,
             deliverer=self.deliverer, threads=self.threads, index=self.index,
@@ -122,10 +129,14 @@ class ChannelLayer:
             fault=fault, approvals=self.approvals, waiters=self.waiters,
             entry=self.entry, queue=records.queue, files=self.files,
             attachments=records.attachments,
+            chat_tools=() if self.reminders is None else (make_schedule(self.reminders),),
         ))
         self.commands = CommandContext(threads=self.threads, host=host, active=self.active,
                                        queued=self.processor.pending,
-                                       approvals=self.approvals, waiters=self.waiters)
+                                       approvals=self.approvals, waiters=self.waiters,
+                                       reminders=self.reminders,
+                                       memory=None if host.database is None else ThreadMemory(
+                                           database=host.database, threads=self.threads))
         #: what the intake, the pump, the router and the lease keeper share about claiming
         self.state = ClaimState()
         #: the middleware chain, the sender policy and the decisions (bots.router)
@@ -187,6 +198,10 @@ class ChannelLayer:
         self.pump.task = sup.task(f"{p}.pump")
         if self.records.is_postgres:
             sup.spawn(f"{p}.listen", self.pump.listen)
+        if self.reminders is not None:  # this bot's threads' reminders
+            reminders, bot = self.reminders, f"{p}:{self.client.workspace}:"
+            sup.spawn(f"{p}.reminders", lambda health: reminders.run(health, threads=bot),
+                      stale_after_s=max(60.0, 30 * reminders.tick_s))
 
     async def stop_claiming(self) -> None:
         """Claim nothing more (SIGTERM's drain): the pump and the listener stop; the intake
@@ -201,11 +216,15 @@ class ChannelLayer:
         """No thread job (a turn, its delivery) and no command runs here."""
         return self.processor.busy == 0 and not self.router.tasks
 
+    async def _event(self, event_id: int) -> InboundEvent | None:
+        stored = await self.inbound.get(event_id)
+        return None if stored is None else stored.event
+
     async def stop_processing(self) -> None:
         was = self.state.processing
         self.state.processing = False
         p = self.client.platform
-        for name in (f"{p}.listen", f"{p}.leases", f"{p}.pump"):
+        for name in (f"{p}.reminders", f"{p}.listen", f"{p}.leases", f"{p}.pump"):
             await self.supervisor.cancel(name)
         self.pump.task = None
         # never dispatched: claimed and undecided, recovered by whoever takes the threads

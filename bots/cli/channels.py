@@ -229,7 +229,7 @@ def bindings_sync_commands(
         "--guild", help="Guild / team id (repeatable); default: those of bound channels.")
     ] = None,
 ) -> None:
-    """Register the slash commands (/new /reset /status /stop /help) per guild, on request."""
+    """Register the thread commands as slash commands per guild now (serve also does at start)."""
     from bots.platforms import platform_specs, resolve
     from bots.store import StoredBindings
     from geode.cli._common import load_typed
