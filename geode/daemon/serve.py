@@ -220,6 +220,7 @@ class Daemon:
                 kw["mcp"] = MCPServerManager.from_settings(self.settings, self.secrets)
             self.runtime = await Runtime.create(settings=self.settings, secrets=self.secrets,
                                                 **kw)
+            await self._finish_rewinds(self.runtime)
             self.runtime.observers.subscribe_loop(self.metrics.on_loop_event,
                                                   only=DaemonMetrics.LOOP_EVENTS)
             self.runtime.observers.subscribe_events(self.metrics.on_event,
@@ -530,6 +531,19 @@ class Daemon:
         if self.runtime is None:
             raise ShuttingDown()
         return self.runtime
+
+    @staticmethod
+    async def _finish_rewinds(runtime: Runtime) -> None:
+        """Finish the rewinds a dead process left half done before anything runs: their files
+        are put back and their heads moved now, not only when each session is next opened
+        (a thread nobody writes to again would keep its files rewound and its turns)."""
+        store, home = runtime.store, runtime.records.rewind_home
+        if store is None or home is None:
+            return
+        from geode.rewind import BlobStore, finish_all_pending
+
+        for done in await finish_all_pending(store, BlobStore(home)):
+            log.info("rewind.finished_at_start", session_id=done.session_id, turns=done.turns)
 
     async def _handle_ipc(self, req: RunRequest, conn: Connection) -> dict[str, Any]:
         workspace = Path(req.cwd) if req.cwd else self.workspace

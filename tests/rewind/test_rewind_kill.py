@@ -146,3 +146,30 @@ async def test_a_turn_that_saved_while_the_intent_was_pending_is_taken_back_too(
     finally:
         await db.aclose()
     assert tree(rec.workspace) == rec.trees[1]
+
+
+async def test_geode_serve_finishes_a_rewind_a_dead_process_left_when_it_starts(
+    tmp_path: Path,
+) -> None:
+    """A thread nobody writes to again is not left half rewound: `geode serve` finishes every
+    unfinished rewind as it starts, before it serves anything."""
+    from tests.scenarios._serve_proc import free_port
+
+    rec = await record(tmp_path)
+    await _killed_at(rec, "file_restored#2", tmp_path / "paused")
+    assert (await _records(rec))[0] is not None
+    env = {**_env(rec), "GEODE_HEALTH_PORT": str(free_port())}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "geode", "serve", "--demo", cwd=rec.home, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 60
+        while await _records(rec) != (None, 1, 1):
+            assert proc.returncode is None and loop.time() < end, "serve never finished it"
+            await asyncio.sleep(0.2)
+        assert tree(rec.workspace) == rec.trees[1]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert b"rewind.finished_at_start" in out
