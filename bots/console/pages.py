@@ -267,7 +267,8 @@ def _request(r: ApprovalRecord, who: Identity, access: Access) -> dict[str, Any]
             "approvers": list(r.approvers), "requested_at": r.requested_at,
             "expires_at": r.expires_at, "decided_by": r.decided_by,
             "decided_by_name": r.decided_by_name, "decided_at": r.decided_at,
-            "may_decide": r.pending and access.may_decide(who, r)}
+            "may_decide": r.pending and access.may_decide(who, r)
+            and r.tool not in CONFIRMED_IN_THREAD}
 
 
 async def approvals(request: web.Request) -> web.Response:
@@ -281,6 +282,12 @@ async def approvals(request: web.Request) -> web.Response:
                if r.expires_at > now and (access.sees_request(who, r)
                                           or access.may_decide(who, r))]
     return respond(request, "approvals.html", {"title": "Approvals", "pending": pending})
+
+
+#: requests the console shows but does not decide: their confirmation runs in the thread
+#: that asked (``/rewind``'s plan — bots.rewind_command.REWIND_TOOL — is carried out by the
+#: ``/approve`` there; a decision taken here would be recorded and never run)
+CONFIRMED_IN_THREAD = frozenset({"rewind"})
 
 
 async def decide(request: web.Request) -> web.Response:
@@ -302,6 +309,9 @@ async def decide(request: web.Request) -> web.Response:
     rec = await requests.get(request_id)
     if rec is None or not (access.sees_request(who, rec) or access.may_decide(who, rec)):
         return refuse(request, 404, "No such request (or not one of your bindings).")
+    if rec.tool in CONFIRMED_IN_THREAD:
+        return refuse(request, 409, f"A {rec.tool} is confirmed in its thread: reply /approve "
+                      "to its request there (it runs where it was asked).")
     if not access.may_decide(who, rec):
         await deps.audit(who, session_of(request), "approval_refused",
                          session_id=rec.session_id, request=rec.short_id, tool=rec.tool)

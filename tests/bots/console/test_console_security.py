@@ -231,3 +231,29 @@ async def test_a_post_from_another_site_is_refused(console: Console) -> None:
                                 data={"decision": "approve", "csrf": await alice.csrf()})
     assert r.status == 403
     assert (await ApprovalRequests(store=console.store).get(rec.id)).status == "pending"  # type: ignore[union-attr]
+
+
+async def test_a_rewind_is_confirmed_in_its_thread_not_decided_here(console: Console) -> None:
+    """/rewind's confirmation runs the rewind where it was asked; decided in the console it
+    would be recorded as approved and never run, and the thread could not confirm it any more.
+    The console shows it without buttons and refuses a forged POST, leaving it pending."""
+    from bots.console.pages import CONFIRMED_IN_THREAD
+    from bots.rewind_command import REWIND_TOOL
+
+    assert REWIND_TOOL in CONFIRMED_IN_THREAD
+    rec = await ApprovalRequests(store=console.store).open(
+        session_id="telegram::-1001:10", turn_id="t1", call_id="rw1",
+        thread_key="telegram::-1001:10", platform="telegram", workspace="", channel="-1001",
+        thread_root="10", tool=REWIND_TOOL, args={"turns": 1, "seq": 3},
+        summary="rewind 1 turn", requested_by="42", requested_by_name="Alice",
+        approvers=["42"], timeout_s=300)
+    alice = await console.sign_in(ALICE)
+    status, page = await alice.json("/approvals")
+    assert status == 200
+    [shown] = [a for a in page["pending"] if a["id"] == rec.id]
+    assert shown["may_decide"] is False
+    token = await alice.csrf()
+    r = await alice.client.post(f"/approvals/{rec.id}",
+                                data={"decision": "approve", "csrf": token})
+    assert r.status == 409 and "/approve" in await r.text()
+    assert (await ApprovalRequests(store=console.store).get(rec.id)).status == "pending"  # type: ignore[union-attr]
