@@ -242,15 +242,26 @@ async def thread_page(request: web.Request) -> web.Response:
     })
 
 
-async def post_message(request: web.Request) -> web.Response:
-    """A message (and a small file, as a multipart form) into one's own thread."""
+async def _own_thread(
+    request: web.Request,
+) -> tuple[WebChatThread, _hub.ChatEndpoint] | web.Response:
+    """The URL's thread when it is the signed-in person's own, with the connector serving it
+    (what writing into a thread needs), or the refusal to answer with."""
     t = await _visible_thread(request)
     connector = _connector(request)
-    who = request[IDENTITY]
-    if t is None or t.owner != _chatter(who):
+    if t is None or t.owner != _chatter(request[IDENTITY]):
         return _not_found(request)
     if connector is None:
         return refuse(request, 404, "The web chat is not served ([channels.webchat]).")
+    return t, connector
+
+
+async def post_message(request: web.Request) -> web.Response:
+    """A message (and a small file, as a multipart form) into one's own thread."""
+    found = await _own_thread(request)
+    if isinstance(found, web.Response):
+        return found
+    t, connector = found
     form = await request.post()
     text = _text(form.get("text"), connector.opts.max_message_chars)
     if isinstance(text, web.Response):
@@ -280,13 +291,10 @@ async def upload(request: web.Request) -> web.Response:
     """A file as the raw body of the POST (``X-Filename``; ``?text=`` a caption), read up
     to the web chat's limit: the page's script sends files this way, past the console's
     small limit on forms."""
-    t = await _visible_thread(request)
-    connector = _connector(request)
-    who = request[IDENTITY]
-    if t is None or t.owner != _chatter(who):
-        return _not_found(request)
-    if connector is None:
-        return refuse(request, 404, "The web chat is not served ([channels.webchat]).")
+    found = await _own_thread(request)
+    if isinstance(found, web.Response):
+        return found
+    t, connector = found
     limit = connector.upload_limit(image=False)
     if (request.content_length or 0) > limit:
         return web.Response(status=413, text="The file is over the web chat's limit.")
