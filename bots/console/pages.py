@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from geode.settings import BindingSettings, SpendCaps
     from geode.store.usage import Grouping, UsageTotals
 
-__all__ = ["approvals", "decide", "drop", "overview", "stop", "thread", "threads", "usage"]
+__all__ = ["approvals", "decide", "drop", "fork", "overview", "stop", "thread", "threads",
+           "usage"]
 
 #: the name a decision taken here carries in the thread ("approved by web console (42)")
 DECIDED_WHERE = "web console"
@@ -256,6 +257,35 @@ async def stop(request: web.Request) -> web.Response:
         return respond(request, "message.html", {"stopped": turn is not None},
                        status=200 if turn is not None else 409)
     return see_other("/threads/" + quote(t.thread_key, safe=""))
+
+
+async def fork(request: web.Request) -> web.Response:
+    """Fork the thread's session after one of its finished turns (POST, CSRF-checked; form
+    field ``at``: a turn number or id, empty for the latest), as ``geode sessions fork``
+    does: a new session with its lineage, the original unchanged. In the audit log with
+    the signed-in identity; the fork's own timeline opens with ``session.forked``."""
+    from bots.store import ConsoleThreads
+    from geode.errors import ConfigError
+    from geode.replay import fork_session
+
+    deps, who, access = _who(request)
+    t = await ConsoleThreads(store=deps.store).get(unquote(request.match_info["key"]))
+    if t is None or not access.sees_channel(who, t.platform, t.workspace, t.channel):
+        return refuse(request, 404, "No such thread (or not one of your bindings).")
+    form = await request.post()
+    at = str(form.get("at", "")).strip()[:80] or None
+    try:
+        made = await fork_session(deps.store, t.session_id, at=at)
+    except ConfigError as exc:
+        return refuse(request, 409, str(exc))
+    await deps.audit(who, session_of(request), "fork", session_id=t.session_id,
+                     fork=made.session_id, turn=made.turn)
+    data = {"forked": made.session_id, "parent_session_id": made.parent_session_id,
+            "turn": made.turn, "turn_id": made.turn_id,
+            "message": f"Forked after turn {made.turn} as session {made.session_id}: "
+                     f"`geode run --session {made.session_id} ...` continues it.",
+            "title": "Forked"}
+    return respond(request, "message.html", data)
 
 
 def _request(r: ApprovalRecord, who: Identity, access: Access) -> dict[str, Any]:

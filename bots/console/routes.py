@@ -36,6 +36,7 @@ def build_app(deps: ConsoleDeps) -> web.Application:
     app.router.add_get("/threads/{key}/events", live.thread_events)
     app.router.add_post("/threads/{key}/drop/{event}", pages.drop)
     app.router.add_post("/threads/{key}/stop", pages.stop)
+    app.router.add_post("/threads/{key}/fork", pages.fork)
     app.router.add_get("/approvals", pages.approvals)
     app.router.add_post("/approvals/{id}", pages.decide)
     app.router.add_get("/usage", pages.usage)

@@ -235,3 +235,40 @@ async def test_a_thread_page_lists_the_files_sent_into_it(console: Console) -> N
     assert status == 200
     assert [(f["name"], f["size"], f["status"]) for f in page["files_out"]] == [
         ("report.pdf", 1234, "sent")]
+
+
+async def test_a_thread_s_session_is_forked_from_its_page(console: Console) -> None:
+    """Fork on the thread page does what `geode sessions fork` does: a new session after the
+    chosen turn, its parent recorded, the original unchanged; audited with who asked; a
+    thread of another binding and a turn it does not have are refused."""
+    sid = await _thread(console, "-1001", "10", "notes")
+    cp = console.store.checkpointer(sid)
+    await cp.save(messages=[Message.user("one"), Message.assistant("1")],
+                  state={"turn_id": "t1", "last_termination": "natural"}, status="active",
+                  turn_id="t1")
+    await cp.save(messages=[Message.user("one"), Message.assistant("1"), Message.user("two"),
+                            Message.assistant("2")],
+                  state={"turn_id": "t2", "last_termination": "natural"}, status="active",
+                  turn_id="t2")
+    other = await _thread(console, "-1002", "12", "bob's")
+    alice = await console.sign_in(ALICE)
+    html = await (await alice.client.get(f"/threads/{sid}")).text()
+    assert f'action="/threads/{sid.replace(":", "%3A")}/fork"' in html
+    token = await alice.csrf()
+    r = await alice.client.post(f"/threads/{sid}/fork", data={"at": "1", "csrf": token},
+                                headers={"Accept": "application/json"})
+    assert r.status == 200, await r.text()
+    made = await r.json()
+    assert made["parent_session_id"] == sid and made["turn"] == 1
+    forked = await console.store.sessions.get(made["forked"])
+    assert forked is not None and forked.parent_session_id == sid
+    restored = await console.store.checkpointer(made["forked"]).load()
+    assert restored is not None and [m.text for m in restored.messages] == ["one", "1"]
+    original = await console.store.checkpointer(sid).load()
+    assert original is not None and len(original.messages) == 4
+    r = await alice.client.post(f"/threads/{sid}/fork", data={"at": "9", "csrf": token})
+    assert r.status == 409 and "finished turn" in await r.text()
+    r = await alice.client.post(f"/threads/{other}/fork", data={"csrf": token})
+    assert r.status == 404
+    r = await alice.client.post(f"/threads/{sid}/fork", data={"at": "1"})  # no CSRF token
+    assert r.status == 403
