@@ -38,7 +38,7 @@ from bots._aio import reap
 from bots.approvals import ApprovalWaiters
 from bots.bindings import BindingTable
 from bots.commands import ActiveTurn, CommandContext
-from bots.console.chat_command import with_console_dm
+from bots.console.chat_command import console_dm, is_console
 from bots.events import InboundEvent
 from bots.intake import ClaimState, Intake, Pump
 from bots.lease_keeper import LeaseKeeper
@@ -54,6 +54,7 @@ from bots.router import (
     Router,
     ThreadOrderedProcessor,
     binding,
+    with_dm_command,
 )
 from bots.store import ChannelStore
 from bots.turn import Deliverer, EntryOrder, TurnDeps, TurnRunner
@@ -144,7 +145,8 @@ class ChannelLayer:
             signals=self.state, client=client, records=records, bindings=self.bindings,
             processor=self.processor, deliverer=self.deliverer, turns=self.turns,
             commands=self.commands, active=self.active, entry=self.entry, fault=fault,
-            chain=with_console_dm(DEFAULT_CHAIN, client, host, before=binding))
+            chain=with_dm_command(DEFAULT_CHAIN, is_console, console_dm(client, host),
+                                  before=binding))
         self.keeper = LeaseKeeper(
             state=self.state, router=self.router, client=client, records=records, host=host,
             options=options, bindings=self.bindings, processor=self.processor,

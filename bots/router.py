@@ -75,6 +75,7 @@ __all__ = [
     "SenderPolicy",
     "SenderVerdict",
     "ThreadOrderedProcessor",
+    "with_dm_command",
 ]
 
 log = structlog.get_logger(__name__)
@@ -327,6 +328,30 @@ async def sender_policy(ctx: DispatchContext, d: Dispatch, nxt: Next) -> None:
 
 DEFAULT_CHAIN: tuple[Middleware, ...] = (dedupe, self_ignore, binding, mention_gate,
                                          sender_policy)
+
+#: a direct-message command's test (the message's text, the bot's username)
+DmMatch = Callable[[str, "str | None"], bool]
+#: what answers it (the event is ended there)
+DmAnswer = Callable[[DispatchContext, Dispatch], Awaitable[None]]
+
+
+def with_dm_command(chain: Sequence[Middleware], matches: DmMatch, answer: DmAnswer, *,
+                    before: Middleware) -> tuple[Middleware, ...]:
+    """``chain`` with a gate placed before ``before`` (the binding check: a direct message is
+    usually not a bound channel) that hands a direct message ``matches`` accepts to
+    ``answer``; every other event goes on down the chain without leaving this module (the
+    command's own module is entered only for its own messages)."""
+
+    async def dm_command(ctx: DispatchContext, d: Dispatch, nxt: Next) -> None:
+        ev = d.event
+        if (not ev.is_dm or ev.is_edit or ev.sender_is_bot
+                or not matches(ev.text, ctx.identity.username)):
+            await nxt()
+            return
+        await answer(ctx, d)
+
+    at = list(chain).index(before) if before in chain else 0
+    return (*chain[:at], dm_command, *chain[at:])
 
 
 # -- the router -----------------------------------------------------------------------------------

@@ -8,17 +8,18 @@ links per identity. In a group or a thread it answers that the link comes in a d
 message, and never posts one.
 
 A direct message is usually not a bound channel, so the ordinary command path (which runs
-behind the binding check) never sees it: :func:`console_dm` is a middleware placed before the
-binding check that takes ``/console`` in a direct message and nothing else. Its answer is
-sent straight to the platform, not through the outbox: the store keeps only the SHA-256 of a
-link, and an outbox row would keep the link itself. A lost answer is asked for again (each
-link is single-use, good for 10 minutes, and rate-limited per identity).
+behind the binding check) never sees it: the router's direct-message gate, placed before
+the binding check, hands ``/console`` in a direct message (and nothing else) to
+:func:`console_dm`. Its answer is sent straight to the platform, not through the outbox: the
+store keeps only the SHA-256 of a link, and an outbox row would keep the link itself. A lost
+answer is asked for again (each link is single-use, good for 10 minutes, and rate-limited per
+identity).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import structlog
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from geode.store.database import Database
 
 __all__ = ["IN_A_GROUP", "asks_for_link", "console_answer", "console_command", "console_dm",
-           "in_thread", "with_console_dm"]
+           "in_thread", "is_console"]
 
 log = structlog.get_logger(__name__)
 
@@ -47,8 +48,6 @@ VIA = "dm"
 #: imported by it)
 _COMMAND = re.compile(r"^/console(?:@([A-Za-z0-9_]+))?(?:\s|$)", re.IGNORECASE)
 
-#: the router's middleware shape (``bots.router.Middleware``), the chain's element type
-Middleware = Callable[[Any, Any, Callable[[], Awaitable[None]]], Awaitable[None]]
 
 
 def _is_console(text: str, bot_username: str | None) -> bool:
@@ -119,20 +118,26 @@ async def console_command(host: TurnHost, platform: str, user_id: str, *, dm: bo
     return await console_answer(store, host.settings, platform, user_id)
 
 
-def console_dm(client: PlatformClient, host: TurnHost) -> Middleware:
-    """The middleware that answers ``/console`` in a direct message (see the module
-    docstring); every other event goes on down the chain. ``ctx`` and ``d`` are the
-    router's ``DispatchContext`` and ``Dispatch``."""
+def is_console(text: str, bot_username: str | None) -> bool:
+    """Whether a direct message is ``/console`` (or ``/console@thisbot``): the router's
+    direct-message gate (``bots.router.with_dm_command``) asks this of every direct message
+    and enters :func:`console_dm`'s answer for this one only."""
+    return _is_console(text, bot_username)
 
-    async def middleware(ctx: Any, d: Any, nxt: Callable[[], Awaitable[None]]) -> None:
+
+def console_dm(client: PlatformClient, host: TurnHost
+               ) -> Callable[[Any, Any], Awaitable[None]]:
+    """The answer to ``/console`` in a direct message (see the module docstring), for the
+    router's direct-message gate. ``ctx`` and ``d`` are the router's ``DispatchContext``
+    and ``Dispatch``."""
+
+    async def answer(ctx: Any, d: Any) -> None:
         ev: InboundEvent = d.event
         store = host.database
-        if (not ev.is_dm or ev.is_edit or ev.sender_is_bot or store is None
-                or not isinstance(host, HasSettings)
-                or not _is_console(ev.text, ctx.identity.username)):
-            await nxt()
-            return
-        text = await console_answer(store, host.settings, ev.platform, ev.sender)
+        if store is None or not isinstance(host, HasSettings):
+            text = NOT_ENABLED
+        else:
+            text = await console_answer(store, host.settings, ev.platform, ev.sender)
         target = ev.target()
         target.extra.pop("start_thread", None)  # a direct message gets no thread
         try:
@@ -142,11 +147,4 @@ def console_dm(client: PlatformClient, host: TurnHost) -> Middleware:
             log.warning("console.link_send_failed", platform=ev.platform, exc_info=True)
         await ctx.inbound.set_status(d.stored.id, "done", decision=f"command:{COMMAND}")
 
-    return middleware
-
-
-def with_console_dm(chain: Sequence[Middleware], client: PlatformClient, host: TurnHost,
-                    *, before: Middleware) -> tuple[Middleware, ...]:
-    """``chain`` with :func:`console_dm` placed before ``before`` (the binding check)."""
-    at = list(chain).index(before) if before in chain else 0
-    return (*chain[:at], console_dm(client, host), *chain[at:])
+    return answer
