@@ -21,10 +21,13 @@ folder, within the binding's limits, and tells the model where they are.
   given) are checked against the voice limits on what the platform declares (size,
   duration, an audio type) before any download, saved like any file, then transcribed; the
   transcript goes to the model marked as one, and to the user before the answer ("🎙 …")
-  so a misheard word can be corrected. It is kept beside the file
-  (``<file>.transcript.txt``): a recovered turn reads it there instead of sending the audio
-  again. Bytes that are not audio are never sent; an endpoint failure is a notice, and the
-  turn goes on without the transcript.
+  so a misheard word can be corrected. It is kept in the attachment's record
+  (:meth:`~bots.store.AttachmentRecords.set_transcript`), never in a file: the thread's
+  folder is writable by the model's tools, so a file there could be planted or overwritten
+  to put words in the user's mouth on a recovered turn. A recovered turn takes it from the
+  record instead of sending the audio again (a record without one, e.g. written before
+  records kept transcripts, is transcribed again). Bytes that are not audio are never sent;
+  an endpoint failure is a notice, and the turn goes on without the transcript.
 * a saved file is read back only as the layer wrote it: opened without following a symlink,
   a regular file with one link whose inode is none of GEODE's own (``protected``: its home,
   store, ...). A hard link to ``$GEODE_HOME/.env`` planted under an attachment's name is
@@ -316,22 +319,16 @@ async def recorded_notices(records: AttachmentRecords, event_id: int, *,
                            protected: Sequence[Path] = ()) -> list[str]:
     """The user's lines about an event's attachments, from the records alone (a resumed
     turn: the model has its prompt already; nothing is downloaded, refused or transcribed
-    anew): the refusals, and (``event`` and ``workspace`` given) the transcripts kept beside
-    its voice notes."""
+    anew): the refusals, and (``event`` given) the transcripts its voice notes' records
+    hold. Nothing is read from the workspace (``workspace`` and ``protected`` are kept for
+    callers; unused)."""
     out = Received()
-    own: Own = frozenset()
-    if event is not None and workspace is not None:
-        own = await asyncio.to_thread(own_inodes, protected, workspace)
     for i, rec in sorted((await records.for_event(event_id)).items()):
         if rec.status == "refused":
             _refusal(rec.name or "file", rec.reason, out)
-        elif (event is not None and workspace is not None and i < len(event.attachments)
-              and is_voice_note(event.attachments[i]) and rec.path):
-            kept = workspace / (rec.path + ".transcript.txt")
-            with contextlib.suppress(_NotSaved):
-                text = await asyncio.to_thread(_read_transcript, kept, own)
-                if text is not None:
-                    out.notices.append(f"🎙 {text}")
+        elif (event is not None and i < len(event.attachments)
+              and is_voice_note(event.attachments[i]) and rec.transcript):
+            out.notices.append(f"🎙 {rec.transcript}")
     return out.notices
 
 
@@ -418,7 +415,7 @@ async def receive_attachments(
         try:
             await _describe(a, dest, got, out, own)
             if voice is not None and is_voice_note(a):
-                await _transcript(voice, label, dest, got, out, own, fresh=fresh)
+                await _transcript(voice, label, dest, got, out, own, records=records)
         except _NotSaved as exc:  # swapped since it was checked: nothing of it is read
             _refusal(label, str(exc), out)
         except FileNotFoundError:
@@ -447,42 +444,18 @@ async def _describe(a: Attachment, dest: Path, rec: AttachmentRecord, out: Recei
     out.parts.append(f"{head}\n```\n{body}\n```{note}")
 
 
-def _read_transcript(path: Path, own: Own) -> str | None:
-    try:
-        with _open_saved(path, own) as f:
-            return f.read(4 * 20_100).decode("utf-8", errors="replace").strip() or None
-    except FileNotFoundError:
-        return None
-
-
-def _keep_transcript(path: Path, text: str) -> None:
-    """Written whole (temporary name, fsync, rename, folder fsync): a recovered turn finds
-    either the complete transcript or none, and then transcribes again."""
-    part = path.with_name(path.name + ".part")
-    with part.open("w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(part, path)
-    _fsync_dir(path.parent)
-
-
 def _read_audio(path: Path, limit: int, own: Own) -> bytes:
     with _open_saved(path, own) as f:
         return f.read(limit + 1)
 
 
 async def _transcript(voice: Transcriber, label: str, dest: Path, rec: AttachmentRecord,
-                      out: Received, own: Own, *, fresh: bool) -> None:
-    """A saved voice note's transcript for the model and the user: the one kept beside it
-    by an earlier run, or the endpoint's (then kept). A failure is said, never fatal.
-
-    ``fresh`` (recorded by this run): no earlier run can have transcribed it, so a file
-    already under the transcript's name was put there by something else (the thread's
-    folder is writable by the model's tools, and message ids are guessable): not read, and
-    replaced."""
-    kept = dest.with_name(dest.name + ".transcript.txt")
-    text = None if fresh else await asyncio.to_thread(_read_transcript, kept, own)
+                      out: Received, own: Own, *, records: AttachmentRecords) -> None:
+    """A saved voice note's transcript for the model and the user: the one its record holds
+    (an earlier run transcribed it), or the endpoint's (then recorded). A failure is said,
+    never fatal. Nothing is read from or written to the thread's folder but the audio
+    itself: the folder is writable by the model's tools."""
+    text = rec.transcript
     if text is None:
         data = await asyncio.to_thread(_read_audio, dest, voice.max_bytes, own)
         try:
@@ -493,7 +466,8 @@ async def _transcript(voice: Transcriber, label: str, dest: Path, rec: Attachmen
             out.parts.append(f"[voice note {label} not transcribed: {exc}; it is saved as "
                              f"{rec.path}]")
             return
-        await asyncio.to_thread(_keep_transcript, kept, text)
+        # recorded before the turn runs: a recovered turn shows these words, not others
+        text = await records.set_transcript(rec.event_id, rec.idx, text)
     out.notices.append(f"🎙 {text}")
     out.parts.append(f"[voice note {label}: an automatic transcript of the user's spoken "
                      f"words follows; it may contain recognition errors]\n{text}")

@@ -319,6 +319,10 @@ class ChannelAttachmentModel(Base):
     path: Mapped[str] = mapped_column(String(1000), default="")
     size: Mapped[int] = mapped_column(BigInteger, default=0)
     sha256: Mapped[str] = mapped_column(String(64), default="")
+    #: a voice note's transcript, written once after the file's row (NULL: not transcribed,
+    #: or transcribed before this column: a recovered turn transcribes it again). Kept here,
+    #: not beside the file: the thread's folder is writable by the model's tools
+    transcript: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     __table_args__ = (

@@ -4,7 +4,10 @@ A row is written once per (event, attachment index), *after* the file is complet
 (fsynced, renamed into the thread's folder, the folder fsynced) or after the layer refused
 it. A recovered turn reads the rows instead of asking the platform again: a saved file is
 not downloaded twice, a refused one stays refused with the same reason. The first row
-written wins (two replicas racing over one event keep one record).
+written wins (two replicas racing over one event keep one record). A voice note's transcript
+is added to its row once transcribed (:meth:`AttachmentRecords.set_transcript`): the record,
+not a file in the thread's folder the model's tools can write, is what a recovered turn
+shows.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from bots.store._sql import insert_ignore
 from bots.store._tables import attachments_table
@@ -49,6 +52,8 @@ class AttachmentRecord:
     path: str = ""
     size: int = 0
     sha256: str = ""
+    #: a voice note's transcript (None: not transcribed, or before the record kept it)
+    transcript: str | None = None
     created_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -57,6 +62,7 @@ class AttachmentRecord:
                 "path": self.path, "size": self.size, "sha256": self.sha256,
                 # a URL's query (Discord signs its attachment links there) is not shown
                 "file_ref": self.file_ref.split("?", 1)[0],
+                "transcript": self.transcript,
                 "at": self.created_at.isoformat() if self.created_at else None}
 
 
@@ -65,7 +71,7 @@ def _record(row: Any) -> AttachmentRecord:
         event_id=int(row.event_id), idx=int(row.idx), status=row.status,
         session_id=row.session_id, platform=row.platform, file_ref=row.file_ref,
         name=row.name, mime=row.mime, reason=row.reason, path=row.path, size=int(row.size),
-        sha256=row.sha256, created_at=row.created_at)
+        sha256=row.sha256, transcript=row.transcript, created_at=row.created_at)
 
 
 class AttachmentRecords:
@@ -90,6 +96,21 @@ class AttachmentRecords:
             return _record(conn.execute(query).one())
 
         return await self._store.run_write(add)
+
+    async def set_transcript(self, event_id: int, idx: int, text: str) -> str:
+        """Keep the transcript of a saved voice note; returns the one that holds (the first
+        written: two replicas racing over one event keep one, and the user is shown it)."""
+        stmt = (update(_T).where(_T.c.event_id == event_id, _T.c.idx == idx,
+                                 _T.c.transcript.is_(None))
+                .values(transcript=text))
+        query = select(_T.c.transcript).where(_T.c.event_id == event_id, _T.c.idx == idx)
+
+        def write(conn: Connection) -> str:
+            conn.execute(stmt)
+            held = conn.execute(query).scalar_one_or_none()
+            return text if held is None else str(held)
+
+        return await self._store.run_write(write)
 
     async def for_event(self, event_id: int) -> dict[int, AttachmentRecord]:
         """The event's records by attachment index."""
