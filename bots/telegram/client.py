@@ -19,13 +19,23 @@
   ``max_retry_after_s`` is not slept on inside the request: it is raised, so the caller can
   keep the reply in the outbox instead of blocking a worker for minutes.
 
+  Groups: every message shown in a group (``sendMessage``, an ``editMessageText``, a file
+  or voice note: :data:`GROUP_COUNTED`) draws from that group's budget (20 a minute by
+  default, Telegram's limit for a group: edits count), as well as from the overall one. The
+  group budget is a bucket one message smaller than the limit (the margin absorbs a request
+  that reaches Telegram later than it left here), refilled at the limit's rate.
+
   Answers first: the overall budget (30 requests/s by default) is shared by every call,
   and a reply is three of them (the 👀 reaction, the progress message, the answer as its
   edit) plus "typing" every few seconds per running turn. When the budget is short, the
   cosmetic calls (``sendChatAction``, ``setMessageReaction``) take only what the others
   leave: they wait while any other request waits for the budget, and a "typing" that
   cannot go at once is dropped (it lasts 5 s and the next one follows), so a burst of
-  typing indicators never delays an answer.
+  typing indicators never delays an answer. A streamed draft (:meth:`TelegramClient.
+  stream_draft`) is cosmetic too: it is skipped, never queued, while the overall budget is
+  spent, and in a group while an answer waits for the group's budget or less than half of
+  that budget is left; the draft of the next text delta (the latest text) goes when a slot
+  is free again, and the final answer replaces whatever draft was shown last.
 * **The transport** (:class:`AiohttpRequest`): python-telegram-bot networking on aiohttp
   instead of httpx.
 
@@ -49,7 +59,6 @@ PTB calls back into the pacing and the transport beside it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import re
@@ -89,6 +98,7 @@ __all__ = [
     "CAPTION_LIMIT",
     "COSMETIC",
     "DOCUMENT_LIMIT_MB",
+    "GROUP_COUNTED",
     "PHOTO_LIMIT_MB",
     "AiohttpRequest",
     "HttpBackend",
@@ -211,10 +221,11 @@ class TelegramClient:
         through the same pacing as every other call (:class:`PerChatRateLimiter`)."""
         assert self.bot is not None
         limiter = self.bot.rate_limiter
-        if isinstance(limiter, PerChatRateLimiter) and limiter.busy():
-            # A draft is cosmetic: with the overall budget spent, it is skipped (the next
-            # state, or the answer, shows instead), never queued before the answers and
-            # progress messages other threads wait to send.
+        if isinstance(limiter, PerChatRateLimiter) and (
+                limiter.busy() or limiter.group_busy(target.channel)):
+            # A draft is cosmetic: with the overall budget (or its group's) short, it is
+            # skipped (the next state, or the answer, shows instead), never queued before
+            # the answers and progress messages other threads wait to send.
             return
         if target.channel.startswith("-"):  # groups and channels have no drafts
             await self.edit(target, message_id, chunk)
@@ -348,6 +359,14 @@ def approval_keyboard(short_id: str) -> dict[str, Any]:
 JSONDict = dict[str, Any]
 #: calls that only decorate a reply: they get the overall budget the others leave
 COSMETIC = frozenset({"sendChatAction", "setMessageReaction"})
+#: calls that show a message in a group, each counted in the group's budget (edits too)
+GROUP_COUNTED = frozenset({"sendMessage", "editMessageText", "sendPhoto", "sendDocument",
+                           "sendVoice"})
+
+
+def _is_group(chat: str) -> bool:
+    """A group, supergroup or channel (negative id, or an ``@username``)."""
+    return chat.startswith(("-", "@"))
 
 
 def retry_after_seconds(exc: RetryAfter) -> float:
@@ -365,7 +384,8 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
 
     Args:
         overall_max_rate: requests per ``overall_time_period`` for the whole bot (0 = off).
-        group_max_rate: ``sendMessage`` calls per ``group_time_period`` per group (0 = off).
+        group_max_rate: messages shown (:data:`GROUP_COUNTED`) per ``group_time_period``
+            per group (0 = off).
         max_retries: retries of one request after a 429.
         max_retry_after_s: longest ``retry_after`` slept on inside a request.
         on_retry: told of each 429 slept off and retried here (the daemon's metrics).
@@ -392,6 +412,8 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
         self._group_rate = group_max_rate
         self._group_period = group_time_period
         self._groups: dict[str, AsyncLimiter] = {}
+        #: group -> requests other than drafts now waiting for its budget
+        self._group_waiting: dict[str, int] = {}
         self.max_retries = max_retries
         self.max_retry_after_s = max_retry_after_s
         #: chat id -> monotonic time before which nothing is sent to it
@@ -412,13 +434,43 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
         limiter = self._overall
         return limiter is not None and (self._waiting > 0 or not limiter.has_capacity())
 
-    def _group(self, chat: str) -> Any:
+    def group_busy(self, chat: str) -> bool:
+        """In group ``chat``, an answer waits for the budget or less than half of it is
+        left: a streamed draft is better skipped than queued (the answers keep the rest)."""
+        limiter = self._group(chat) if _is_group(chat) else None
+        if limiter is None:
+            return False
+        reserve = max(1.0, limiter.max_rate // 2)
+        return self._group_waiting.get(chat, 0) > 0 or not limiter.has_capacity(1 + reserve)
+
+    def _group(self, chat: str) -> AsyncLimiter | None:
+        """The group's budget: a bucket of ``rate - 1`` (one kept as a margin for a request
+        that reaches Telegram later than it left here) refilled at ``rate`` per period."""
         if self._group_rate <= 0:
-            return contextlib.nullcontext()
+            return None
         limiter = self._groups.get(chat)
         if limiter is None:
-            limiter = self._groups[chat] = AsyncLimiter(self._group_rate, self._group_period)
+            burst = max(1.0, self._group_rate - 1)
+            limiter = self._groups[chat] = AsyncLimiter(
+                burst, self._group_period * burst / self._group_rate)
         return limiter
+
+    async def _take_group(self, chat: str | None, endpoint: str) -> None:
+        """One unit of the group's budget, for a message shown in a group."""
+        if chat is None or endpoint not in GROUP_COUNTED or not _is_group(chat):
+            return
+        limiter = self._group(chat)
+        if limiter is None:
+            return
+        self._group_waiting[chat] = self._group_waiting.get(chat, 0) + 1
+        try:
+            await limiter.acquire()
+        finally:
+            left = self._group_waiting[chat] - 1
+            if left:
+                self._group_waiting[chat] = left
+            else:
+                del self._group_waiting[chat]
 
     async def _take_overall(self, endpoint: str) -> bool:
         """One unit of the overall budget; False: a "typing" dropped instead (see module)."""
@@ -458,17 +510,14 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
     ) -> bool | JSONDict | list[JSONDict]:
         raw_chat = data.get("chat_id")
         chat = None if raw_chat is None else str(raw_chat)
-        is_group = chat is not None and (chat.startswith("-") or chat.startswith("@"))
         retries = self.max_retries if rate_limit_args is None else rate_limit_args
         for attempt in range(retries + 1):
             await self._wait_for_chat(chat)
             try:
-                group = self._group(chat) if is_group and endpoint == "sendMessage" and chat \
-                    else contextlib.nullcontext()
-                async with group:
-                    if not await self._take_overall(endpoint):
-                        return True  # the Bot API's answer to sendChatAction
-                    return await callback(*args, **kwargs)
+                await self._take_group(chat, endpoint)
+                if not await self._take_overall(endpoint):
+                    return True  # the Bot API's answer to sendChatAction
+                return await callback(*args, **kwargs)
             except RetryAfter as exc:
                 delay = retry_after_seconds(exc)
                 self.hits.append((chat or "", delay))

@@ -36,8 +36,13 @@ Records: :attr:`~FakeTelegramServer.calls` (every method call with decoded param
 status answered), :attr:`~FakeTelegramServer.sent` (sendMessage / editMessageText that took
 effect), :meth:`~FakeTelegramServer.messages_in` (the visible chat after edits and deletes).
 
-Not simulated: MarkdownV2 validation, flood limits by themselves (inject them with
-:meth:`~FakeTelegramServer.fail_next`), media other than documents and photos, inline mode,
+Flood control, off unless asked: ``flood_per_s`` (messages shown per second, the whole bot)
+and ``group_limit`` / ``group_period_s`` (messages shown in one group per period: Telegram's
+20 a minute, edits included); over either budget a call answers 429 with ``retry_after``,
+counted in :attr:`~FakeTelegramServer.flooded`. Any other 429 is injected with
+:meth:`~FakeTelegramServer.fail_next`.
+
+Not simulated: MarkdownV2 validation, media other than documents and photos, inline mode,
 payments. Error descriptions follow the Bot API's wording where known; a few are approximations.
 """
 
@@ -47,6 +52,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
 import re
 import secrets
 import time
@@ -181,15 +187,26 @@ class FakeTelegramServer(RoutedFake, UploadHold):
         bot_name: str = "Geode",
         webhook_retry_delay: float = 0.05,
         flood_per_s: float = 0.0,
+        group_limit: int = 0,
+        group_period_s: float = 60.0,
     ) -> None:
         """``flood_per_s``: the Bot API's flood control (off by default): more than this many
         messages sent, edited or drafted per second overall (a bucket that size, refilled at
-        that rate) answer 429 with ``retry_after`` 1, counted in :attr:`flooded`."""
+        that rate) answer 429 with ``retry_after`` 1, counted in :attr:`flooded`.
+        ``group_limit``: more than this many messages sent or edited in one group (a chat
+        with a negative id) per ``group_period_s`` (a bucket that size, refilled at that
+        rate; off when 0) answer 429 with ``retry_after`` the seconds until one is back."""
         super().__init__()
         self.flood_per_s = flood_per_s
         self.flooded = 0
         self._flood_tokens = flood_per_s
         self._flood_at = time.monotonic()
+        self.group_limit = group_limit
+        self.group_period_s = group_period_s
+        #: group -> (tokens left, monotonic time they were counted)
+        self._group_tokens: dict[int, tuple[float, float]] = {}
+        #: group -> 429s its budget answered
+        self.group_flooded: dict[int, int] = {}
         #: sendMessageDraft calls that took effect: (chat id, draft id, plain text)
         self.drafts: list[tuple[ChatId, int, str]] = []
         self.token = token
@@ -610,6 +627,12 @@ class FakeTelegramServer(RoutedFake, UploadHold):
             if self.route_key(method) in _FLOOD_COUNTED and self._flood():
                 self.flooded += 1
                 raise _ApiError(429, "Too Many Requests: retry after 1", {"retry_after": 1})
+            if self.route_key(method) in _GROUP_COUNTED:
+                wait = self._group_flood(params.get("chat_id"))
+                if wait:
+                    self.flooded += 1
+                    raise _ApiError(429, f"Too Many Requests: retry after {wait}",
+                                    {"retry_after": wait})
             failure = self.take_fault(method, params)
             if failure is not None and not failure.apply_effect:
                 raise _failure_error(failure)
@@ -895,6 +918,25 @@ class FakeTelegramServer(RoutedFake, UploadHold):
         self._flood_tokens -= 1
         return False
 
+    def _group_flood(self, raw_chat: Any) -> int:
+        """One unit of a group's budget; the seconds to wait when none is left (0: sent)."""
+        try:
+            chat = int(raw_chat)
+        except (TypeError, ValueError):
+            return 0
+        if self.group_limit <= 0 or chat >= 0:
+            return 0
+        rate = self.group_limit / self.group_period_s
+        now = time.monotonic()
+        tokens, at = self._group_tokens.get(chat, (float(self.group_limit), now))
+        tokens = min(float(self.group_limit), tokens + (now - at) * rate)
+        if tokens < 1:
+            self._group_tokens[chat] = (tokens, now)
+            self.group_flooded[chat] = self.group_flooded.get(chat, 0) + 1
+            return max(1, math.ceil((1 - tokens) / rate))
+        self._group_tokens[chat] = (tokens - 1, now)
+        return 0
+
     @route("editMessageText")
     async def _edit_message_text(self, params: JSONDict) -> JSONDict | bool:
         if params.get("inline_message_id"):
@@ -1082,6 +1124,9 @@ def _opt_int(value: Any) -> int | None:
 
 #: the methods the fake's flood control counts (messages shown in a chat)
 _FLOOD_COUNTED = frozenset({"sendmessage", "editmessagetext", "sendmessagedraft"})
+#: the methods a group's budget counts (messages shown in the group, edits included)
+_GROUP_COUNTED = frozenset({"sendmessage", "editmessagetext", "sendphoto", "senddocument",
+                            "sendvoice"})
 
 
 def _failure_error(failure: Fault) -> _ApiError:
