@@ -95,17 +95,94 @@ async def _waiting_notices(deps: RunDeps, watch: _CallWatch) -> AsyncIterator[No
                 await task
 
 
+#: a streamed call's text deltas reach the timeline, observers and driver at most once per
+#: this many seconds (the first at once): a model writes ~40 tokens a second, a chat
+#: message is edited about once a second, and each event costs every consumer a call
+DELTA_MERGE_S = 0.1
+
+
+class _DeltaMerger:
+    """A streamed call's text deltas, merged: the first is emitted at once, later ones
+    together once ``DELTA_MERGE_S`` has passed since the last emit (by the next delta, or a
+    timer when the model pauses), so a consumer sees the same text in fewer events, in
+    order, and never waits more than ``DELTA_MERGE_S`` for what has arrived."""
+
+    def __init__(self, deps: RunDeps) -> None:
+        self.deps = deps
+        self.pending: list[str] = []
+        self.last = -DELTA_MERGE_S
+        self.timer: asyncio.TimerHandle | None = None
+        #: the timer's emit, awaited before any later one (events stay in order)
+        self.flushing: asyncio.Task[None] | None = None
+        self._loop = asyncio.get_running_loop()
+
+    async def add(self, text: str) -> None:
+        self.pending.append(text)
+        now = self._loop.time()
+        if now - self.last >= DELTA_MERGE_S:
+            await self.flush()
+        elif self.timer is None:
+            self.timer = self._loop.call_later(self.last + DELTA_MERGE_S - now, self._due)
+
+    def _due(self) -> None:
+        self.timer = None
+        if not self.pending:
+            return
+        if self.flushing is not None and not self.flushing.done():
+            # the last one still runs (a slow consumer): this text goes after it
+            self.timer = self._loop.call_later(DELTA_MERGE_S, self._due)
+            return
+        text = self._take()
+        self.flushing = asyncio.ensure_future(emit(self.deps, TextDelta(text=text)))
+
+    def _take(self) -> str:
+        text = "".join(self.pending)
+        self.pending.clear()
+        self.last = self._loop.time()
+        return text
+
+    async def flush(self) -> None:
+        """Emit what waits (after the timer's emit, if one runs)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.flushing is not None:
+            flushing, self.flushing = self.flushing, None
+            await flushing
+        if self.pending:
+            await emit(self.deps, TextDelta(text=self._take()))
+
+    async def close(self) -> None:
+        """The call ended (answered, failed or cancelled): no timer outlives it."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.flushing is not None:
+            flushing, self.flushing = self.flushing, None
+            if flushing.done():
+                return
+            flushing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flushing
+
+
 async def _once(deps: RunDeps, step: CallModel, watch: _CallWatch) -> ModelResponse:
     snap = step.snapshot
     if not deps.stream:
         return await snap.provider.complete(snap.request)
     final: ModelResponse | None = None
-    async for ev in snap.provider.stream(snap.request):
-        watch.heard_at = time.monotonic()
-        if ev.kind == "text_delta" and ev.text:
-            await emit(deps, TextDelta(text=ev.text))
-        elif ev.kind == "done":
-            final = ev.response
+    merged = _DeltaMerger(deps)
+    try:
+        async for ev in snap.provider.stream(snap.request):
+            watch.heard_at = time.monotonic()
+            if ev.kind == "text_delta" and ev.text:
+                await merged.add(ev.text)
+            elif ev.kind == "done":
+                final = ev.response
+        # the whole text is shown before the call's answer is (ModelResponded follows)
+        await merged.flush()
+    finally:
+        await merged.close()
     if final is None:
         raise ModelError("stream ended without a final message", kind="transient")
     return final

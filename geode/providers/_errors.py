@@ -35,6 +35,7 @@ __all__ = [
     "map_anthropic_error",
     "map_openai_error",
     "map_openai_status",
+    "map_openai_stream_error",
     "parse_retry_after",
 ]
 
@@ -222,6 +223,17 @@ def map_openai_error(exc: BaseException, *, provider: str = "openai") -> ModelEr
             headers={},
         )
     return _non_status_error(exc, provider, openai)
+
+
+def map_openai_stream_error(error: object, *, provider: str = "openai") -> ModelError:
+    """Classify an error object inside a 200 Chat Completions stream read without the SDK
+    (the adapter's lean path), as :func:`map_openai_error` classifies the ``APIError`` the
+    SDK raises for it: its message, and its code or type standing for the status."""
+    message = error.get("message") if isinstance(error, dict) else None
+    if not isinstance(message, str) or not message:
+        message = "An error occurred during streaming"
+    return _status_error(provider=provider, status=_effective_status(200, {"error": error}),
+                         body=error, message=message, headers={})
 
 
 def map_openai_status(

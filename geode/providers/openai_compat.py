@@ -28,7 +28,11 @@ from geode.messages import (
     ToolUseBlock,
     Usage,
 )
-from geode.providers._errors import map_openai_error, map_openai_status
+from geode.providers._errors import (
+    map_openai_error,
+    map_openai_status,
+    map_openai_stream_error,
+)
 from geode.providers.base import BaseProvider, ModelRequest
 
 if TYPE_CHECKING:
@@ -74,7 +78,9 @@ class OpenAICompatProvider(BaseProvider):
             session (:meth:`~geode.providers._clients.ClientCache.http`), its answer read as
             JSON (the SDK's request building and response models cost ~0.8 ms of CPU per
             call, five times the POST itself); errors are classified as the SDK's are. A
-            streamed call always goes through the SDK.
+            streamed call reads the same way: the server-sent events of one POST, each
+            chunk one ``json.loads`` (the SDK builds a pydantic model per chunk: ~0.8 ms
+            of CPU each, ~320 ms for an answer of 400 tokens).
     """
 
     def __init__(
@@ -203,6 +209,10 @@ class OpenAICompatProvider(BaseProvider):
         params = self._params(request)
         params["stream"] = True
         params["stream_options"] = {"include_usage": True}
+        if self._http is not None:
+            async for event in self._stream_lean(params, acc):
+                yield event
+            return
         try:
             chunks: openai.AsyncStream[ChatCompletionChunk] = await self._post(params, stream=True)
             async with chunks:
@@ -218,6 +228,54 @@ class OpenAICompatProvider(BaseProvider):
                 kind="transient",
                 provider=self.name,
             )
+        yield StreamEvent(kind="done", response=acc.response())
+
+    async def _stream_lean(
+        self, params: dict[str, Any], acc: _StreamAccumulator
+    ) -> AsyncIterator[StreamEvent]:
+        """:meth:`stream` as one POST on the shared aiohttp session (see ``http``): its
+        server-sent events read line by line, each chunk's JSON fed to ``acc`` as it is.
+        Failures are classified as the SDK's are (a status, an error object inside the
+        stream, a cut connection, a malformed chunk)."""
+        import aiohttp
+
+        assert self._http is not None
+        body = json.dumps(params, ensure_ascii=False).encode()
+        try:
+            async with self._http().post(self._url, data=body, headers=self._headers,
+                                         timeout=self._timeout, proxy=self._proxy,
+                                         proxy_auth=self._proxy_auth) as resp:
+                if not 200 <= resp.status < 300:
+                    raw = await resp.read()
+                    raise map_openai_status(status=resp.status, raw=raw, headers=resp.headers,
+                                            provider=self.name) from _HTTPStatus(resp.status)
+                async for data in _sse_data(resp.content):
+                    if data.startswith("[DONE]"):
+                        break
+                    chunk = json.loads(data)
+                    if not isinstance(chunk, dict):
+                        raise ValueError(f"a stream chunk is not an object: {data[:80]!r}")
+                    if chunk.get("error"):
+                        raise map_openai_stream_error(chunk["error"], provider=self.name)
+                    for event in acc.feed_json(chunk):
+                        yield event
+        except ModelError:
+            raise
+        except TimeoutError as exc:
+            raise ModelError(f"{self.name}: request timed out", kind="transient",
+                             provider=self.name) from exc
+        except aiohttp.ClientError as exc:
+            raise ModelError(
+                f"{self.name}: connection failed or dropped ({type(exc).__name__}: {exc})"[:300],
+                kind="transient", provider=self.name) from exc
+        except (ValueError, AttributeError, TypeError, KeyError, IndexError) as exc:
+            raise ModelError(
+                f"{self.name}: malformed or interrupted response ({type(exc).__name__}: "
+                f"{exc})"[:300], kind="transient", provider=self.name) from exc
+        if acc.finish_reason is None:
+            raise ModelError(
+                f"{self.name}: stream ended before a finish_reason (connection cut?)",
+                kind="transient", provider=self.name)
         yield StreamEvent(kind="done", response=acc.response())
 
     async def _post(self, params: dict[str, Any], *, stream: bool) -> Any:
@@ -277,6 +335,36 @@ def _lean_timeout(timeout: float) -> aiohttp.ClientTimeout:
 
     return aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, timeout),
                                  sock_read=timeout)
+
+
+async def _sse_data(content: aiohttp.StreamReader) -> AsyncIterator[str]:
+    """The ``data`` of each server-sent event of ``content`` (its lines joined, as the SSE
+    format says); comments, ``event``/``id``/``retry`` fields and empty events are skipped.
+
+    Read as the bytes arrive (one read per network packet, its events split here) rather
+    than line by line: aiohttp's ``readline`` costs a buffer search and a wake-up per line,
+    two lines per token of a streamed answer."""
+    lines: list[str] = []
+    rest = b""
+    async for piece in content.iter_any():
+        buf = rest + piece if rest else piece
+        *complete, rest = buf.split(b"\n")
+        for raw in complete:
+            line = raw.decode("utf-8")
+            if line.endswith("\r"):
+                line = line[:-1]
+            if not line:
+                if lines:
+                    yield "\n".join(lines)
+                    lines = []
+            elif line.startswith("data:"):
+                value = line[5:]
+                lines.append(value[1:] if value.startswith(" ") else value)
+    if rest.startswith(b"data:"):  # a last line without its newline
+        value = rest[5:].decode("utf-8").rstrip("\r")
+        lines.append(value[1:] if value.startswith(" ") else value)
+    if lines:
+        yield "\n".join(lines)
 
 
 # --- request -------------------------------------------------------------------------------
@@ -444,6 +532,39 @@ class _StreamAccumulator:
                         call.arguments += tc.function.arguments
             if choice.finish_reason:
                 self.finish_reason = choice.finish_reason
+        return events
+
+    def feed_json(self, chunk: dict[str, Any]) -> list[StreamEvent]:
+        """:meth:`feed` for a chunk as its JSON (the lean path: no model built per chunk)."""
+        events: list[StreamEvent] = []
+        if chunk.get("model"):
+            self.model = chunk["model"]
+        usage = chunk.get("usage")
+        if usage is not None:
+            self.usage = Usage(input_tokens=usage.get("prompt_tokens") or 0,
+                               output_tokens=usage.get("completion_tokens") or 0)
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if content:
+                self.text.append(content)
+                events.append(StreamEvent(kind="text_delta", text=content))
+            for tc in delta.get("tool_calls") or ():
+                call = self.calls.setdefault(tc.get("index", 0), _PendingCall())
+                if tc.get("id"):
+                    call.id = tc["id"]
+                function = tc.get("function")
+                if function:
+                    name = function.get("name")
+                    if name and not call.name:
+                        call.name = name
+                        events.append(StreamEvent(kind="tool_use_start", tool_name=name))
+                    if function.get("arguments"):
+                        call.arguments += function["arguments"]
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
         return events
 
     def response(self) -> ModelResponse:

@@ -1,6 +1,6 @@
-"""The Chat Completions adapter as a runtime builds it: a non-streamed call is one POST on
-the cache's shared aiohttp session (never the SDK's request path), with the SDK client's
-headers and bearer key; a streamed call still goes through the SDK. The adapter and error
+"""The Chat Completions adapter as a runtime builds it: a call, streamed or not, is one POST
+on the cache's shared aiohttp session (never the SDK's request path), with the SDK client's
+headers and bearer key (the stream's chunk shapes: ``test_prov_lean_stream.py``). The adapter and error
 tests run this path too (the ``openai-lean`` harness)."""
 
 from __future__ import annotations
@@ -42,10 +42,16 @@ async def test_a_call_is_one_post_with_the_sdks_headers_and_no_sdk_request(
         assert len(srv.connections) == 1  # one pooled connection for the three calls
 
 
-async def test_a_streamed_call_still_goes_through_the_sdk() -> None:
+async def test_a_streamed_call_is_one_post_too_and_no_sdk_request(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     async with FakeOpenAIServer() as srv:
         provider = make_provider("openai", srv, lean=True)
         srv.enqueue_text("streamed")
+
+        async def no_sdk(*_a: Any, **_kw: Any) -> Any:
+            raise AssertionError("the SDK's request path was used")
+
+        monkeypatch.setattr(provider._client, "post", no_sdk)
         try:
             events = [ev async for ev in provider.stream(make_request())]
         finally:
