@@ -140,7 +140,8 @@ async def _run_checks(cwd: Path) -> int:
 
 def _check_skills_and_search(settings: Settings, secrets: Secrets) -> int:
     """Every SKILL.md's front matter (a bad one fails, naming the file: it is not offered),
-    a binding's ``skills`` naming none installed (warn), and the ``[search]`` backend's key."""
+    a binding's or a named agent's ``skills`` naming none installed (warn), and the
+    ``[search]`` backend's key."""
     from geode.search import load_backend
     from geode.skills import find_skills, skill_dirs
 
@@ -157,6 +158,12 @@ def _check_skills_and_search(settings: Settings, secrets: Secrets) -> int:
         unknown = scan.unknown(b.skills or ())
         if unknown:
             _line(None, f"binding {b.platform} {b.channel}: skills {', '.join(unknown)} are not "
+                  "installed", f"add them under {settings.home / 'skills'} or [skills] paths",
+                  name="skills")
+    for agent_name, agent in sorted(settings.agents.items()):  # one no binding uses too
+        unknown = scan.unknown(agent.model_dump(include={"skills"}).get("skills") or ())
+        if unknown:
+            _line(None, f"[agents.{agent_name}]: skills {', '.join(unknown)} are not "
                   "installed", f"add them under {settings.home / 'skills'} or [skills] paths",
                   name="skills")
     provider = settings.search.provider

@@ -3,10 +3,11 @@
 ``geode serve`` refuses to start (exit 2) when one fails; ``geode doctor`` runs the very
 same function and reports every result, so a config that serve refuses makes doctor say
 the same words and exit non-zero (a binding's model id used to pass doctor and fail serve).
-What is checked: each named agent's and each configured binding's model id and tool names,
-then each plugin's start checks (:attr:`geode.plugins.HarnessPlugin.preflight`; the chat
-layer's: the bindings' workspaces and each ``[channels.*]`` section). Nothing here names a
-platform or imports the chat layer.
+What is checked: each named agent's and each configured binding's model id and tool names
+(an agent no binding uses: all its keys, as a binding's are checked when loaded), then each
+plugin's start checks (:attr:`geode.plugins.HarnessPlugin.preflight`; the chat layer's: the
+bindings' workspaces and each ``[channels.*]`` section). Nothing here names a platform or
+imports the chat layer.
 """
 
 from __future__ import annotations
@@ -73,17 +74,30 @@ def _bindings(settings: Settings) -> list[Check]:
 
 
 def _agents(settings: Settings) -> list[Check]:
-    """Each named agent's model and tool names, as a binding's (one no binding uses yet
-    too: it fails here, not when a binding first names it)."""
+    """Each named agent's model and tool names, as a binding's; one no binding uses yet is
+    also validated whole as a binding's keys are (values, the rules between keys): it fails
+    here, not when a binding first names it. (A used agent's keys are validated in each
+    binding that names it, with the binding's own keys over them.)"""
+    from geode.agents import check_unused_agent
     from geode.cli._common import check_binding
     from geode.settings import BindingSettings
 
+    used = {b.agent for b in settings.bindings}
     out = []
     for name, agent in sorted(settings.agents.items()):
         where = f"[agents.{name}]"
         keys = agent.model_dump(include=agent.model_fields_set)
-        try:  # its keys were validated as [agents.NAME]; only the names are checked here
-            check_binding(BindingSettings.model_construct(**keys), settings, where=where)
+        try:
+            if name in used:
+                as_binding = BindingSettings.model_construct(**keys)
+            else:
+                try:
+                    as_binding = check_unused_agent(name, agent)
+                except ConfigError as exc:  # its own words: "[agents.NAME]: ..."
+                    out.append(Check(name=where, status="fail", message=str(exc),
+                                     fix="fix the [agents] table in config.toml"))
+                    continue
+            check_binding(as_binding, settings, where=where)
         except ConfigError as exc:
             out.append(Check(name=where, status="fail", message=f"{where}: {exc}",
                              fix="fix the [agents] table in config.toml; `geode models` "

@@ -112,3 +112,19 @@ def test_doctor_checks_an_unused_agents_model_and_tools(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "[FAIL] [agents.typo]: Unknown model id 'gpt-6-sl'" in proc.stdout, proc.stdout
     assert "[ok  ] [agents.coder]: model and tools known" in proc.stdout
+
+
+def test_doctor_and_serve_check_an_unused_agent_as_a_bindings_keys(tmp_path: Path) -> None:
+    # a binding with these keys is refused at load; an agent no binding names used to pass
+    home = _home(tmp_path, CONFIG + '\n[agents.shell]\ntools = ["run_bash"]\n'
+                                    'skills = ["no-such-skill"]\n')
+    words = ("[agents.shell]: run_bash cannot be in a binding's `tools` (it would run for "
+             "everyone in the channel, unasked)")
+    proc = _geode(home, "doctor")
+    assert proc.returncode != 0
+    assert f"[FAIL] {words}" in proc.stdout, proc.stdout
+    assert "[ok  ] [agents.coder]: model and tools known" in proc.stdout
+    assert "[warn] [agents.shell]: skills no-such-skill are not installed" in proc.stdout
+    proc = _geode(home, "serve")
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert words in proc.stderr

@@ -4,6 +4,7 @@ are configuration errors with the close match; configs without agents are unchan
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,54 @@ def test_the_rules_between_keys_hold_for_what_the_binding_runs_with(tmp_path: Pa
 def test_bad_values_in_an_agent_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"agents\.coder\.busy_policy"):
         _load(tmp_path, '[agents.coder]\nbusy_policy = "everyone"\n')
+
+
+# each an agent's keys a binding holding them would be refused for (the rules between keys)
+UNUSED = {
+    "tools = [\"run_bash\"]": "run_bash cannot be in a binding's `tools`",
+    "tools = [\"write_file\"]\napprove = [\"write_file\"]": "write_file in both `tools`",
+    "approve = [\"delegate_task\"]": "delegate_task cannot run in a channel",
+    "approve = [\"computer\"]": "computer in `approve` still needs `computer_use = true`",
+    "approve_computer_actions = [\"click\", \"dance\"]": "approve_computer_actions: unknown dance",
+}
+
+
+@pytest.mark.parametrize("keys", sorted(UNUSED))
+def test_an_agent_no_binding_uses_is_checked_as_a_bindings_keys_are(tmp_path: Path,
+                                                                    keys: str) -> None:
+    from geode.cli.preflight import preflight
+
+    words = UNUSED[keys]
+    # what a binding with these keys is refused with
+    with pytest.raises(ConfigError, match=re.escape(words)) as refused:
+        _load(tmp_path, f'[[bindings]]\nplatform = "telegram"\nchannel = "-1"\n{keys}\n')
+    # an agent with them that no binding names: the start checks fail with the same words
+    home = tmp_path / "home"
+    (home / "config.toml").write_text(f"[agents.idle]\n{keys}\n")
+    settings, secrets = load_settings(cwd=tmp_path, env={"GEODE_HOME": str(home)})
+    [check] = [c for c in preflight(settings, secrets) if c.name == "[agents.idle]"]
+    assert check.status == "fail", check
+    assert check.message.startswith("[agents.idle]: ") and words in check.message
+    reason = check.message.removeprefix("[agents.idle]: ")
+    assert reason in str(refused.value)
+
+
+def test_a_used_agent_is_checked_in_its_binding_which_may_lift_a_rule(tmp_path: Path) -> None:
+    from geode.cli.preflight import preflight
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        '[agents.c]\napprove = ["computer"]\n\n[[bindings]]\nplatform = "telegram"\n'
+        'channel = "-1"\nagent = "c"\ncomputer_use = true\n')
+    settings, secrets = load_settings(cwd=tmp_path, env={"GEODE_HOME": str(home)})
+    [check] = [c for c in preflight(settings, secrets) if c.name == "[agents.c]"]
+    assert check.status == "ok", check
+    # the same agent, no longer named by the binding: refused on its own keys
+    (home / "config.toml").write_text(
+        '[agents.c]\napprove = ["computer"]\n\n[[bindings]]\nplatform = "telegram"\n'
+        'channel = "-1"\ncomputer_use = true\n')
+    settings, secrets = load_settings(cwd=tmp_path, env={"GEODE_HOME": str(home)})
+    [check] = [c for c in preflight(settings, secrets) if c.name == "[agents.c]"]
+    assert check.status == "fail"
+    assert "computer in `approve` still needs `computer_use = true`" in check.message
