@@ -66,3 +66,33 @@ async def test_another_bindings_thread_streams_nothing(console: Console) -> None
     r = await bob.client.get(f"/threads/{sid}/events")
     assert r.status == 200
     r.close()
+
+
+async def test_nothing_is_rendered_for_a_thread_nobody_watches_and_once_for_fifty(
+        console: Console, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live, "LIVE_POLL_S", 0.05)
+    sid = await _thread(console, "-1001", "10", "notes")
+    alice = await console.sign_in(ALICE)
+    feeds = alice.client.server.app[live.FEEDS_KEY]
+    for i in range(5):  # a turn records rows: nobody watches
+        await console.store.timeline.append(session_id=sid, turn_id=f"t{i}", kind="tool.call")
+    await asyncio.sleep(0.3)
+    assert feeds.renders == 0 and feeds.feeds == {}
+    url = (await alice.json(f"/threads/{sid}"))[1]["events_url"]
+    streams = [await alice.client.get(url) for _ in range(50)]
+    async with asyncio.timeout(10):
+        while sum(len(f.viewers) for f in feeds.feeds.values()) < 50:
+            await asyncio.sleep(0.01)
+    assert len(feeds.feeds) == 1  # one feed for the fifty
+    await console.store.timeline.append(session_id=sid, turn_id="t9", kind="tool.result",
+                                        payload={"n": 9})
+    for stream in streams:
+        event, row = await _next_event(stream)
+        assert (event, row["payload"]) == ("timeline", {"n": 9})
+    assert feeds.renders == 1  # one render for the fifty viewers
+    for stream in streams:
+        stream.close()
+    async with asyncio.timeout(10):  # the last viewer gone, the feed stops
+        while feeds.feeds:
+            await asyncio.sleep(0.05)
+    assert feeds.renders == 1
