@@ -122,7 +122,7 @@ class ChannelLayer:
         #: /remind, /reminders, the schedule tool; fired into their threads by this layer
         self.reminders = (None if host.database is None else ThreadReminders(
             database=host.database, submit=self.submit, owner=self.owner,
-            active=self.active, events=self._event))
+            active=self.active, events=self._event, bindings=self.bindings))
         self.turns = TurnRunner(deps=TurnDeps(
             client=client, host=host, inbound=self.inbound, outbox=self.outbox,
             deliverer=self.deliverer, threads=self.threads, index=self.index,

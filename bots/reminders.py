@@ -14,7 +14,10 @@ between the record and the claim's finish) a duplicate, recorded once.
 A reminder missed while every replica was down fires once, at the next start (a cron one
 then continues from now; the backlog of missed times is not replayed).
 
-Times are read in UTC; the answer says so.
+Times are read in the binding's time zone (its ``timezone`` key, an IANA name; UTC when
+unset), and the zone is stored with the reminder: a cron reminder fires at its local time
+across daylight-saving changes (``0 9 * * *`` in Europe/Berlin is 08:00 UTC in winter, 07:00
+in summer), and ``/reminders`` shows each at its local time with the zone's name.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import asyncio
 import itertools
 import re
 import time
+import zoneinfo
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from bots.events import InboundEvent
-from geode.daemon.scheduler import JobStore, Scheduler, next_after, validate_cron
+from geode.daemon.scheduler import JobStore, Scheduler, next_after, validate_cron, validate_tz
 from geode.errors import ConfigError
 from geode.secret_redaction import redact_text
 from geode.store.jobs import Job
@@ -43,7 +47,7 @@ if TYPE_CHECKING:
     from geode.store.database import Database
 
 __all__ = ["MAX_PER_THREAD", "MIN_CRON_INTERVAL_S", "ReminderError", "ThreadReminders",
-           "When", "parse_when"]
+           "When", "parse_when", "usage"]
 
 log = structlog.get_logger(__name__)
 
@@ -55,8 +59,13 @@ MIN_CRON_INTERVAL_S = 300
 MAX_AHEAD_S = 366 * 86400
 
 USAGE = ("Use /remind WHEN WHAT, WHEN one of: in 10m | in 2h | in 1d | tomorrow 09:00 | "
-         "2026-12-24T18:00 (ISO) | every day 09:00 | every weekday 09:00 | "
-         'cron "0 9 * * 1-5". Times are UTC.')
+         "tomorrow 8am | at 9:00 | 2026-12-24T18:00 (ISO) | every day 09:00 | "
+         'every weekday 09:00 | cron "0 9 * * 1-5". Times are UTC.')
+
+
+def usage(tz: str | None = None) -> str:
+    """The forms of WHEN, and the zone times are read in."""
+    return USAGE if tz is None else USAGE.replace("Times are UTC.", f"Times are {tz}.")
 
 Submit = Callable[[Sequence[tuple[InboundEvent, str]]], Awaitable[list[int]]]
 
@@ -71,16 +80,25 @@ class RunningTurn(Protocol):
     def event_id(self) -> int: ...
 
 
+class Bindings(Protocol):
+    """Where the book reads a thread's binding (its time zone): ``bots.bindings``."""
+
+    async def lookup(self, platform: str, workspace: str,
+                     channel: str) -> BindingSettings | None: ...
+
+
 class ReminderError(ValueError):
     """A reminder that cannot be made (its message says why and what works)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class When:
-    """When a reminder fires: once ``at`` (Unix seconds) or on ``cron`` (UTC)."""
+    """When a reminder fires: once ``at`` (Unix seconds) or on ``cron``, read in ``tz`` (an
+    IANA name; None: UTC), which is also the zone the reminder is shown in."""
 
     at: int | None = None
     cron: str | None = None
+    tz: str | None = None
 
 
 _UNITS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
@@ -88,51 +106,59 @@ _UNITS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
           "h": 3600, "hr": 3600, "hrs": 3600, "hour": 3600, "hours": 3600,
           "d": 86400, "day": 86400, "days": 86400}
 _IN = re.compile(r"in\s+(\d{1,6})\s*([a-z]+)(?:\s+(.*))?", re.IGNORECASE | re.DOTALL)
-_DAY_AT = re.compile(r"(today|tomorrow)\s+(\d{1,2}):(\d{2})(?:\s+(.*))?",
+#: a time of day: 09:00, 9:00, 8am, 8:30 pm (hour, minute, am/pm; a bare hour is refused)
+_CLOCK = r"(\d{1,2})(?::(\d{2}))?\s*(am|pm)?"
+_DAY_AT = re.compile(rf"(?:(today|tomorrow)\s+(?:at\s+)?|at\s+){_CLOCK}(?:\s+(.*))?",
                      re.IGNORECASE | re.DOTALL)
-_EVERY = re.compile(r"every\s+(day|weekday)\s+(\d{1,2}):(\d{2})(?:\s+(.*))?",
+_EVERY = re.compile(rf"every\s+(day|weekday)\s+(?:at\s+)?{_CLOCK}(?:\s+(.*))?",
                     re.IGNORECASE | re.DOTALL)
 _CRON_QUOTED = re.compile(r'cron\s+"([^"]+)"\s+(.+)', re.IGNORECASE | re.DOTALL)
 _CRON_BARE = re.compile(r"cron\s+((?:\S+\s+){4}\S+)\s+(.+)", re.IGNORECASE | re.DOTALL)
 
 
-def parse_when(args: str, *, now: float) -> tuple[When, str]:
-    """``WHEN WHAT`` -> (when, what). Raises :class:`ReminderError` with the forms that work."""
+def parse_when(args: str, *, now: float, tz: str | None = None) -> tuple[When, str]:
+    """``WHEN WHAT`` -> (when, what), times of day and dates read in ``tz`` (an IANA name;
+    None: UTC). Raises :class:`ReminderError` with the forms that work."""
     args = args.strip()
-    when, what = _parse(args, now)
+    tz = validate_tz(tz)
+    when, what = _parse(args, now, tz)
     what = what.strip()
     if not what:
-        raise ReminderError(f"What should I do then? {USAGE}")
+        raise ReminderError(f"What should I do then? {usage(tz)}")
     if what.startswith("/"):
         raise ReminderError("A reminder runs a message for me, not a command: write what I "
                             "should do (e.g. /remind in 1h check the deploy).")
     if when.at is not None:
         if when.at <= now:
-            raise ReminderError("That time has passed (times are UTC).")
+            raise ReminderError(f"That time has passed (times are {tz or 'UTC'}).")
         if when.at - now > MAX_AHEAD_S:
             raise ReminderError("That is more than a year ahead; pick a nearer time.")
     if when.cron is not None:
-        _check_interval(when.cron, now)
+        _check_interval(when.cron, now, tz)
     return when, what
 
 
-def _parse(args: str, now: float) -> tuple[When, str]:
+def _parse(args: str, now: float, tz: str | None) -> tuple[When, str]:
+    zone = UTC if tz is None else zoneinfo.ZoneInfo(tz)
     if m := _IN.fullmatch(args):
         unit = _UNITS.get(m.group(2).lower())
         if unit is None:
-            raise ReminderError(f"Unknown unit {m.group(2)[:12]!r}. {USAGE}")
-        return When(at=int(now) + int(m.group(1)) * unit), m.group(3) or ""
+            raise ReminderError(f"Unknown unit {m.group(2)[:12]!r}. {usage(tz)}")
+        return When(at=int(now) + int(m.group(1)) * unit, tz=tz), m.group(3) or ""
     if m := _DAY_AT.fullmatch(args):
-        day = datetime.fromtimestamp(now, UTC).date()
-        if m.group(1).lower() == "tomorrow":
+        day = datetime.fromtimestamp(now, zone).date()
+        hour, minute = _clock(*m.group(2, 3, 4))
+        if (m.group(1) or "").lower() == "tomorrow":
             day += timedelta(days=1)
-        at = datetime(day.year, day.month, day.day, *_clock(m.group(2), m.group(3)),
-                      tzinfo=UTC)
-        return When(at=int(at.timestamp())), m.group(4) or ""
+        at = datetime(day.year, day.month, day.day, hour, minute, tzinfo=zone)
+        if not m.group(1) and at.timestamp() <= now:  # "at 9:00" once 9:00 passed: tomorrow
+            day += timedelta(days=1)
+            at = datetime(day.year, day.month, day.day, hour, minute, tzinfo=zone)
+        return When(at=int(at.timestamp()), tz=tz), m.group(5) or ""
     if m := _EVERY.fullmatch(args):
-        hour, minute = _clock(m.group(2), m.group(3))
+        hour, minute = _clock(*m.group(2, 3, 4))
         days = "*" if m.group(1).lower() == "day" else "1-5"
-        return When(cron=f"{minute} {hour} * * {days}"), m.group(4) or ""
+        return When(cron=f"{minute} {hour} * * {days}", tz=tz), m.group(5) or ""
     if m := _CRON_QUOTED.fullmatch(args) or _CRON_BARE.fullmatch(args):
         try:
             expr = validate_cron(m.group(1))
@@ -140,7 +166,7 @@ def _parse(args: str, now: float) -> tuple[When, str]:
             raise ReminderError(str(exc)) from None
         if len(expr.split()) != 5:
             raise ReminderError("A reminder's cron has five fields: MIN HOUR DOM MON DOW.")
-        return When(cron=expr), m.group(2)
+        return When(cron=expr, tz=tz), m.group(2)
     parts = args.split(maxsplit=2)
     for take in (2, 1):  # "2026-12-24 18:00 WHAT" or "2026-12-24T18:00 WHAT"
         if len(parts) <= take:
@@ -149,37 +175,48 @@ def _parse(args: str, now: float) -> tuple[When, str]:
             at = datetime.fromisoformat(" ".join(parts[:take]))
         except ValueError:
             continue
-        at = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
-        return When(at=int(at.timestamp())), " ".join(parts[take:])
-    raise ReminderError(f"I do not understand when. {USAGE}")
+        at = at if at.tzinfo is not None else at.replace(tzinfo=zone)
+        return When(at=int(at.timestamp()), tz=tz), " ".join(parts[take:])
+    raise ReminderError(f"I do not understand when. {usage(tz)}")
 
 
-def _clock(hour: str, minute: str) -> tuple[int, int]:
-    h, m = int(hour), int(minute)
+def _clock(hour: str, minute: str | None, half: str | None) -> tuple[int, int]:
+    """(hour, minute) of ``9:00``, ``21:15``, ``8am``, ``8:30 pm``; a bare ``9`` is refused
+    (nine in the morning or in the evening?)."""
+    shown = f"{hour}{':' + minute if minute else ''}{' ' + half if half else ''}"
+    if minute is None and half is None:
+        raise ReminderError(f"At {hour} what? Say {hour}:00, {hour}am or {hour}pm.")
+    h, m = int(hour), int(minute or 0)
+    if half is not None:
+        if not 1 <= h <= 12 or m > 59:
+            raise ReminderError(f"{shown} is not a time of day (1:00-12:59 am/pm).")
+        h = h % 12 + (12 if half.lower() == "pm" else 0)
     if h > 23 or m > 59:
-        raise ReminderError(f"{hour}:{minute} is not a time of day (00:00-23:59).")
+        raise ReminderError(f"{shown} is not a time of day (00:00-23:59).")
     return h, m
 
 
-def _check_interval(expr: str, now: float) -> None:
+def _check_interval(expr: str, now: float, tz: str | None) -> None:
     """Refuse a cron that fires more often than :data:`MIN_CRON_INTERVAL_S` (any two
     consecutive firings among its next few)."""
-    times = [next_after(expr, now)]
+    times = [next_after(expr, now, tz)]
     for _ in range(12):
-        times.append(next_after(expr, times[-1]))
+        times.append(next_after(expr, times[-1], tz))
     if min(b - a for a, b in itertools.pairwise(times)) < MIN_CRON_INTERVAL_S:
         raise ReminderError(f"That fires more often than every {MIN_CRON_INTERVAL_S // 60} "
                             "minutes; reminders may not.")
 
 
-def _utc(ts: int) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+def _local(ts: int, tz: str | None) -> str:
+    """``2026-12-24 18:00 Europe/Berlin`` (``... UTC`` without a zone)."""
+    zone = UTC if tz is None else zoneinfo.ZoneInfo(tz)
+    return f"{datetime.fromtimestamp(ts, zone):%Y-%m-%d %H:%M} {tz or 'UTC'}"
 
 
 def describe(job: Job) -> str:
-    """One line of ``/reminders``: id, when, what (redacted, cut)."""
-    when = (f"at {_utc(job.next_run)}" if job.once
-            else f"cron {job.cron!r} (UTC), next {_utc(job.next_run)}")
+    """One line of ``/reminders``: id, when (its local time and zone), what (redacted, cut)."""
+    when = (f"at {_local(job.next_run, job.tz)}" if job.once
+            else f"cron {job.cron!r} ({job.tz or 'UTC'}), next {_local(job.next_run, job.tz)}")
     what = redact_text(job.prompt).replace("\n", " ")
     return f"{job.id}  {when}  {what[:80]!r}"
 
@@ -191,8 +228,11 @@ class ThreadReminders:
     def __init__(self, *, database: Database, submit: Submit, owner: str,
                  active: Mapping[str, RunningTurn] | None = None,
                  events: Callable[[int], Awaitable[InboundEvent | None]] | None = None,
-                 tick_s: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+                 tick_s: float = 1.0, clock: Callable[[], float] = time.time,
+                 bindings: Bindings | None = None) -> None:
+        """``bindings``: where a thread's binding is read (its ``timezone``; None: UTC)."""
         self.jobs = JobStore(store=database)
+        self._bindings = bindings
         self._database = database
         self._submit = submit
         self._owner = owner
@@ -209,7 +249,7 @@ class ThreadReminders:
     async def create(self, event: InboundEvent, args: str, *, by: str = "/remind") -> Job:
         """A reminder in ``event``'s thread, created by its sender. Raises ReminderError."""
         now = self.clock()
-        when, what = parse_when(args, now=now)
+        when, what = parse_when(args, now=now, tz=await self._zone(event))
         if len(await self.jobs.in_thread(event.thread_key)) >= MAX_PER_THREAD:
             raise ReminderError(f"This thread has {MAX_PER_THREAD} reminders already (the "
                                 "most it may hold); cancel one with /reminders cancel ID.")
@@ -221,15 +261,22 @@ class ThreadReminders:
         }
         job = await self.jobs.add_reminder(what, thread=event.thread_key, target=target,
                                            created_by=event.sender, at=when.at,
-                                           cron=when.cron, now=now)
+                                           cron=when.cron, tz=when.tz, now=now)
         log.info("reminder.created", job_id=job.id, thread=event.thread_key, once=job.once)
         return job
+
+    async def _zone(self, event: InboundEvent) -> str | None:
+        """The time zone of ``event``'s binding (None: UTC)."""
+        if self._bindings is None:
+            return None
+        binding = await self._bindings.lookup(event.platform, event.workspace, event.channel)
+        return None if binding is None else binding.timezone
 
     async def remind(self, event: InboundEvent) -> str:
         """``/remind WHEN WHAT``: the answer to post."""
         parts = event.text.split(maxsplit=1)
         if len(parts) < 2:
-            return USAGE
+            return usage(await self._zone(event))
         try:
             job = await self.create(event, parts[1])
         except ReminderError as exc:
@@ -248,7 +295,7 @@ class ThreadReminders:
         jobs = await self.jobs.in_thread(event.thread_key)
         if not jobs:
             return "No reminders in this thread. /remind WHEN WHAT sets one."
-        return "\n".join(["Reminders of this thread (UTC):", *map(describe, jobs)])
+        return "\n".join(["Reminders of this thread:", *map(describe, jobs)])
 
     async def _cancel(self, thread: str, job_id: str, *, who: str,
                       approvers: Sequence[str]) -> str:
@@ -334,5 +381,5 @@ class ThreadReminders:
 
 def _when_line(job: Job) -> str:
     if job.once:
-        return f"once at {_utc(job.next_run)}"
-    return f"cron {job.cron!r} (UTC), first at {_utc(job.next_run)}"
+        return f"once at {_local(job.next_run, job.tz)}"
+    return f"cron {job.cron!r} ({job.tz or 'UTC'}), first at {_local(job.next_run, job.tz)}"

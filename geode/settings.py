@@ -18,10 +18,11 @@ from contextvars import ContextVar
 from copy import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from dotenv import dotenv_values
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -219,6 +220,24 @@ class BudgetSettings(SpendCaps):
         return v
 
 
+def iana_zone(v: str | None) -> str | None:
+    """A binding's ``timezone``: an IANA name zoneinfo knows, or a ValueError naming the
+    close match (a misspelt zone must not silently mean UTC)."""
+    import difflib
+    import zoneinfo
+
+    if v is None:
+        return v
+    try:
+        zoneinfo.ZoneInfo(v)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        close = difflib.get_close_matches(v, sorted(zoneinfo.available_timezones()), n=1)
+        match = f' Did you mean "{close[0]}"?' if close else ""
+        raise ValueError(f"unknown time zone {v!r}.{match} Use an IANA "
+                         'name such as "Europe/Berlin", "America/New_York" or "UTC".') from None
+    return v
+
+
 class BindingSettings(SpendCaps):
     #: a registered chat platform (as its [channels.NAME] table is named)
     platform: str
@@ -262,6 +281,9 @@ class BindingSettings(SpendCaps):
     memory: Literal["off", "user", "channel"] = "off"
     #: a voice note is answered with a voice note too (``[voice] tts_model``), text beside it
     voice_replies: bool = False
+    #: the IANA time zone (``Europe/Berlin``) its reminders' times of day, dates and crons
+    #: are read and shown in; unset: UTC
+    timezone: Annotated[str | None, AfterValidator(iana_zone)] = None
 
     #: the keys it took from its agent (:func:`apply_agent`); None: not resolved here
     _agent_keys: frozenset[str] | None = PrivateAttr(default=None)

@@ -73,7 +73,7 @@ def schedule_list(
     for j in jobs:
         last = f"last {_utc(j.last_run)} {j.last_status}" if j.last_run else "never ran"
         cron = "once" if j.once else f"{j.cron!r} {j.tz}" if j.tz else repr(j.cron)
-        nxt = f"next {_utc(j.next_run)}" if j.enabled else "done"
+        nxt = f"next {_utc(j.next_run)}{_local(j.next_run, j.tz)}" if j.enabled else "done"
         typer.echo(f"{j.id}  {cron}  {nxt}  runs {j.run_count}  {last}"
                    f"\n    {j.prompt[:100]!r}" + (f"  session {j.session_id}" if j.session_id
                                                   else ""))

@@ -43,7 +43,8 @@ def make_schedule(book: ReminderBook) -> ToolDef:
             description="create a reminder, list this thread's, or cancel one")],
         when: Annotated[str | None, Field(description=(
             "For create: 'in 10m', 'in 2h', 'in 1d', 'tomorrow 09:00', an ISO-8601 time, "
-            "'every day 09:00', 'every weekday 09:00' or 'cron \"0 9 * * 1-5\"' (UTC)"))] = None,
+            "'every day 09:00', 'every weekday 09:00' or 'cron \"0 9 * * 1-5\"' (in the "
+            "channel's time zone, UTC unless it sets one)"))] = None,
         text: Annotated[str | None, Field(
             description="For create: what to do then (it runs as a message in this thread)",
         )] = None,
@@ -52,7 +53,7 @@ def make_schedule(book: ReminderBook) -> ToolDef:
     ) -> str:
         """Set a reminder in this chat thread: at the time given, the text runs here as a
         new message to you and your answer is posted in the thread. Also lists this thread's
-        reminders and cancels one. Times are UTC."""
+        reminders and cancels one. Times are the channel's (UTC unless it sets a zone)."""
         if action == "create":
             if not when or not text:
                 raise ToolFailure("create needs `when` and `text`")
