@@ -45,6 +45,7 @@ __all__ = [
     "DeliveryError",
     "DeliveryErrorKind",
     "Intake",
+    "NativeStream",
     "PlatformClient",
     "ReadBack",
     "TurnHost",
@@ -184,6 +185,41 @@ class ReadBack(Protocol):
         Raises:
             DeliveryError: the lookup failed.
         """
+        ...
+
+
+@runtime_checkable
+class NativeStream(Protocol):
+    """A platform whose API writes a message as it grows (Slack's chat streaming: start,
+    append, stop). The layer's :class:`bots.turn.native.NativeDraft` streams a turn's draft
+    through it into a message that replaces the progress message (recorded as the turn's
+    progress message before anything is appended), and falls back to paced edits where
+    :meth:`can_stream` says no or the platform refuses. The final answer still replaces the
+    message by an ordinary :meth:`PlatformClient.edit`, which ends a stream still open."""
+
+    def can_stream(self, target: ReplyTarget) -> bool:
+        """Whether a stream may be tried in this thread (the platform refused none here)."""
+        ...
+
+    async def start_stream(self, target: ReplyTarget, markdown: str) -> str:
+        """A new message in the thread, streaming, holding ``markdown``; its id.
+
+        Raises:
+            DeliveryError: refused (``fatal``: not here; the thread is then marked so that
+                :meth:`can_stream` says no) or outcome unknown.
+        """
+        ...
+
+    async def append_stream(self, target: ReplyTarget, message_id: str, markdown: str) -> None:
+        """Append ``markdown`` to the streaming message (``fatal``: it streams no more)."""
+        ...
+
+    async def stop_stream(self, target: ReplyTarget, message_id: str) -> None:
+        """End the stream; its text stays as it is (an edit may then replace it)."""
+        ...
+
+    async def delete_message(self, target: ReplyTarget, message_id: str) -> None:
+        """Remove a message the bot posted (one already gone is no error)."""
         ...
 
 

@@ -137,6 +137,8 @@ def convert_message(
         mentions_bot=mentions_bot, reply_to=root if root != ts else None,
         is_edit=edit_of is not None, is_dm=channel_type == "im" or channel.startswith("D"),
         date=int(float(ts)), attachments=_files(event.get("files")),
+        # who a streamed answer is for (chat.startStream names its recipient in channels)
+        extra={"user": sender, "team": _str(event.get("user_team")) or team},
     )
 
 

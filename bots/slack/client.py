@@ -1,7 +1,8 @@
 """The Slack client: what the layer sends through (send / edit / react / upload / typing),
 the ``ApprovalControls`` (Block Kit buttons, ephemeral answers), ``ReadBack`` (the bot's
-posts found again in ``conversations.replies``) and ``AttachmentReader`` abilities, on
-slack_sdk's ``AsyncWebClient``. Slack errors become :class:`~bots.port.DeliveryError` kinds in
+posts found again in ``conversations.replies``), ``NativeStream`` (``chat.startStream`` /
+``appendStream`` / ``stopStream``) and ``AttachmentReader`` abilities, on slack_sdk's
+``AsyncWebClient``. Slack errors become :class:`~bots.port.DeliveryError` kinds in
 one place, :func:`_map_error`.
 
 A mixin of :class:`~bots.slack.connector.SlackConnector`: it reads the Web API client and
@@ -11,6 +12,7 @@ the bot's identity the connector learns at connect; it holds nothing of the inta
 from __future__ import annotations
 
 import contextlib
+from collections import OrderedDict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,16 @@ _STATUS_UNAVAILABLE = {"missing_scope", "not_allowed_token_type", "invalid_argum
                        "channel_not_found", "not_allowed", "unknown_method", "no_permission",
                        "method_not_supported_for_channel_type", "feature_not_enabled",
                        "thread_not_found", "invalid_thread_ts"}
+#: chat.startStream answers meaning "no streaming here" (an older workspace, a channel type
+#: it does not serve, a token without the scope): paced chat.update edits for the channel
+_STREAM_UNAVAILABLE = {"unknown_method", "not_allowed", "not_allowed_token_type",
+                       "method_not_supported_for_channel_type", "missing_scope",
+                       "feature_not_enabled", "no_permission", "invalid_arguments",
+                       "channel_type_not_supported", "team_not_found", "user_not_found"}
+#: the answer of a stream that has ended (stopped, or expired after a silence)
+_NOT_STREAMING = "message_not_in_streaming_state"
+#: the open streams a process remembers (their ts); an edit ends one first
+_MAX_OPEN_STREAMS = 1000
 _FATAL = {"channel_not_found", "not_in_channel", "is_archived", "invalid_auth", "not_authed",
           "account_inactive", "token_revoked", "missing_scope", "restricted_action",
           "cant_update_message", "msg_too_long", "no_text", "invalid_blocks",
@@ -63,9 +75,13 @@ class SlackClient:
     #: the bot's user id and bot id (``auth.test``): what the bot posted is found by them
     bot_uid: str
     bot_id: str
+    team_id: str
     #: channels where the assistant status is not available; threads whose status is set
     _no_status: set[str]
     _status_on: set[tuple[str, str]]
+    #: channels where chat streaming was refused; this process's open streams
+    _no_stream: set[str]
+    _streams: OrderedDict[str, None]
 
 
     async def send(self, target: ReplyTarget, chunk: Chunk, *, plain: bool = False) -> str:
@@ -87,6 +103,10 @@ class SlackClient:
     ) -> None:
         assert self.client is not None
         text = chunk.fallback if plain else chunk.formatted
+        if message_id in self._streams:
+            # a draft streaming into the message: ended first, then replaced whole
+            with contextlib.suppress(DeliveryError):
+                await self.stop_stream(target, message_id)
         try:
             # blocks=[]: Slack keeps a message's blocks through an update that names none;
             # an edit replaces the whole message (an approval request loses its buttons)
@@ -95,6 +115,83 @@ class SlackClient:
         except (SlackApiError, SlackClientError, ClientError, TimeoutError) as exc:
             raise _map_error(exc, sending=False) from exc
         await self._clear_status_if_final(target, text)
+
+    def can_stream(self, target: ReplyTarget) -> bool:
+        """Chat streaming is tried in threads (``chat.startStream`` needs a ``thread_ts``)
+        of channels where Slack refused none (``[channels.slack] native_stream``)."""
+        return (self.opts.native_stream and valid_ts(target.thread_root)
+                and target.channel not in self._no_stream)
+
+    async def start_stream(self, target: ReplyTarget, markdown: str) -> str:
+        """``chat.startStream`` in the thread, to the person who asked (Slack needs the
+        recipient outside direct messages); its ts. A refusal that means "not here" marks
+        the channel (:meth:`can_stream` then says no) and is ``fatal``."""
+        assert self.client is not None
+        user, team = target.extra.get("user"), target.extra.get("team")
+        to_user = (user if isinstance(user, str) and user and not target.channel.startswith("D")
+                   else None)
+        to_team = (team if isinstance(team, str) and team else self.team_id) if to_user else None
+        try:
+            resp = await self.client.chat_startStream(
+                channel=target.channel, thread_ts=target.thread_root, markdown_text=markdown,
+                recipient_user_id=to_user, recipient_team_id=to_team)
+        except SlackApiError as exc:
+            error = str(exc.response.get("error"))
+            if error in _STREAM_UNAVAILABLE:
+                log.info("slack.stream_unavailable", channel=target.channel, error=error)
+                self._no_stream.add(target.channel)
+                raise DeliveryError("fatal", error) from exc
+            raise _map_error(exc, sending=True) from exc
+        except (SlackClientError, ClientError, TimeoutError) as exc:
+            raise _map_error(exc, sending=True) from exc
+        ts = str(resp["ts"])
+        self._streams[ts] = None
+        while len(self._streams) > _MAX_OPEN_STREAMS:
+            self._streams.popitem(last=False)
+        return ts
+
+    async def append_stream(self, target: ReplyTarget, message_id: str, markdown: str) -> None:
+        """``chat.appendStream`` (Tier 4, paced by the progress message's edit interval);
+        ``fatal`` once the stream has ended (stopped here, or expired at Slack)."""
+        assert self.client is not None
+        if message_id not in self._streams:
+            raise DeliveryError("fatal", _NOT_STREAMING)
+        try:
+            await self.client.chat_appendStream(channel=target.channel, ts=message_id,
+                                                markdown_text=markdown)
+        except SlackApiError as exc:
+            if exc.response.get("error") == _NOT_STREAMING:
+                self._streams.pop(message_id, None)
+                raise DeliveryError("fatal", _NOT_STREAMING) from exc
+            raise _map_error(exc, sending=False) from exc
+        except (SlackClientError, ClientError, TimeoutError) as exc:
+            raise _map_error(exc, sending=False) from exc
+
+    async def stop_stream(self, target: ReplyTarget, message_id: str) -> None:
+        """``chat.stopStream`` (a stream that already ended is no error)."""
+        assert self.client is not None
+        self._streams.pop(message_id, None)
+        try:
+            await self.client.chat_stopStream(channel=target.channel, ts=message_id)
+        except SlackApiError as exc:
+            if exc.response.get("error") == _NOT_STREAMING:
+                return
+            raise _map_error(exc, sending=False) from exc
+        except (SlackClientError, ClientError, TimeoutError) as exc:
+            raise _map_error(exc, sending=False) from exc
+
+    async def delete_message(self, target: ReplyTarget, message_id: str) -> None:
+        """``chat.delete`` (a message already gone is no error)."""
+        assert self.client is not None
+        self._streams.pop(message_id, None)
+        try:
+            await self.client.chat_delete(channel=target.channel, ts=message_id)
+        except SlackApiError as exc:
+            if exc.response.get("error") == "message_not_found":
+                return
+            raise _map_error(exc, sending=False) from exc
+        except (SlackClientError, ClientError, TimeoutError) as exc:
+            raise _map_error(exc, sending=False) from exc
 
     async def send_approval(self, target: ReplyTarget, chunk: Chunk, *, short_id: str) -> str:
         """The request as Block Kit: its text, then Approve / Deny buttons whose clicks come

@@ -68,7 +68,8 @@ _AUTH_ERRORS = {"invalid_auth", "not_authed", "account_inactive", "token_revoked
                 "team_access_not_granted", "ekm_access_denied"}
 #: what deploy/slack-manifest.yaml must grant: the bot scopes and events this module uses
 SCOPES = frozenset({
-    "chat:write",          # chat.postMessage, chat.update, chat.postEphemeral
+    "chat:write",          # chat.postMessage / .update / .delete / .postEphemeral, chat
+                           # streaming (chat.startStream / .appendStream / .stopStream)
     "reactions:write",     # reactions.add / reactions.remove
     "channels:history",    # conversations.history / .replies, message.channels
     "groups:history",      # the same for private channels, message.groups
@@ -142,6 +143,8 @@ class SlackConnector(SlackClient, SlackInbound):
         self._recording: dict[str, tuple[asyncio.Future[bool], tuple[str, str] | None]] = {}
         self._no_status: set[str] = set()
         self._status_on: set[tuple[str, str]] = set()
+        self._no_stream: set[str] = set()
+        self._streams: OrderedDict[str, None] = OrderedDict()
 
     # -- identity -------------------------------------------------------------------------------
 

@@ -33,6 +33,9 @@ class SlackOptions(LayerOptions):
     #: try assistant.threads.setStatus (needs assistant:write); falls back per channel
     status_api: bool = True
     status_text: str = "is working…"
+    #: with ``stream``: the answer streams by chat.startStream / appendStream / stopStream
+    #: where Slack allows it (else, and with false, by paced chat.update edits)
+    native_stream: bool = True
     chunk_limit: int = _SLACK_LIMIT
     rate_limit_retries: int = 3
     history_page_size: int = 200

@@ -12,6 +12,10 @@ unchanged against :attr:`FakeSlack.base_url`:
   ``files.completeUploadExternal``: the file is shared in the channel / thread as a message
   with ``files``; recorded in :attr:`FakeSlack.uploads` with its bytes;
   :meth:`FakeSlack.hold_upload_answers` lets an upload take effect while its answer waits),
+  chat streaming (``chat.startStream`` / ``appendStream`` / ``stopStream``, with
+  ``markdown_text`` or slack_sdk ChatStream's ``markdown_text`` chunks; a message keeps
+  ``"streaming": True`` until stopped or replaced by ``chat.update``; ``chat_streaming=False``
+  answers ``unknown_method``),
   ``assistant.threads.setStatus`` and ``apps.connections.open`` (app token only; returns a
   loopback ``ws://`` URL). Tokens come from the ``Authorization`` header or a ``token`` param;
   an unknown one is ``invalid_auth``. Bodies may be JSON, form-encoded or query strings.
@@ -92,6 +96,19 @@ __all__ = [
 
 _MAX_TEXT = 40_000
 _MAX_BLOCKS = 50
+
+
+def _stream_text(params: Mapping[str, Any]) -> str:
+    """A streaming call's text: ``markdown_text``, then its ``markdown_text`` chunks (what
+    slack_sdk's ChatStream sends)."""
+    text = str(params.get("markdown_text") or "")
+    chunks = params.get("chunks")
+    if isinstance(chunks, str):
+        chunks = json.loads(chunks)
+    for chunk in chunks if isinstance(chunks, list) else []:
+        if isinstance(chunk, dict) and chunk.get("type") == "markdown_text":
+            text += str(chunk.get("text") or "")
+    return text
 
 
 def sign_slack_request(signing_secret: str, timestamp: str, body: str) -> str:
@@ -200,6 +217,7 @@ class FakeSlack(RoutedFake, UploadHold):
         double_delivery: a top-level channel mention yields ``message`` and ``app_mention``.
         echo_bot_messages: the app's own posts are delivered back as ``message`` events (as
             Slack does for apps subscribed to channel messages).
+        chat_streaming: serve chat.startStream / appendStream / stopStream.
     """
 
     def __init__(
@@ -215,8 +233,12 @@ class FakeSlack(RoutedFake, UploadHold):
         events_url: str | None = None,
         double_delivery: bool = True,
         echo_bot_messages: bool = False,
+        chat_streaming: bool = True,
     ) -> None:
         super().__init__()
+        #: False: chat.startStream / appendStream / stopStream answer ``unknown_method``
+        #: (a workspace or API without chat streaming)
+        self.chat_streaming = chat_streaming
         self.bot_token = bot_token
         self.app_token = app_token
         self.signing_secret = signing_secret
@@ -1028,6 +1050,8 @@ class FakeSlack(RoutedFake, UploadHold):
         msg["text"] = text
         if blocks is not None:
             msg["blocks"] = blocks
+        # an update ends a stream (the SDK's fallback for a stream Slack expired)
+        msg.pop("streaming", None)
         msg["edited"] = {"user": self.bot_user_id, "ts": self._new_ts()}
         self.posts.append(
             SlackPost(
@@ -1046,11 +1070,13 @@ class FakeSlack(RoutedFake, UploadHold):
         """A message that grows as it is written (Slack's chat streaming): posted in the
         thread with ``markdown_text`` so far, then :meth:`_append_stream` /
         :meth:`_stop_stream`; each call is a :class:`SlackPost` too."""
+        if not self.chat_streaming:
+            raise _SlackError("unknown_method")
         channel = self._channel(params)
         if not params.get("thread_ts"):
             raise _SlackError("invalid_arguments")
         thread_ts = str(params["thread_ts"])
-        text = str(params.get("markdown_text") or "")
+        text = _stream_text(params)
         msg: JSONDict = {"type": "message", "user": self.bot_user_id, "bot_id": self.bot_id,
                          "app_id": self.app_id, "text": text, "ts": self._new_ts(),
                          "team": self.team_id, "streaming": True}
@@ -1060,6 +1086,8 @@ class FakeSlack(RoutedFake, UploadHold):
         return {"channel": channel, "ts": msg["ts"]}
 
     def _streaming(self, params: JSONDict) -> tuple[str, JSONDict]:
+        if not self.chat_streaming:
+            raise _SlackError("unknown_method")
         channel = self._channel(params)
         msg = self._message(channel, params.get("ts"))
         if msg.get("bot_id") != self.bot_id:
@@ -1071,7 +1099,7 @@ class FakeSlack(RoutedFake, UploadHold):
     @route("chat.appendStream")
     async def _append_stream(self, params: JSONDict) -> JSONDict:
         channel, msg = self._streaming(params)
-        msg["text"] += str(params.get("markdown_text") or "")
+        msg["text"] += _stream_text(params)
         self.posts.append(SlackPost(method="chat.appendStream", channel=channel, ts=msg["ts"],
                                     text=msg["text"], thread_ts=msg.get("thread_ts")))
         return {"channel": channel, "ts": msg["ts"]}
@@ -1079,7 +1107,7 @@ class FakeSlack(RoutedFake, UploadHold):
     @route("chat.stopStream")
     async def _stop_stream(self, params: JSONDict) -> JSONDict:
         channel, msg = self._streaming(params)
-        msg["text"] += str(params.get("markdown_text") or "")
+        msg["text"] += _stream_text(params)
         msg["streaming"] = False
         self.posts.append(SlackPost(method="chat.stopStream", channel=channel, ts=msg["ts"],
                                     text=msg["text"], thread_ts=msg.get("thread_ts")))

@@ -1,6 +1,6 @@
-"""A Slack answer that streams into its progress message by chat.update (paced), and a
-quick one that is a single chat.postMessage (the real daemon and slack_sdk against
-FakeSlack)."""
+"""A Slack answer that streams into its progress message by chat.update (paced: Slack's
+own chat streaming off, see test_slack_native_stream.py for it), and a quick one that is a
+single chat.postMessage (the real daemon and slack_sdk against FakeSlack)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ async def test_the_answer_grows_by_paced_updates(stacks, home, fake: FakeSlack) 
     provider = ScriptedProvider([ANSWER], repeat_last=True, stream_piece=8,
                                 stream_every_s=0.05)
     stack = make(stacks, home, fake, provider=provider, options={
-        "stream": True, "progress_after_ms": 0, "progress_edit_interval_s": 0.1})
+        "stream": True, "progress_after_ms": 0, "progress_edit_interval_s": 0.1,
+        "native_stream": False})
     await stack.start()
     ts = await fake.user_posts(CH, mention("explain"), user=ALICE)
     await fake.wait_until(lambda: [m for m in bot_messages(fake, CH, thread=ts)
