@@ -110,8 +110,25 @@ class LeaseKeeper:
                 log.warning("thread_leases.lost", thread=key)
                 self.host.publish(ThreadLeaseLost(platform=c.platform))
                 await self.processor.cancel(key)
+        await self.stop_requested()
         await self.thread_leases.release_idle(c.platform, c.workspace)
         await self.take_over()
+
+    async def stop_requested(self) -> None:
+        """Stop the turns the console asked to stop (possibly in another replica), as read
+        by this heartbeat's renewal: the turn of the requested event, as ``/stop`` in the
+        thread stops it. A request for a turn that ended is cleared; one for a turn not
+        started here yet waits for it."""
+        c, leases = self.client, self.thread_leases
+        for (channel, root), request in list(leases.stop_requests.items()):
+            turn = self.router.active.get(thread_key(c.platform, c.workspace, channel, root))
+            if turn is not None and turn.event_id == request.event_id:
+                log.info("console.stop_applied", thread=root, event_id=request.event_id,
+                         by=request.by)
+                turn.cancel()
+            elif turn is None or turn.event_id < request.event_id:
+                continue  # not started here (yet): a later heartbeat stops it
+            await leases.stop_handled(c.platform, c.workspace, (channel, root), request)
 
     async def take_over(self) -> None:
         c = self.client

@@ -32,6 +32,7 @@ from bots.console.chart import bar_chart
 
 if TYPE_CHECKING:
     from bots.store import ApprovalRecord
+    from bots.store.console import ThreadSummary
     from geode.settings import BindingSettings, SpendCaps
     from geode.store.usage import Grouping, UsageTotals
 
@@ -173,7 +174,7 @@ async def thread(request: web.Request) -> web.Response:
     data = {
         "title": t.title or t.thread_key, "thread_key": t.thread_key,
         "session_id": t.session_id, "platform": t.platform, "channel": t.channel,
-        "running": _running(deps, t.thread_key),
+        "running": await _running(deps, t),
         "queue_position": queued[0].position if queued else None,
         "queued": [{"id": q.id, "position": q.position, "sender": q.sender,
                     "received_at": q.received_at} for q in queued],
@@ -222,40 +223,61 @@ async def drop(request: web.Request) -> web.Response:
     return see_other("/threads/" + quote(t.thread_key, safe=""))
 
 
-def _running(deps: ConsoleDeps, thread_key: str) -> dict[str, Any] | None:
-    """The thread's turn running in this process (or waiting for a lane), as ``/status``
-    describes it; None when nothing runs here."""
-    turn = deps.running(thread_key) if deps.running is not None else None
+async def _running(deps: ConsoleDeps, t: ThreadSummary) -> dict[str, Any] | None:
+    """The thread's running turn (or one waiting for a lane), as ``/status`` describes it
+    when it runs in this process; else, as the store knows it, the turn of the thread's
+    unfinished message and the replica holding the thread (``replica``). None when
+    nothing runs."""
+    from bots.store.leases import ThreadStops
+
+    turn = deps.running(t.thread_key) if deps.running is not None else None
     if turn is None:
-        return None
+        found = await ThreadStops(store=deps.store).running(
+            t.platform, t.workspace, t.channel, t.thread_root)
+        if found is None:
+            return None
+        return {"turn_id": "", "session_id": t.session_id, "seconds": None,
+                "waiting_for_lane": False, "ahead": None, "progress": "", "approval": "",
+                "stopping": found.stop is not None and found.stop.event_id == found.event_id,
+                "replica": found.owner, "event_id": found.event_id}
     waiting = turn.session is None and (turn.queued_ahead is not None or turn.display_wait)
     return {"turn_id": turn.loop_turn_id, "session_id": turn.session_id,
             "seconds": round(time.monotonic() - turn.started),
             "waiting_for_lane": waiting, "ahead": turn.queued_ahead if waiting else None,
             "progress": turn.heartbeat() if turn.heartbeat is not None else "",
-            "approval": turn.waiting, "stopping": turn.stop_requested}
+            "approval": turn.waiting, "stopping": turn.stop_requested, "replica": ""}
 
 
 async def stop(request: web.Request) -> web.Response:
-    """Stop the thread's running turn (POST, CSRF-checked), as ``/stop`` in the thread does:
-    the same registry of running turns, so a turn waiting for a lane leaves the queue and a
-    running one ends at its next step. The action is in the timeline and the audit log with
-    the signed-in identity."""
+    """Stop the thread's running turn (POST, CSRF-checked), as ``/stop`` in the thread does,
+    wherever it runs. In this process: the same registry of running turns, so a turn
+    waiting for a lane leaves the queue and a running one ends at its next step. In
+    another replica: a stop request on the thread's lease, which that replica's heartbeat
+    reads and acts on the same way (:class:`bots.store.leases.ThreadStops`); asking again
+    is the same request. The action is in the timeline and the audit log with the
+    signed-in identity."""
     from bots.store import ConsoleThreads
+    from bots.store.leases import ThreadStops
 
     deps, who, access = _who(request)
     t = await ConsoleThreads(store=deps.store).get(unquote(request.match_info["key"]))
     if t is None or not access.sees_channel(who, t.platform, t.workspace, t.channel):
         return refuse(request, 404, "No such thread (or not one of your bindings).")
     turn = deps.running(t.thread_key) if deps.running is not None else None
+    asked = None
     if turn is not None:
         turn.cancel()
+    else:
+        asked = await ThreadStops(store=deps.store).request(
+            t.platform, t.workspace, t.channel, t.thread_root, by=str(who))
+    where = {"event_id": asked.event_id, "replica": asked.owner} if asked is not None else {}
     await deps.audit(who, session_of(request), "stop", session_id=t.session_id,
                      turn_id=turn.loop_turn_id if turn is not None else "",
-                     applied=turn is not None)
+                     applied=turn is not None, requested=asked is not None, **where)
     if wants_json(request):
-        return respond(request, "message.html", {"stopped": turn is not None},
-                       status=200 if turn is not None else 409)
+        return respond(request, "message.html",
+                       {"stopped": turn is not None, "requested": asked is not None, **where},
+                       status=200 if turn is not None or asked is not None else 409)
     return see_other("/threads/" + quote(t.thread_key, safe=""))
 
 

@@ -243,6 +243,10 @@ class ChannelThreadLeaseModel(Base):
     expires_at: Mapped[int] = mapped_column(BigInteger)  # unix milliseconds
     #: when the holder last claimed an event of the thread (unix milliseconds)
     touched_at: Mapped[int] = mapped_column(BigInteger)
+    #: Stop asked (in the console, possibly of another replica) for the turn of this
+    #: inbound event, and by whom; the holder's heartbeat reads it (``bots.lease_keeper``)
+    stop_event: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    stop_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
 
     __table_args__ = (Index(None, "owner"),)
 

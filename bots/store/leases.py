@@ -51,8 +51,8 @@ if TYPE_CHECKING:
 
     from geode.store.database import Database
 
-__all__ = ["Lease", "Thread", "ThreadLeaseLost", "ThreadLeases", "held_by_another",
-           "store_clock"]
+__all__ = ["Lease", "RunningElsewhere", "StopRequest", "Thread", "ThreadLeaseLost",
+           "ThreadLeases", "ThreadStops", "held_by_another", "store_clock"]
 
 _L = leases_table
 _T = thread_leases_table
@@ -178,6 +178,8 @@ class ThreadLeases:
         self.predecessors = frozenset(predecessors) - {owner}
         #: free threads the last :meth:`take_in` left for lack of room
         self.skipped = 0
+        #: the stop requests on this owner's threads, as the last :meth:`renew` read them
+        self.stop_requests: dict[Thread, StopRequest] = {}
         # One-row statements run as executemany: SQLAlchemy compiles each once and batches the
         # rows itself. A multi-row VALUES built per call was compiled afresh every time (with
         # the clock expression once per row): ~10 ms of CPU for a 50-thread claim.
@@ -282,10 +284,34 @@ class ThreadLeases:
                 for channel, root in threads]
 
     async def renew(self, platform: str, workspace: str) -> set[Thread]:
-        """Extend every lease of this owner; returns the threads it still holds."""
+        """Extend every lease of this owner; returns the threads it still holds.
+
+        The same statement reads the stop requests on them (:class:`ThreadStops`), left in
+        :attr:`stop_requests` for the heartbeat: no query of its own."""
         stmt = (update(_T).where(self._mine(platform, workspace))
-                .values(expires_at=_now_ms(self._store) + self.ttl_ms))
-        return await self._store.run_write(lambda conn: _threads(conn, stmt.returning(*_BACK)))
+                .values(expires_at=_now_ms(self._store) + self.ttl_ms)
+                .returning(*_BACK, _T.c.stop_event, _T.c.stop_by))
+
+        def tx(conn: Connection) -> set[Thread]:
+            rows = conn.execute(stmt).all()
+            self.stop_requests = {
+                (str(r.channel), str(r.thread_root)): StopRequest(event_id=int(r.stop_event),
+                                                                  by=str(r.stop_by or ""))
+                for r in rows if r.stop_event is not None}
+            return {(str(r.channel), str(r.thread_root)) for r in rows}
+
+        return await self._store.run_write(tx)
+
+    async def stop_handled(self, platform: str, workspace: str, thread: Thread,
+                           request: StopRequest) -> None:
+        """Clear ``thread``'s stop request (the turn was stopped, or it had ended), unless
+        a newer one replaced it meanwhile."""
+        channel, root = thread
+        stmt = update(_T).where(
+            self._mine(platform, workspace), _T.c.channel == channel, _T.c.thread_root == root,
+            _T.c.stop_event == request.event_id,
+        ).values(stop_event=None, stop_by=None)
+        await self._store.run_write(lambda conn: conn.execute(stmt))
 
     async def release_idle(self, platform: str, workspace: str) -> int:
         """Drop the leases of threads untouched for a TTL with nothing unfinished or owed."""
@@ -342,6 +368,84 @@ class ThreadLeases:
             _T.c.platform == platform, _T.c.workspace == workspace)
         rows = await self._store.run_read(lambda conn: conn.execute(query).all())
         return {(str(r.channel), str(r.thread_root)): str(r.owner) for r in rows}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopRequest:
+    """Stop asked for the turn of inbound event ``event_id`` of a thread, by ``by`` (the
+    console's signed-in identity)."""
+
+    event_id: int
+    by: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunningElsewhere:
+    """A thread's turn as the store sees it: its inbound event (claimed, not finished), the
+    replica holding the thread, and the stop request on it, if any."""
+
+    event_id: int
+    owner: str
+    stop: StopRequest | None
+
+
+class ThreadStops:
+    """Stop for a turn whichever replica runs it (the console's side).
+
+    The request is a mark on the thread's lease row (the event whose turn is to stop, and
+    who asked); the holder's heartbeat renews that row anyway, reads the mark in the same
+    statement (:meth:`ThreadLeases.renew`) and stops the turn as ``/stop`` does. Asking
+    again marks the same event: idempotent. A row exists while a replica holds the thread,
+    so a thread nobody holds has nothing running to stop.
+    """
+
+    def __init__(self, *, store: Database) -> None:
+        self._store = store
+
+    @staticmethod
+    def _where(table: Any, platform: str, workspace: str, channel: str, root: str) -> Any:
+        return and_(table.c.platform == platform, table.c.workspace == workspace,
+                    table.c.channel == channel, table.c.thread_root == root)
+
+    def _running_q(self, platform: str, workspace: str, channel: str, root: str) -> Any:
+        # the thread's oldest unfinished event: its turn runs (or waits for a lane) now,
+        # the ones after it wait behind it (a thread's events run in order)
+        first = (select(func.min(_E.c.id)).where(
+            self._where(_E, platform, workspace, channel, root),
+            _E.c.status.in_(UNFINISHED_EVENTS)).scalar_subquery())
+        return select(first.label("event_id"), _T.c.owner, _T.c.stop_event, _T.c.stop_by
+                      ).where(self._where(_T, platform, workspace, channel, root))
+
+    @staticmethod
+    def _found(row: Any) -> RunningElsewhere | None:
+        if row is None or row.event_id is None:
+            return None
+        stop = (StopRequest(event_id=int(row.stop_event), by=str(row.stop_by or ""))
+                if row.stop_event is not None else None)
+        return RunningElsewhere(event_id=int(row.event_id), owner=str(row.owner), stop=stop)
+
+    async def running(self, platform: str, workspace: str, channel: str, root: str
+                      ) -> RunningElsewhere | None:
+        """The thread's unfinished turn and its holder; None when nothing is unfinished."""
+        q = self._running_q(platform, workspace, channel, root)
+        return self._found(await self._store.run_read(lambda conn: conn.execute(q).first()))
+
+    async def request(self, platform: str, workspace: str, channel: str, root: str, *,
+                      by: str) -> RunningElsewhere | None:
+        """Ask the holder to stop the thread's unfinished turn; what was asked (with its
+        request), or None when nothing is unfinished."""
+        q = self._running_q(platform, workspace, channel, root)
+
+        def tx(conn: Connection) -> RunningElsewhere | None:
+            found = self._found(conn.execute(q).first())
+            if found is None:
+                return None
+            conn.execute(update(_T).where(self._where(_T, platform, workspace, channel, root))
+                         .values(stop_event=found.event_id, stop_by=by))
+            return RunningElsewhere(event_id=found.event_id, owner=found.owner,
+                                    stop=StopRequest(event_id=found.event_id, by=by))
+
+        return await self._store.run_write(tx)
 
 
 @dataclass(frozen=True, kw_only=True)
