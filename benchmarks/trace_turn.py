@@ -122,6 +122,12 @@ class _Tracer:
             mods.extend(self._creators.get(task, ()))
         return mods
 
+    def already_running(self, frames: list[FrameType]) -> None:
+        """``frames`` were entered before the trace began (a loop waiting for its next
+        pass): resuming one later is no call, so it adds no edge."""
+        for frame in frames:
+            self._seen[id(frame)] = frame
+
     def task_factory(self, loop: asyncio.AbstractEventLoop, coro: Any,
                      **kw: Any) -> asyncio.Task[Any]:
         """The loop's task factory while tracing: a task remembers who created it."""
@@ -225,6 +231,7 @@ async def trace_one_mention(home: Path) -> Figures:
             await _reply(fake, 1)
             await asyncio.sleep(0.5)  # the warm-up's bookkeeping after its send is not traced
             asyncio.get_running_loop().set_task_factory(tracer.task_factory)
+            tracer.already_running(alive_frames())
             sys.setprofile(tracer.hook)
             threading.setprofile(tracer.hook)
             tracer.on = True
@@ -250,6 +257,27 @@ async def trace_one_mention(home: Path) -> Figures:
         edges=[f"{a} -> {b} ({n})" for (a, b), n in sorted(hops.items())],
         path_hops=max(len(path) - 1, 0), path=path,
     )
+
+
+def alive_frames() -> list[FrameType]:
+    """The frames running when the trace starts: every task's chain of awaiting coroutines
+    (a supervised loop, its body, what that awaits) and every thread's stack. The profile
+    hook reports a coroutine's resumption as a ``call``; for a frame entered before the
+    mention (the pump's or the poller's loop) that is no call made on the mention's behalf."""
+    frames: list[FrameType] = []
+    for task in asyncio.all_tasks():
+        awaited: Any = task.get_coro()
+        while awaited is not None:
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            if frame is not None:
+                frames.append(frame)
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    for thread_frame in sys._current_frames().values():
+        current: FrameType | None = thread_frame
+        while current is not None:
+            frames.append(current)
+            current = current.f_back
+    return frames
 
 
 def _carries_the_mention(frame: FrameType) -> bool:

@@ -19,10 +19,18 @@ from typing import Any
 import structlog
 
 from bots.store.bindings import StoredBindings
+from geode.daemon.port import SessionOverrides
 from geode.errors import ConfigError
 from geode.settings import BindingSettings
 
-__all__ = ["BindingTable", "StoredBindings", "approve_actions", "parse_binding", "spend_scope"]
+__all__ = [
+    "BindingTable",
+    "StoredBindings",
+    "approve_actions",
+    "parse_binding",
+    "session_overrides",
+    "spend_scope",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -100,3 +108,15 @@ def approve_actions(binding: BindingSettings) -> dict[str, frozenset[str]]:
     if "memory" in binding.approve:
         actions["memory"] = frozenset({"scope=channel"})
     return actions
+
+
+def session_overrides(binding: BindingSettings, *, model: str = "") -> SessionOverrides:
+    """A binding's session settings as the harness's neutral overrides (``model``: the
+    thread's ``/model`` choice, already checked against the binding's list)."""
+    return SessionOverrides(
+        model=model or binding.model or None, prompt_addition=binding.system_prompt,
+        tools=binding.tools, approve=tuple(binding.approve),
+        computer_use=binding.computer_use is True, approve_actions=approve_actions(binding),
+        time_budget_s=binding.time_budget_s, spend_caps=binding,
+        spend_scope=spend_scope(binding), skills=binding.skills, memory=binding.memory,
+    )

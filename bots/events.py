@@ -94,14 +94,18 @@ class InboundEvent:
     attachments: tuple[Attachment, ...] = ()
     context: tuple[str, ...] = ()  # earlier thread messages the payload itself carried
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the fixed session id of its thread (:func:`thread_key`), and whether the message roots
+    #: that thread: stored on the value as it is made, so that the router and each phase of
+    #: the turn read them instead of deriving them again (not recorded: :meth:`from_json`
+    #: makes them anew)
+    thread_key: str = field(init=False, repr=False, compare=False)
+    starts_thread: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def thread_key(self) -> str:
-        return thread_key(self.platform, self.workspace, self.channel, self.thread_root)
-
-    @property
-    def starts_thread(self) -> bool:
-        return self.thread_root == self.message_id
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: set once, here
+        set_(self, "thread_key",
+             thread_key(self.platform, self.workspace, self.channel, self.thread_root))
+        set_(self, "starts_thread", self.thread_root == self.message_id)
 
     def target(self) -> ReplyTarget:
         return ReplyTarget(
@@ -125,7 +129,7 @@ class InboundEvent:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> InboundEvent:
-        known = set(cls.__dataclass_fields__)
+        known = _EVENT_FIELDS
         kw = {k: v for k, v in data.items() if k in known}
         kw["attachments"] = tuple(Attachment(**a) for a in data.get("attachments") or ())
         kw["context"] = tuple(data.get("context") or ())
@@ -133,4 +137,5 @@ class InboundEvent:
         return cls(**kw)
 
 
-_EVENT_FIELDS = tuple(f.name for f in fields(InboundEvent))
+#: what an event is made of (and recorded as); the rest is derived from it
+_EVENT_FIELDS = tuple(f.name for f in fields(InboundEvent) if f.init)

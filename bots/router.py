@@ -299,7 +299,9 @@ async def mention_gate(ctx: DispatchContext, d: Dispatch, nxt: Next) -> None:
     if ev.is_edit:
         await ctx.ignore(d, "edit")
         return
-    d.command = parse_command(ev.text, ctx.identity.username)
+    # only a text that starts with "/" can be a command: the parser reads no other
+    d.command = (parse_command(ev.text, ctx.identity.username)
+                 if ev.text.lstrip().startswith("/") else None)
     # A message that roots its own thread cannot be in an engaged one (no read hop for it);
     # route() engages the thread in the same transaction that accepts the turn.
     d.thread = None if ev.starts_thread else await ctx.threads.get(ev.thread_key)

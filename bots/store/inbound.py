@@ -161,6 +161,10 @@ class InboundLog:
         #: who records (a replica's owner name), named in the PostgreSQL notification
         self.origin = origin
         self.cursors = Cursors(store=store)
+        #: the record's statements, built once for the store's dialect (not per record)
+        self._insert_event = insert_ignore(store, _E, ["dedupe_key"], returning=["id"])
+        self._insert_message = insert_ignore(store, _M, ["platform", "workspace", "channel",
+                                                         "message_id"])
 
     async def record(
         self,
@@ -210,9 +214,7 @@ class InboundLog:
         self, events: Sequence[tuple[InboundEvent, str]], cursor: tuple[str, str] | None
     ) -> Callable[[Connection], list[int]]:
         store = self._store
-        insert_event = insert_ignore(store, _E, ["dedupe_key"], returning=["id"])
-        insert_message = insert_ignore(store, _M, ["platform", "workspace", "channel",
-                                                    "message_id"])
+        insert_event, insert_message = self._insert_event, self._insert_message
         cursor_stmt = _cursor_upsert(store, *cursor) if cursor is not None else None
 
         def tx(conn: Connection) -> list[int]:

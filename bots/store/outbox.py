@@ -127,13 +127,16 @@ class OutboxRow:
     error: str = ""
 
 
-def _row(r: Any) -> OutboxRow:
+def _row(r: Any, target: ReplyTarget | None = None) -> OutboxRow:
+    """``r`` as a row; ``target``: the row's target as the caller holds it (a row's target
+    is fixed when the row is made), instead of reading it back from its JSON."""
     chunks = r.chunks or []
     described = chunks[0].get("file") if chunks and isinstance(chunks[0], dict) else None
     return OutboxRow(
         id=int(r.id), session_key=r.session_key, turn_key=r.turn_key, event_id=r.event_id,
         kind=r.kind, platform=r.platform, workspace=r.workspace,
-        target=ReplyTarget.from_json(dict(r.target)), status=r.status,
+        target=target if target is not None else ReplyTarget.from_json(dict(r.target)),
+        status=r.status,
         loop_turn_id=r.loop_turn_id, progress_message_id=r.progress_message_id,
         progress_state=r.progress_state, message_ids=[str(m) for m in r.message_ids or []],
         chunks=[Chunk(formatted=c["html"], fallback=c["plain"]) for c in r.chunks or []],
@@ -327,10 +330,10 @@ class Outbox:
         await self._store.run_write(lambda conn: conn.execute(*stmt))
 
     async def mark_ready(
-        self, row_id: int, chunks: list[Chunk], *,
+        self, row: OutboxRow, chunks: list[Chunk], *,
         fence: Claim | None = None,
     ) -> OutboxRow | None:
-        """Record a turn's final answer (pending -> ready); the row as committed, or None
+        """Record ``row``'s final answer (pending -> ready); the row as committed, or None
         when the row is no longer pending: another run of the turn (a replica that took
         the thread over meanwhile) recorded its answer first, and delivers that one.
 
@@ -338,6 +341,7 @@ class Outbox:
         (another replica holds the thread now, and its run of the turn is the one that
         counts) nothing is recorded and None is returned.
         """
+        row_id = row.id
         stmt = self.update_stmt(row_id, {"status": "ready", "chunks": chunks})
 
         def tx(conn: Connection) -> Any:
@@ -350,7 +354,7 @@ class Outbox:
             return conn.execute(_READY, stmt[1]).first()
 
         r = await self._store.run_write(tx)
-        return None if r is None else _row(r)
+        return None if r is None else _row(r, row.target)
 
     async def finish(
         self, row: OutboxRow, *, status: str, error: str = "",
@@ -394,7 +398,7 @@ class Outbox:
             return updated, at
 
         updated, at = await self._store.run_write(tx)
-        return _row(updated), at
+        return _row(updated, row.target), at
 
     async def record_progress_message(self, row: OutboxRow, message_id: str) -> None:
         """The turn's progress message exists: its id on the row, and in the message index

@@ -3,6 +3,7 @@ driven by one ``match`` (:mod:`bots.turn.driver`)."""
 
 from __future__ import annotations
 
+from bots.bindings import session_overrides
 from bots.turn.deliver import Deliverer, DeliverPhase
 from bots.turn.driver import TurnRunner
 from bots.turn.prepare import PreparePhase, compose_prompt
@@ -12,7 +13,6 @@ from bots.turn.run import (
     RunPhase,
     friendly_failure,
     on_display,
-    session_overrides,
 )
 from bots.turn.steps import (
     Accept,

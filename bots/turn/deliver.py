@@ -61,7 +61,7 @@ class DeliverPhase:
         claim (a replica that lost the thread records nothing)."""
         deps = self.deps
         chunks = deps.client.render(redact_text(step.text))
-        ready = await deps.outbox.mark_ready(step.row.id, chunks, fence=step.fence)
+        ready = await deps.outbox.mark_ready(step.row, chunks, fence=step.fence)
         if ready is None:
             log.warning("turn.finished_elsewhere", row=step.row.id)
             return Done("finished elsewhere")

@@ -50,10 +50,10 @@ from bots.turn.steps import (
     TurnDeps,
 )
 from bots.voice_reply import wants_voice_reply
+from geode.settings import BindingSettings
 
 if TYPE_CHECKING:
     from bots.store import OutboxRow, StoredEvent
-    from geode.settings import BindingSettings
 
 __all__ = ["TurnRunner"]
 
@@ -93,10 +93,10 @@ class TurnRunner:
             while True:
                 match step:
                     case Recover():
-                        speak = wants_voice_reply(step.binding, step.stored)
+                        speak = _spoken(step.binding, step.stored)
                         step = await self.prepare.recover(step)
                     case Accept():
-                        speak = wants_voice_reply(step.binding, step.stored)
+                        speak = _spoken(step.binding, step.stored)
                         turn = self.prepare.turn(step)
                         shown = await self.running.show(turn)
                         step = await self.prepare.prepare(turn, step.prompt)
@@ -122,3 +122,10 @@ class TurnRunner:
         finally:
             if shown is not None:  # a phase raised while the turn was shown
                 await self.running.hide(shown)
+
+
+def _spoken(binding: BindingSettings | None, stored: StoredEvent) -> bool:
+    """Whether the turn's answer is spoken too; :mod:`bots.voice_reply` is asked only when
+    the binding enables spoken replies (most do not: no call for their turns)."""
+    return (isinstance(binding, BindingSettings) and binding.voice_replies
+            and wants_voice_reply(binding, stored))

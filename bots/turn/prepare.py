@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from bots.attachments import Received, VoiceHost, receive_attachments, recorded_notices
+from bots.bindings import session_overrides
 from bots.events import InboundEvent
 from bots.turn.steps import Accept, Answered, Done, Prepared, Ready, Recover, Step, Turn
 from bots.workspaces import binding_workspace, thread_folder
@@ -29,7 +30,7 @@ from bots.workspaces import binding_workspace, thread_folder
 if TYPE_CHECKING:
     from bots.store import OutboxRow, StoredEvent
     from bots.turn.steps import TurnDeps
-    from geode.daemon.port import Claim
+    from geode.daemon.port import Claim, SessionOverrides
     from geode.settings import BindingSettings
 
 __all__ = ["PreparePhase", "compose_prompt"]
@@ -69,13 +70,17 @@ class PreparePhase:
         #: each binding's workspace path by what names it (``binding_workspace`` resolves
         #: the path on disk: a syscall per component, on every turn before)
         self._workspaces: dict[tuple[str, str, str, str], Path] = {}
+        #: each binding's session overrides, made once per binding (and again when the
+        #: binding changes), not on every turn
+        self._overrides: dict[tuple[str, str, str], tuple[BindingSettings, SessionOverrides]] = {}
 
     def turn(self, step: Accept) -> Turn:
         """The facts of an accepted turn."""
         event = step.stored.event
         return Turn(stored=step.stored, row=step.row, binding=step.binding,
                     thread=event.thread_key, fence=self.fence(step.row),
-                    workspace=self._workspace(step.binding), resume=step.resume,
+                    workspace=self._workspace(step.binding),
+                    overrides=self._session_overrides(step.binding), resume=step.resume,
                     recovered=step.recovered)
 
     def fence(self, row: OutboxRow) -> Claim:
@@ -111,6 +116,15 @@ class PreparePhase:
         if found is None:
             found = self._workspaces[key] = binding_workspace(self.deps.host.home, binding)
         return found
+
+    def _session_overrides(self, binding: BindingSettings) -> SessionOverrides:
+        key = (binding.platform, binding.team, binding.channel)
+        found = self._overrides.get(key)
+        # compared by value with a copy: a binding read again, or changed in place, is seen
+        if found is None or found[0] != binding:
+            found = self._overrides[key] = (binding.model_copy(deep=True),
+                                            session_overrides(binding))
+        return found[1]
 
     async def _prompt(self, turn: Turn) -> tuple[str, Received]:
         """The turn's prompt, and what its attachments gave (images, notices for the user

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 
 from bots.approvals import ChatApprover
-from bots.bindings import approve_actions, spend_scope
 from bots.commands import ActiveTurn, picked_model
 from bots.computer_use import ScreenWatch, approval_screen
 from bots.events import ReplyTarget
@@ -36,7 +35,7 @@ from bots.send_file import make_send_file
 from bots.store import Outbox, OutboxRow
 from bots.turn.steps import Answered, Dropped, Prepared, Turn
 from bots.turn.stream import AnswerDraft, draft_chunk
-from geode.daemon.port import OpeningNote, SessionOverrides
+from geode.daemon.port import OpeningNote
 from geode.daemon.session import Session, SessionContext
 from geode.errors import ConfigError, GeodeError, ShuttingDown, StoreUnavailableError
 from geode.loop import LoopEvent, TurnResult, model_wait_text
@@ -48,9 +47,7 @@ from geode.loop.events import (
     TurnStarted,
 )
 from geode.loop.termination import TerminationReason
-from geode.secret_redaction import redact_text
 from geode.store._retry import is_transient
-from geode.store.sessions import short_title
 
 if TYPE_CHECKING:
     from bots.turn.steps import TurnDeps
@@ -64,7 +61,6 @@ __all__ = [
     "Shown",
     "friendly_failure",
     "on_display",
-    "session_overrides",
 ]
 
 log = structlog.get_logger(__name__)
@@ -90,18 +86,6 @@ def friendly_failure(result: TurnResult) -> str:
     hint = f": {detail[0][:300]}" if detail else ""
     body = result.answer
     return f"⚠️ I could not finish ({reason}{hint})." + (f"\n\n{body}" if body else "")
-
-
-def session_overrides(binding: BindingSettings, *, model: str = "") -> SessionOverrides:
-    """A binding's session settings as the harness's neutral overrides (``model``: the
-    thread's ``/model`` choice, already checked against the binding's list)."""
-    return SessionOverrides(
-        model=model or binding.model or None, prompt_addition=binding.system_prompt,
-        tools=binding.tools, approve=tuple(binding.approve),
-        computer_use=binding.computer_use is True, approve_actions=approve_actions(binding),
-        time_budget_s=binding.time_budget_s, spend_caps=binding,
-        spend_scope=spend_scope(binding), skills=binding.skills, memory=binding.memory,
-    )
 
 
 class EntryOrder:
@@ -262,7 +246,7 @@ class RunPhase:
         # the thread's /model choice (a new thread has none: it is not looked up)
         state = (None if stored.event.starts_thread and not turn.recovered
                  else await deps.threads.get(turn.thread))
-        model = picked_model(binding, state.model if state is not None else "")
+        model = picked_model(binding, state.model) if state is not None and state.model else ""
         ctx = self._session_context(turn, sink, active=active, model=model)
         await deps.entry.wait_turn(stored.id)
 
@@ -303,11 +287,13 @@ class RunPhase:
         row = turn.row
         return SessionContext(
             mode="DAEMON", workspace=turn.workspace, session_id=row.session_key,
-            overrides=session_overrides(turn.binding, model=model), user=event.sender,
+            # the binding's overrides, fixed once per binding (Turn); the thread's /model
+            overrides=replace(turn.overrides, model=model) if model else turn.overrides,
+            user=event.sender,
             on_event=sink,
             approver=self._approver(turn, active),
             # the thread's first message names it in `geode sessions list`
-            title=short_title(redact_text(event.text)) if event.text.strip()
+            title=event.text if event.text.strip()  # one masked line: the harness cuts it
             else f"{event.platform} thread {turn.thread}", thread=turn.thread,
             source=event.platform, fence=turn.fence, stream=self.deps.options.stream,
             # channel-only tools: the thread this turn answers in is where a file goes

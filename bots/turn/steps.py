@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         ThreadSessions,
     )
     from bots.uploads import FileSender
-    from geode.daemon.port import Claim
+    from geode.daemon.port import Claim, SessionOverrides
     from geode.messages import ImageBlock
     from geode.settings import BindingSettings
     from geode.tools.base import ToolDef
@@ -116,6 +116,9 @@ class Turn:
     fence: Claim
     #: the binding's own folder (its file tools and sandbox see nothing of other channels)
     workspace: Path
+    #: the binding's session settings as the harness's overrides (the thread's ``/model``
+    #: choice is put in by the run phase)
+    overrides: SessionOverrides
     #: resumed in place from its checkpoint
     resume: bool = False
     #: a previous process accepted it (its placeholder is reused and says it resumed)

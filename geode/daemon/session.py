@@ -29,6 +29,7 @@ from geode.policy import Mode, SessionScope
 from geode.providers.base import BaseProvider
 from geode.providers.catalog import model_has_vision
 from geode.providers.retry import RetryPolicy
+from geode.store.sessions import short_title
 from geode.tools.base import ToolDef
 
 if TYPE_CHECKING:
@@ -67,7 +68,8 @@ class SessionContext:
     provider: BaseProvider | None = None
     rules: Sequence[str] = ()
     parent_session_id: str | None = None
-    #: the session's title in `geode sessions list`; empty: its first prompt
+    #: the session's title in `geode sessions list` (masked and cut to one line here, as
+    #: :func:`~geode.store.sessions.short_title` does); empty: its first prompt
     title: str = ""
     extra_tools: Sequence[ToolDef] = ()
     #: the conversation per-thread spend caps count (a channel thread); default: the session
@@ -133,11 +135,8 @@ class Session:
             await self._close_open_batch(ask=False)
         self.saved_state = {}  # a new turn: what was loaded no longer describes the chain
         if self.entitle is not None:
-            from geode.secret_redaction import redact_text
-            from geode.store.sessions import short_title
-
             entitle, self.entitle = self.entitle, None
-            await entitle(short_title(redact_text(prompt)))
+            await entitle(short_title(prompt))  # masked, then cut
         return await self.loop.run(prompt, turn_id=turn_id, images=images)
 
     def can_resume(self, turn_id: str) -> bool:
@@ -258,7 +257,7 @@ async def open_session(parts: SessionParts, ctx: SessionContext) -> Session:
         skills = OfferedSkills(())
     loaded = await records.load_or_create(
         session_id=ctx.session_id, mode=ctx.mode, model=ref.model,
-        parent_session_id=ctx.parent_session_id, title=ctx.title,
+        parent_session_id=ctx.parent_session_id, title=short_title(ctx.title),
         metadata=ctx.session_metadata())
     session_id = loaded.session_id
     memory = await _open_memory(parts, ctx, session_id)

@@ -49,10 +49,12 @@ class TurnResult:
     #: the model's own answer (may be partial on a failed turn; empty: it gave none) —
     #: a host shows it beside ``termination`` and never parses ``text`` for the note
     answer: str = ""
+    #: it ended naturally (``termination`` is a success): a fact of the value, set as it is
+    #: made, so a host reads it without calling back into the loop
+    ok: bool = field(init=False, compare=False)
 
-    @property
-    def ok(self) -> bool:
-        return self.termination in SUCCESS_REASONS
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ok", self.termination in SUCCESS_REASONS)
 
     def to_json(self) -> dict[str, object]:
         """The ``geode run --json`` object (CONTRACT.md)."""

@@ -219,7 +219,7 @@ def test_a_turn_shows_in_a_traceback_by_what_names_it() -> None:
     from bots.turn import Turn, TurnDeps
 
     turn = Turn(stored=SimpleNamespace(id=12), row=_ROW, binding=_X,  # type: ignore[arg-type]
-                thread="telegram:1:2:3", fence=_X, workspace=_X)
+                thread="telegram:1:2:3", fence=_X, workspace=_X, overrides=_X)
     assert repr(turn) == ("Turn(thread='telegram:1:2:3', event=12, row=7, resume=False, "
                           "recovered=False)")
     assert repr(Prepared(turn=turn, prompt="p")).startswith("Prepared(turn=Turn(thread=")
