@@ -12,6 +12,7 @@ the bot's identity the connector learns at connect; it holds nothing of the inta
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import OrderedDict
 from datetime import datetime
 from pathlib import Path
@@ -31,7 +32,7 @@ from bots.slack._actions import APPROVE_ACTION, approval_blocks
 from bots.slack._convert import valid_ts
 from bots.slack.options import SlackOptions
 
-__all__ = ["SLACK_FILE_HOSTS", "UPLOAD_LIMIT", "SlackClient"]
+__all__ = ["SLACK_FILE_HOSTS", "UPLOAD_LIMIT", "CallBudget", "SlackClient"]
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +66,30 @@ _FATAL = {"channel_not_found", "not_in_channel", "is_archived", "invalid_auth", 
           "not_allowed_token_type", "ekm_access_denied", "team_access_not_granted"}
 
 
+class CallBudget:
+    """How many calls of a method a workspace may make a minute (Slack's rate tiers), as a
+    bucket refilled evenly that holds ten seconds' worth: a streamed draft is cosmetic, so a
+    call that finds it empty is skipped (the next state, or the answer, shows instead), never
+    queued or sent into a 429. ``per_min`` 0: no limit."""
+
+    def __init__(self, per_min: float) -> None:
+        self.rate = per_min / 60.0
+        self.cap = max(1.0, per_min / 6.0)
+        self.tokens = self.cap
+        self._at = time.monotonic()
+
+    def take(self) -> bool:
+        if self.rate <= 0:
+            return True
+        now = time.monotonic()
+        self.tokens = min(self.cap, self.tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
 class SlackClient:
     """Slack's outbound half (see the module docstring)."""
 
@@ -82,6 +107,10 @@ class SlackClient:
     #: channels where chat streaming was refused; this process's open streams
     _no_stream: set[str]
     _streams: OrderedDict[str, None]
+    #: the workspace's budgets of streams (chat.startStream and .stopStream, Tier 2) and
+    #: of appends (chat.appendStream, Tier 4)
+    _stream_starts: CallBudget
+    _stream_appends: CallBudget
 
 
     async def send(self, target: ReplyTarget, chunk: Chunk, *, plain: bool = False) -> str:
@@ -118,9 +147,11 @@ class SlackClient:
 
     def can_stream(self, target: ReplyTarget) -> bool:
         """Chat streaming is tried in threads (``chat.startStream`` needs a ``thread_ts``)
-        of channels where Slack refused none (``[channels.slack] native_stream``)."""
+        of channels where Slack refused none (``[channels.slack] native_stream``), while the
+        workspace's budget of streams (``stream_starts_per_min``: a start and its stop are
+        Tier 2 calls) has one left: taken here, else this turn's draft goes by edits."""
         return (self.opts.native_stream and valid_ts(target.thread_root)
-                and target.channel not in self._no_stream)
+                and target.channel not in self._no_stream and self._stream_starts.take())
 
     async def start_stream(self, target: ReplyTarget, markdown: str) -> str:
         """``chat.startStream`` in the thread, to the person who asked (Slack needs the
@@ -151,11 +182,15 @@ class SlackClient:
         return ts
 
     async def append_stream(self, target: ReplyTarget, message_id: str, markdown: str) -> None:
-        """``chat.appendStream`` (Tier 4, paced by the progress message's edit interval);
-        ``fatal`` once the stream has ended (stopped here, or expired at Slack)."""
+        """``chat.appendStream`` (Tier 4): at most one per progress edit interval in a thread
+        and ``stream_appends_per_min`` in the workspace (``retry``: skipped, the next append
+        carries the text); ``fatal`` once the stream has ended (stopped, or expired at Slack)."""
         assert self.client is not None
         if message_id not in self._streams:
             raise DeliveryError("fatal", _NOT_STREAMING)
+        if not self._stream_appends.take():
+            # skipped: the text comes with a later append, or the answer replaces it
+            raise DeliveryError("retry", "stream appends paced")
         try:
             await self.client.chat_appendStream(channel=target.channel, ts=message_id,
                                                 markdown_text=markdown)

@@ -50,7 +50,7 @@ from bots.format import Chunk
 from bots.port import TurnHost
 from bots.slack._history import SlackHistory
 from bots.slack._mrkdwn import SLACK_LIMIT, chunk_mrkdwn, render_progress
-from bots.slack.client import SLACK_FILE_HOSTS, UPLOAD_LIMIT, SlackClient
+from bots.slack.client import SLACK_FILE_HOSTS, UPLOAD_LIMIT, CallBudget, SlackClient
 from bots.slack.inbound import SLACK_HELP, SlackInbound, _RecordFirst, _SocketHandler
 from bots.slack.options import SlackOptions
 from geode.errors import ConfigError
@@ -145,6 +145,8 @@ class SlackConnector(SlackClient, SlackInbound):
         self._status_on: set[tuple[str, str]] = set()
         self._no_stream: set[str] = set()
         self._streams: OrderedDict[str, None] = OrderedDict()
+        self._stream_starts = CallBudget(opts.stream_starts_per_min)
+        self._stream_appends = CallBudget(opts.stream_appends_per_min)
 
     # -- identity -------------------------------------------------------------------------------
 

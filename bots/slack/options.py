@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from bots.options import LayerOptions, PlatformSpec, TokenSpec
 
 #: ``bots.slack._mrkdwn.SLACK_LIMIT`` (spelt out here: this module imports no SDK or
@@ -36,6 +38,12 @@ class SlackOptions(LayerOptions):
     #: with ``stream``: the answer streams by chat.startStream / appendStream / stopStream
     #: where Slack allows it (else, and with false, by paced chat.update edits)
     native_stream: bool = True
+    #: the workspace's native streams a minute (chat.startStream / stopStream are Tier 2; a
+    #: turn over the budget streams by edits); 0 = no limit
+    stream_starts_per_min: float = Field(default=20.0, ge=0)
+    #: the workspace's chat.appendStream calls a minute (Tier 4; one over the budget is
+    #: skipped, the next carries its text); 0 = no limit
+    stream_appends_per_min: float = Field(default=100.0, ge=0)
     chunk_limit: int = _SLACK_LIMIT
     rate_limit_retries: int = 3
     history_page_size: int = 200
