@@ -1,9 +1,21 @@
 """One session's memory: the entries its prompt shows and the writes its ``memory`` tool
-makes, for the user and the binding the host named (:class:`MemoryScope`)."""
+makes, for the user and the binding the host named (:class:`MemoryScope`).
+
+What a turn with memory on costs (see the memory docs for the figures): one read of both
+scopes' rows (one query), and one UPDATE of the shown entries' use counts, written with the
+turn's next write (no transaction of its own). The block is rendered again only when the
+rows' content changed: the last block rendered for a (user, channel, budget) is kept in
+this process with the content it was rendered from, and reused when a later read returns
+the same content. That check is made against what the store holds at every turn, so a
+write by another replica (or the CLI) is seen at the next turn as before; nothing here
+assumes this process made every write.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from geode.errors import RunError
 from geode.memory._render import MAX_ENTRY_CHARS, RenderedMemory, clean_text, render_memory
@@ -17,6 +29,35 @@ __all__ = ["MAX_ENTRIES_PER_OWNER", "MemoryWriteError", "SessionMemory"]
 
 #: entries one person (or one channel) may have; past it an entry must be replaced or removed
 MAX_ENTRIES_PER_OWNER = 100
+
+#: blocks kept for reuse (one per user and channel memory pair lately seen), least recently
+#: used dropped first
+_KEPT_BLOCKS = 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Kept:
+    content: tuple[tuple[Any, ...], ...]
+    rendered: RenderedMemory
+
+
+_BlockKey = tuple[str, str, int, bool]
+_blocks: OrderedDict[_BlockKey, _Kept] = OrderedDict()
+
+
+def _kept(key: _BlockKey, content: tuple[tuple[Any, ...], ...]) -> _Kept | None:
+    found = _blocks.get(key)
+    if found is None or found.content != content:
+        return None
+    _blocks.move_to_end(key)
+    return found
+
+
+def _keep(key: _BlockKey, kept: _Kept) -> None:
+    _blocks[key] = kept
+    _blocks.move_to_end(key)
+    while len(_blocks) > _KEPT_BLOCKS:
+        _blocks.popitem(last=False)
 
 
 class MemoryWriteError(RunError):
@@ -46,17 +87,32 @@ class SessionMemory:
     @classmethod
     async def open(cls, *, store: MemoryStore, scope: MemoryScope, session_id: str,
                    budget_tokens: int) -> SessionMemory:
-        """Read the turn's entries and count a use of those its prompt will show."""
+        """Read the turn's entries and count a use of those its prompt will show.
+
+        The rows are read every time (a write elsewhere is seen); the block is rendered
+        again only when their content differs from the last block's for the same user,
+        channel and budget. A block that left entries out is not reused: which ones are
+        left out depends on the use counts, which every turn changes."""
         owners: list[tuple[MemoryScopeName, str]] = []
         if scope.user_enabled:
             owners.append(("user", scope.user))
         if scope.channel_enabled:
             owners.append(("channel", scope.channel))
-        entries = await store.for_owners(owners)
+        rows = await store.rows_for_owners(owners)
+        key: _BlockKey = (scope.user if scope.user_enabled else "",
+                          scope.channel if scope.channel_enabled else "", budget_tokens,
+                          scope.channel_enabled)
+        entries = rows.entries()  # with their use counts now (a later write re-renders)
         memory = cls(store=store, scope=scope, session_id=session_id,
                      budget_tokens=budget_tokens,
                      user=[e for e in entries if e.scope == "user"],
                      channel=[e for e in entries if e.scope == "channel"])
+        content = rows.content
+        kept = _kept(key, content)
+        if kept is not None:
+            memory._rendered = kept.rendered
+        elif not memory.rendered().left_out:
+            _keep(key, _Kept(content=content, rendered=memory.rendered()))
         await store.touch(memory.rendered().shown)
         return memory
 

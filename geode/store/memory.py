@@ -11,6 +11,7 @@ entry's text or a model's arguments.
 from __future__ import annotations
 
 import builtins
+import functools
 import secrets
 import time
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import structlog
 from sqlalchemy import (
     BigInteger,
+    BindParameter,
     Index,
     String,
     Table,
@@ -42,8 +44,8 @@ if TYPE_CHECKING:
 
     from geode.store.database import Database
 
-__all__ = ["MemoryAudit", "MemoryEntry", "MemoryEntryModel", "MemoryScopeName", "MemoryStore",
-           "memory_table", "new_entry_id"]
+__all__ = ["MemoryAudit", "MemoryEntry", "MemoryEntryModel", "MemoryRows", "MemoryScopeName",
+           "MemoryStore", "memory_table", "new_entry_id"]
 
 log = structlog.get_logger(__name__)
 
@@ -78,13 +80,33 @@ class MemoryEntryModel(Base):
 memory_table = cast(Table, MemoryEntryModel.__table__)
 _M = memory_table
 # Built once: every channel turn with memory on runs both (building a statement costs more
-# than running it on SQLite).
-_FOR_OWNERS = select(_M).where(or_(
+# than running it on SQLite). The columns a prompt's block depends on come first, the use
+# counts (which change every turn) last: ``MemoryRows.content`` is the rows without them.
+_USE_COLUMNS = ("use_count", "last_used_at")
+_FOR_OWNERS = select(
+    *(c for c in _M.c if c.name not in _USE_COLUMNS), *(_M.c[n] for n in _USE_COLUMNS),
+).where(or_(
     and_(_M.c.scope == bindparam("s1"), _M.c.owner == bindparam("o1")),
     and_(_M.c.scope == bindparam("s2"), _M.c.owner == bindparam("o2")),
 )).order_by(_M.c.created_at, _M.c.id)
-_TOUCH = (update(_M).where(_M.c.id.in_(bindparam("ids", expanding=True)))
-          .values(use_count=_M.c.use_count + 1, last_used_at=bindparam("now")))
+
+
+@functools.cache
+def _touch(size: int) -> Any:
+    """The use count's UPDATE for up to ``size`` ids (a power of two), one bound parameter
+    per id: an expanding ``IN`` is compiled again on every execution, and every turn with
+    memory on runs this one (the unused slots repeat the last id)."""
+    ids: list[BindParameter[str]] = [bindparam(f"i{n}") for n in range(size)]
+    return (update(_M).where(_M.c.id.in_(ids))
+            .values(use_count=_M.c.use_count + 1, last_used_at=bindparam("now")))
+
+
+def _touch_params(entry_ids: Sequence[str]) -> tuple[Any, dict[str, Any]]:
+    size = 1 << max(0, len(entry_ids) - 1).bit_length()
+    padded = [*entry_ids, *[entry_ids[-1]] * (size - len(entry_ids))]
+    return _touch(size), {"now": _now_ms(), **{f"i{n}": v for n, v in enumerate(padded)}}
+
+
 MemoryScopeName = Literal["user", "channel"]
 
 
@@ -115,6 +137,7 @@ class MemoryEntry:
 
     @classmethod
     def from_row(cls, r: Any) -> MemoryEntry:
+        """From a ``memory_entries`` row (any column order: read by name)."""
         return cls(id=r.id, scope=r.scope, owner=r.owner, text=r.text,
                    created_at=int(r.created_at), updated_at=int(r.updated_at),
                    created_by=r.created_by or "", updated_by=r.updated_by or "",
@@ -127,6 +150,25 @@ class MemoryEntry:
                 "created_by": self.created_by, "updated_by": self.updated_by,
                 "session_id": self.session_id, "use_count": self.use_count,
                 "last_used_at": self.last_used_at}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryRows:
+    """Rows of ``memory_entries`` as one read returned them (:meth:`MemoryStore.
+    rows_for_owners`)."""
+
+    rows: tuple[Any, ...]
+
+    @property
+    def content(self) -> tuple[tuple[Any, ...], ...]:
+        """Every column of every row but the use counts, in order: equal content means
+        equal entries (ids, texts, owners, times written) whatever their use since. Any
+        write, from this process or another replica, changes it (a removal drops a row, an
+        addition adds one, a replacement changes a text)."""
+        return tuple(r[:-len(_USE_COLUMNS)] for r in self.rows)
+
+    def entries(self) -> builtins.list[MemoryEntry]:
+        return [MemoryEntry.from_row(r) for r in self.rows]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,14 +194,23 @@ class MemoryStore:
                          ) -> builtins.list[MemoryEntry]:
         """The entries of each (scope, owner) (at most two: a turn's user and channel),
         oldest first."""
-        if not owners:
-            return []
         if len(owners) > 2:
             return [e for pair in owners for e in await self.for_owners([pair])]
+        return (await self.rows_for_owners(owners)).entries()
+
+    async def rows_for_owners(self, owners: Sequence[tuple[MemoryScopeName, str]]
+                              ) -> MemoryRows:
+        """The rows of at most two (scope, owner) pairs, oldest first, in one query (a
+        turn's user and channel memory), not yet made entries: a caller that has the same
+        content already (:attr:`MemoryRows.content`) need not."""
+        if not owners:
+            return MemoryRows(rows=())
+        if len(owners) > 2:
+            raise ValueError("at most two owners in one read")
         (s1, o1), (s2, o2) = owners[0], owners[-1]
         params = {"s1": s1, "o1": o1, "s2": s2, "o2": o2}
         rows = await self._store.run_read(lambda conn: conn.execute(_FOR_OWNERS, params).all())
-        return [MemoryEntry.from_row(r) for r in rows]
+        return MemoryRows(rows=tuple(rows))
 
     async def get(self, entry_id: str) -> MemoryEntry | None:
         query = select(_M).where(_M.c.id == entry_id)
@@ -246,10 +297,10 @@ class MemoryStore:
         store's next write (a turn's own checkpoint): no transaction of its own."""
         if not entry_ids:
             return
-        params = {"ids": list(entry_ids), "now": _now_ms()}
+        stmt, params = _touch_params(entry_ids)
 
         def write(conn: Connection) -> None:
-            conn.execute(_TOUCH, params)
+            conn.execute(stmt, params)
 
         def failed(exc: Exception) -> None:  # a count lost costs nothing but its order
             log.warning("memory.touch_failed", entries=len(entry_ids), error=type(exc).__name__)
