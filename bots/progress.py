@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable
 from bots.events import ReplyTarget
 from bots.format import Chunk
 
-__all__ = ["RESUMED", "WORKING", "DraftStreamer", "ProgressFinder"]
+__all__ = ["RESUMED", "WORKING", "DraftStreamer", "MessageRemover", "ProgressFinder"]
 
 WORKING = "⏳ Working…"
 #: the line of a turn recovered after a restart, a takeover or a store outage (the chat
@@ -46,5 +46,19 @@ class DraftStreamer(Protocol):
         Raises:
             DeliveryError: the platform refused it (the turn goes on; the next state is
                 shown on the next call).
+        """
+        ...
+
+
+@runtime_checkable
+class MessageRemover(Protocol):
+    """A platform that can delete the bot's own message: a streamed draft's page the final
+    answer does not fill is removed (without it, the page is edited to ``…``)."""
+
+    async def delete_message(self, target: ReplyTarget, message_id: str) -> None:
+        """Delete ``message_id`` (a message already gone is no error).
+
+        Raises:
+            DeliveryError: the platform refused it.
         """
         ...

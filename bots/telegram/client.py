@@ -214,6 +214,18 @@ class TelegramClient:
         except TelegramError as exc:
             raise _map_error(exc, sending=False) from exc
 
+    async def delete_message(self, target: ReplyTarget, message_id: str) -> None:
+        """``deleteMessage`` (:class:`bots.progress.MessageRemover`: a streamed draft's page
+        the final answer does not fill); a message already gone is no error."""
+        assert self.bot is not None
+        try:
+            await self.bot.post_json("deleteMessage", {"chat_id": int(target.channel),
+                                                       "message_id": int(message_id)})
+        except TelegramError as exc:
+            err = _map_error(exc, sending=False)
+            if err.kind != "not_found":
+                raise err from exc
+
     async def stream_draft(self, target: ReplyTarget, message_id: str, chunk: Chunk) -> None:
         """An answer being written (:class:`bots.progress.DraftStreamer`): in a private chat
         ``sendMessageDraft`` (an ephemeral preview under the progress message; the answer

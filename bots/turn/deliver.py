@@ -32,6 +32,7 @@ from bots.events import ReplyTarget
 from bots.format import Chunk
 from bots.observed import ChannelEvent, DeliveryRetried, RateLimited, ReplySent
 from bots.port import DeliveryError, PlatformClient
+from bots.progress import MessageRemover
 from bots.store.outbox import PLACEHOLDER, Outbox, OutboxRow
 from bots.turn.steps import Answered, Done, Dropped, Ready
 from bots.voice_reply import SpeakerHost, send_voice_reply
@@ -213,6 +214,8 @@ class Deliverer:
                     if i + 1 < len(row.chunks):
                         # The last chunk's record is the finishing transaction below.
                         await self.outbox.update(row.id, message_ids=ids, edited=i + 1)
+                for mid in ids[len(row.chunks):]:
+                    await self._retire(row.target, mid)
                 break
             except DeliveryError as exc:
                 attempt += 1
@@ -229,6 +232,20 @@ class Deliverer:
                 ids = list(row.message_ids) or ids
                 first = row.edited
         return await self._sent(row, ids, values={"edited": max(last, row.edited)})
+
+    async def _retire(self, target: ReplyTarget, message_id: str) -> None:
+        """A streamed draft's page the final answer does not fill (the draft held tool lines
+        or a refused answer): removed where the platform can, else left as ``…`` (never a
+        draft beside the answer). Idempotent: a page already gone is no error."""
+        try:
+            if isinstance(self.client, MessageRemover):
+                await self.client.delete_message(target, message_id)
+            else:
+                await self.client.edit(target, message_id, Chunk(formatted=PLACEHOLDER,
+                                                                 fallback=PLACEHOLDER))
+        except DeliveryError as exc:
+            if exc.kind not in ("not_found", "not_modified"):
+                raise
 
     async def _send_first(self, row: OutboxRow) -> list[str]:
         """The first chunk sent as a new message, its intent recorded before and its id after

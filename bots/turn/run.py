@@ -30,11 +30,12 @@ from bots.computer_use import ScreenWatch, approval_screen
 from bots.events import ReplyTarget
 from bots.format import Chunk
 from bots.port import DeliveryError, PlatformClient
-from bots.progress import RESUMED, WORKING, DraftStreamer, ProgressFinder
+from bots.progress import RESUMED, WORKING, ProgressFinder
 from bots.send_file import make_send_file
 from bots.store import Outbox, OutboxRow
+from bots.turn.native import NativeDraft
 from bots.turn.steps import Answered, Dropped, Prepared, Turn
-from bots.turn.stream import AnswerDraft, draft_chunk
+from bots.turn.stream import AnswerDraft, DraftPages, draft_chunk
 from geode.daemon.port import OpeningNote
 from geode.daemon.session import Session, SessionContext
 from geode.errors import ConfigError, GeodeError, ShuttingDown, StoreUnavailableError
@@ -443,7 +444,8 @@ class ProgressReporter:
     placeholder and it is reused; otherwise (Telegram) a new one is sent.
 
     ``stream``: the answer grows in the message (:mod:`bots.turn.stream`), by the same paced
-    edits or a :class:`~bots.progress.DraftStreamer`. ``progress_after_s``: the message is
+    edits (across messages: :class:`~bots.turn.stream.DraftPages`) or a
+    :class:`~bots.progress.DraftStreamer`. ``progress_after_s``: the message is
     sent only once the turn has run that long (a quicker answer is the only message).
     """
 
@@ -493,6 +495,10 @@ class ProgressReporter:
         self._beat_timer: asyncio.TimerHandle | None = None
         self.stream = stream
         self.draft = AnswerDraft()
+        #: the draft in the platform's own streaming message (Slack), where it has one
+        self.native = (NativeDraft.of(client, outbox=outbox, row=row, target=target)
+                       if stream else None)
+        self.pages = DraftPages(client=client, outbox=outbox, row=row)
         self.progress_after_s = progress_after_s
         #: the deferred progress message: its timer, then its send (awaited by close: a
         #: message sent must have its id recorded before the answer is delivered)
@@ -700,13 +706,16 @@ class ProgressReporter:
                 self._dirty = False
                 if self.message_id is None or self._closed:
                     continue
-                chunk = self._chunk()
                 self._last_edit = time.monotonic()
-                client = self.client
-                if self.stream and self.draft.has_text and isinstance(client, DraftStreamer):
-                    await self._quiet(client.stream_draft(self.target, self.message_id, chunk))
+                if self.stream and self.native is None:
+                    await self.pages.show(self.target, self.message_id, self._text(),
+                                          self.draft if self.queued_ahead is None else None)
+                    continue  # the draft may span messages (bots.turn.stream.DraftPages)
+                chunk = self._chunk()
+                if self.stream and self.draft.has_text and self.native is not None:
+                    self.message_id = await self.native.show(self.message_id, self.draft, chunk)
                 else:
-                    await self._quiet(client.edit(self.target, self.message_id, chunk))
+                    await self._quiet(self.client.edit(self.target, self.message_id, chunk))
         finally:
             self._edit_task = None
 
@@ -760,6 +769,7 @@ class ProgressReporter:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
+        await self.pages.settle()  # a page sent has its id recorded before the answer
 
     @staticmethod
     async def _quiet(coro: Any) -> None:

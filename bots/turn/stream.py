@@ -7,17 +7,28 @@ progress message shows: its heartbeat line, then the text blocks with the tool l
 between them. :func:`closed_markdown` closes what a cut in mid-answer leaves open (a code
 fence, bold, italics, an inline code span), so that every intermediate rendering is valid
 markup on every platform; :func:`draft_chunk` renders it within one message (the latest
-part when the draft outgrew the platform's limit: the final answer is split, at
-fence-aware boundaries, when it is delivered).
+part, for a platform that previews a draft in one place); :func:`draft_pages` splits it
+across messages as the final answer will be (the platform's own fence-aware splitter), and
+:class:`DraftPages` shows those pages: the progress message first, then one new message
+each time the draft outgrows the last, each recorded on the turn's outbox row before the
+draft goes on (so the final answer, and a turn recovered after a crash, edit every one).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import structlog
+
+from bots.events import ReplyTarget
 from bots.format import Chunk
+from bots.port import DeliveryError, PlatformClient
+from bots.progress import DraftStreamer
+from bots.store.outbox import PLACEHOLDER, Outbox, OutboxRow
 from geode.loop.events import (
     LoopEvent,
     ModelResponded,
@@ -28,7 +39,9 @@ from geode.loop.events import (
     VerifyFailed,
 )
 
-__all__ = ["AnswerDraft", "closed_markdown", "draft_chunk"]
+__all__ = ["AnswerDraft", "DraftPages", "closed_markdown", "draft_chunk", "draft_pages"]
+
+log = structlog.get_logger(__name__)
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})", re.MULTILINE)
 _PARTIAL_MARKER = re.compile(r"[*`~_]+\Z")
@@ -183,3 +196,88 @@ def draft_chunk(head: str, body: str, render: Callable[[str], list[Chunk]]) -> C
         else:
             lo = mid + 1
     return best if best is not None else chunks[-1]
+
+
+def draft_pages(head: str, body: str, render: Callable[[str], list[Chunk]]) -> list[Chunk]:
+    """The draft as the messages it fills: ``head`` (the heartbeat line) and ``body`` in one
+    message while they fit, else ``body`` split by the platform's renderer (fence-aware, the
+    split the final answer gets: the pages before the last are already final when the
+    answer is this text)."""
+    whole = render(f"{head}\n\n{body}" if body else head)
+    if len(whole) <= 1:
+        return whole or [Chunk(formatted=head, fallback=head)]
+    return render(body)
+
+
+_SPARE = Chunk(formatted=PLACEHOLDER, fallback=PLACEHOLDER)
+
+
+class DraftPages:
+    """The messages a streamed draft fills: the turn's progress message, then the pages it
+    added (recorded in the outbox row's ``message_ids``, the progress message first, before
+    the draft goes on: the final answer edits them, and so does a recovered turn). A page
+    is edited only when its part changed; a page the draft no longer fills (a refused
+    answer, a retried call) shows ``…`` until the draft or the final answer fills it."""
+
+    def __init__(self, *, client: PlatformClient, outbox: Outbox, row: OutboxRow) -> None:
+        self.client = client
+        self.outbox = outbox
+        self.row = row
+        #: pages after the progress message (a recovered turn's are its crashed run's),
+        #: read from the row when the draft is first shown
+        self.more: list[str] | None = None
+        self._shown: dict[str, Chunk] = {}
+        #: a page being sent and recorded: awaited by :meth:`settle` (its id must be on
+        #: the row before the final answer is recorded, or the page would be left behind)
+        self._adding: asyncio.Task[None] | None = None
+
+    async def show(self, target: ReplyTarget, first: str, text: str,
+                   draft: AnswerDraft | None) -> None:
+        """Show the progress ``text`` or, once it has text, the ``draft`` under the
+        heartbeat (``text``'s first line) from the message ``first`` (the progress
+        message) on."""
+        render = self.client.render
+        pages = (draft_pages(text.split("\n", 1)[0], draft.markdown(), render)
+                 if draft is not None and draft.has_text
+                 else [self.client.render_progress(text)])
+        if self.more is None:
+            ids = list(self.row.message_ids)
+            self.more = ids[1:] if ids and ids[0] == first else []
+        ids = [first, *self.more]
+        # the page being written goes the platform's draft way where it has one (Telegram:
+        # a private chat's preview; a group's edit, skipped while its budget is spent)
+        streamer = (self.client if isinstance(self.client, DraftStreamer)
+                    and draft is not None and draft.has_text else None)
+        try:
+            for i, page in enumerate(pages):
+                if i >= len(ids):
+                    self._adding = asyncio.ensure_future(self._add(target, first, page))
+                    await asyncio.shield(self._adding)
+                    ids = [first, *(self.more or [])]
+                elif self._shown.get(ids[i]) != page:
+                    if streamer is not None and i == len(pages) - 1:
+                        await streamer.stream_draft(target, ids[i], page)
+                    else:
+                        await self.client.edit(target, ids[i], page)
+                    self._shown[ids[i]] = page
+            for mid in ids[len(pages):]:
+                if self._shown.get(mid) != _SPARE:
+                    await self.client.edit(target, mid, _SPARE)
+                    self._shown[mid] = _SPARE
+        except DeliveryError as exc:  # the next due edit shows the draft again
+            log.debug("progress.page_failed", error=str(exc))
+        except Exception:  # an indicator never fails the turn
+            log.debug("progress.page_failed", exc_info=True)
+
+    async def _add(self, target: ReplyTarget, first: str, page: Chunk) -> None:
+        mid = await self.client.send(target, page)
+        more = self.more = [*(self.more or []), mid]
+        self._shown[mid] = page
+        # recorded before the draft goes on: the final answer and a recovered turn edit it
+        await self.outbox.update(self.row.id, message_ids=[first, *more])
+
+    async def settle(self) -> None:
+        """Wait for a page on its way to be recorded (the reporter closes)."""
+        if self._adding is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._adding)

@@ -98,7 +98,7 @@ async def _waiting_notices(deps: RunDeps, watch: _CallWatch) -> AsyncIterator[No
 #: a streamed call's text deltas reach the timeline, observers and driver at most once per
 #: this many seconds (the first at once): a model writes ~40 tokens a second, a chat
 #: message is edited about once a second, and each event costs every consumer a call
-DELTA_MERGE_S = 0.1
+DELTA_MERGE_S = 0.05
 
 
 class _DeltaMerger:
