@@ -24,6 +24,7 @@ and the message is edited on at the reporter's pace; the final answer replaces i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import structlog
 
@@ -92,7 +93,8 @@ class NativeDraft:
                     try:
                         return await asyncio.shield(swap)
                     except asyncio.CancelledError:
-                        await swap
+                        with contextlib.suppress(Exception):
+                            await swap
                         raise
             if self.stream_id == message_id and not self.ended:
                 if await self._append(message_id, text):
