@@ -707,7 +707,7 @@ class ProgressReporter:
                 if self.message_id is None or self._closed:
                     continue
                 self._last_edit = time.monotonic()
-                if self.stream and self.native is None:
+                if self.stream and (self.native is None or self.native.ended):
                     await self.pages.show(self.target, self.message_id, self._text(),
                                           self.draft if self.queued_ahead is None else None)
                     continue  # the draft may span messages (bots.turn.stream.DraftPages)

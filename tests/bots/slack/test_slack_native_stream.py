@@ -236,3 +236,25 @@ async def test_a_reporter_closing_mid_swap_waits_for_the_stream_to_be_recorded(
     stream_ts = next(p.ts for p in fake.posts if p.method == "chat.startStream")
     assert outbox.progress[-1] == stream_ts
     assert [m["ts"] for m in bot_messages(fake, CH, thread=root)] == [stream_ts]
+
+
+async def test_where_streaming_is_refused_a_long_draft_goes_on_in_new_messages(
+        stacks: Any, home: Any, fake: FakeSlack) -> None:
+    """The fallback is the paced edits every platform has, pages included: a draft past the
+    message limit goes on in a new message while it is written, not only at delivery."""
+    fake.chat_streaming = False
+    long_answer = "\n\n".join(f"Paragraph {i}: " + "words " * 12 for i in range(12))
+    provider = ScriptedProvider([long_answer], repeat_last=True, stream_piece=40,
+                                stream_every_s=0.05)
+    stack = make(stacks, home, fake, provider=provider, options={
+        "stream": True, "progress_after_ms": 0, "progress_edit_interval_s": 0.1,
+        "chunk_limit": 400})
+    connector = await stack.start()
+    ts = await fake.user_posts(CH, mention("explain"), user=ALICE)
+    final = [c.formatted for c in connector.render(long_answer)]
+    await fake.wait_until(
+        lambda: [m["text"] for m in bot_messages(fake, CH, thread=ts)] == final, within=20)
+    # the placeholder, posted again once Slack refused the stream, then the draft's pages
+    # (at delivery they would have been "…" placeholders)
+    posted = [p.text for p in fake.posts if p.method == "chat.postMessage"]
+    assert len(posted) >= 3 and all(t != "…" for t in posted), posted
