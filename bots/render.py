@@ -23,6 +23,8 @@ this one and the platform's dialect (``bots/<platform>/``). In order:
   chunk closing the code fence it ends in and the next reopening it.
 
 :func:`chunk` runs all three; :func:`to_markup` gives the whole text without a limit.
+:class:`BlockRendering` is a platform client's ``render`` on :func:`chunk`, its dialect and
+limit given as values (the layer's call lands here, not in a wrapper in the platform's folder).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from bots.format import Chunk
 __all__ = [
     "EMPTY_ANSWER",
     "Block",
+    "BlockRendering",
     "Break",
     "CodeBlock",
     "CodeSpan",
@@ -634,6 +637,20 @@ def split_markdown_source(
 def to_markup(markdown: str, dialect: Dialect) -> str:
     """The whole text in the dialect's markup (no length limit applied)."""
     return "\n\n".join(r.formatted for r in render(parse(markdown), dialect) if r.formatted)
+
+
+class BlockRendering:
+    """The ``render`` of a platform client whose markup is a :class:`Dialect` of this
+    renderer: a mixin naming the dialect and the platform's message limit as values."""
+
+    #: how the platform writes the blocks
+    dialect: ClassVar[Dialect]
+    #: the platform's message limit, in the dialect's length units
+    text_limit: ClassVar[int]
+
+    def render(self, markdown: str) -> list[Chunk]:
+        """The model's Markdown as chunks of the dialect within :attr:`text_limit`."""
+        return chunk(markdown, self.dialect, limit=self.text_limit)
 
 
 def chunk(markdown: str, dialect: Dialect, *, limit: int | None = None) -> list[Chunk]:

@@ -1,7 +1,7 @@
 """Model Markdown -> Telegram HTML: the Telegram dialect of the shared renderer
 (:mod:`bots.render`), in chunks with their plain-text fallback; and the connector's render
-part (:class:`TelegramRenderer`), so that the layer's ``render`` calls land next to the
-dialect (a reply renders through this module and :mod:`bots.render` only).
+part (:class:`TelegramRenderer`: the shared renderer's ``render`` with this dialect as a value,
+so the layer's call lands in :mod:`bots.render`, which calls the dialect here).
 
 Only the tags Telegram's HTML accepts (``b i s u code pre a blockquote``): headings become
 bold lines, lists bullets, tables a ``<pre>`` grid. Every chunk carries its plain-text twin,
@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from bots.format import Chunk
 from bots.render import (
+    BlockRendering,
     Break,
     CodeSpan,
     Dialect,
@@ -125,16 +126,14 @@ def render_progress(text: str) -> Chunk:
     return Chunk(formatted=_esc(text), fallback=text)
 
 
-class TelegramRenderer:
+class TelegramRenderer(BlockRendering):
     """The render part of :class:`~bots.telegram.connector.TelegramConnector` (a mixin, as
-    its client and inbound halves are): the connector's ``render`` / ``render_progress``."""
+    its client and inbound halves are): the connector's ``render`` (the shared renderer's,
+    with Telegram's dialect) and ``render_progress``."""
 
+    dialect: ClassVar[Dialect] = TELEGRAM_HTML
     #: Telegram's message limit (UTF-16 units)
     text_limit: ClassVar[int] = TELEGRAM_LIMIT
-
-    def render(self, markdown: str) -> list[Chunk]:
-        """The model's Markdown as Telegram HTML chunks within :attr:`text_limit`."""
-        return chunk(markdown, TELEGRAM_HTML, limit=self.text_limit)
 
     def render_progress(self, text: str) -> Chunk:
         """Plain progress lines, escaped for Telegram HTML."""
