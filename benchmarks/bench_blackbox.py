@@ -46,7 +46,10 @@ thread, the model answering after ``--burst-latency`` s: how many were answered,
 reply, peak RSS (target: all, <= 300 MB). ``--baseline DIR [--rounds N]`` also runs GEODE from
 another checkout (a ``git worktree`` of the commit to compare with), alternating with this
 one's, its rows marked ``@base``, then each side's medians and the ratios: on a shared machine
-only runs made side by side tell a regression from the load.
+only runs made side by side tell a regression from the load. ``--memory 12 --memory-compare
+--rounds 3`` runs each GEODE side twice a round, memory off and then on (``memory =
+"channel"`` on every binding, 12 entries seeded: 6 about the users, 6 per chat; rows marked
+``+mem``), and prints the ratios on/off of the medians.
 ``--stream-tokens 400 [--tokens-per-s 40]`` runs the streaming load instead of the table: the
 model streams each answer (the floors make one non-streaming call), one chat then ``--chats``
 chats at once; per side the time to the answer's first visible words and to the complete
@@ -385,7 +388,8 @@ def _fake_argv(platform: PlatformSpec) -> tuple[str, ...]:
 
 
 async def run_side(platform: PlatformSpec, side: str, model_url: str,
-                   args: argparse.Namespace, code: Path = REPO) -> list[Row]:
+                   args: argparse.Namespace, code: Path = REPO,
+                   memory: int | None = None) -> list[Row]:
     async with _child(*_fake_argv(platform)) as fake:
         info = fake.ready["ready"]
         if side in FLOORS:
@@ -395,7 +399,7 @@ async def run_side(platform: PlatformSpec, side: str, model_url: str,
                        else args.profile.resolve() / f"{platform.name}-{side}-seq.pstat")
             bot = geode_side(platform, info, model_url, n_chats=args.chats,
                              paced=side == "geode-paced", lanes=args.lanes, profile=profile,
-                             code=code, memory=args.memory)
+                             code=code, memory=args.memory if memory is None else memory)
         async with bot as pid:
             # the push connection, then what it starts (Discord's catch-up of the bound
             # channel's threads after READY) settles before the idle RSS and the loads
@@ -626,6 +630,10 @@ def print_medians(rows: list[Row]) -> None:
         if base is not None and base[0] > 0 and base[1] > 0:
             print(f"{plat} {side} {load}: CPU per reply {cpu / base[0]:.2f}x the baseline's, "
                   f"replies/s {per_s / base[1]:.2f}x")
+        off = med.get((plat, side.replace("+mem", ""), load)) if "+mem" in side else None
+        if off is not None and off[0] > 0 and off[1] > 0:  # --memory-compare
+            print(f"{plat} {side} {load}: CPU per reply {cpu / off[0]:.2f}x memory off's, "
+                  f"replies/s {per_s / off[1]:.2f}x")
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -641,6 +649,9 @@ async def main(args: argparse.Namespace) -> None:
     checkouts = [("", REPO)]
     if args.baseline is not None:
         checkouts.append(("@base", args.baseline.resolve()))
+    # --memory-compare: each GEODE side with memory off, then on (rows marked +mem)
+    memories = ([("", 0), ("+mem", args.memory)] if args.memory_compare
+                else [("", args.memory)])
     async with _child(*model_argv) as model:
         url = model.ready["ready"]["base_url"]
         for n in range(args.rounds):
@@ -656,14 +667,16 @@ async def main(args: argparse.Namespace) -> None:
                     for suffix, code in order:
                         if side in FLOORS and suffix:
                             continue  # a floor runs no GEODE code: once a round
-                        rows += [dataclasses.replace(r, side=label + suffix)
-                                 for r in await run_side(platform, side, url, args, code)]
+                        for mem_suffix, mem in memories if side not in FLOORS else [("", 0)]:
+                            rows += [dataclasses.replace(r, side=label + suffix + mem_suffix)
+                                     for r in await run_side(platform, side, url, args, code,
+                                                             memory=mem)]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"model latency {args.model_latency} s, lanes {args.lanes}")
     for suffix, code in checkouts:
         print(f"geode{suffix or ''}: {describe_checkout(code)}")
     print_table(rows)
-    if args.rounds > 1 or args.baseline is not None:
+    if args.rounds > 1 or args.baseline is not None or args.memory_compare:
         print_medians(rows)
     if args.burst:
         await run_burst(args)
@@ -680,6 +693,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--memory", type=int, default=0, metavar="N",
                    help="bindings remember: N memory entries in every prompt (half user, "
                         "half channel)")
+    p.add_argument("--memory-compare", action="store_true",
+                   help="run each GEODE side with memory off and with --memory N entries "
+                        "(rows +mem), then the medians and the ratios on/off")
     p.add_argument("--settle", type=float, default=1.0,
                    help="s between a bot's start and its idle RSS reading and first load")
     p.add_argument("--model-latency", type=float, default=0.0)

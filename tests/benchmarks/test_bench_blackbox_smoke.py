@@ -76,6 +76,27 @@ def test_a_baseline_checkout_runs_beside_this_one() -> None:
     assert "telegram geode-unpaced closed 2: CPU per reply" in out
 
 
+@pytest.mark.timeout(400)
+def test_memory_on_runs_beside_memory_off() -> None:
+    """``--memory N --memory-compare``: each GEODE side runs with memory off and with N
+    entries in every prompt (rows marked ``+mem``), and the medians compare them."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--platforms", "telegram", "--sides", "geode-unpaced",
+         "--chats", "2", "--seq", "2", "--per-chat", "2", "--duration", "0", "--settle", "0.2",
+         "--memory", "12", "--memory-compare"],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    rows = [line.split() for line in out.splitlines() if line.startswith("telegram  ")]
+    assert [r[1] for r in rows if r[2] == "seq" and len(r) > 10] == [
+        "geode-unpaced", "geode-unpaced+mem"]
+    assert all(int(r[4]) == 0 for r in rows if r[2] == "seq" and len(r) > 10)  # none lost
+    assert "telegram geode-unpaced+mem seq: CPU per reply" in out
+    assert "x memory off's" in out
+
+
 def test_the_streaming_load_times_first_words_and_complete_answers() -> None:
     """``--stream-tokens``: every side answers every message; the table gives the first
     visible words no later than the complete answer, and counts the platform's 429s."""
