@@ -147,11 +147,13 @@ class SlackClient:
 
     def can_stream(self, target: ReplyTarget) -> bool:
         """Chat streaming is tried in threads (``chat.startStream`` needs a ``thread_ts``)
-        of channels where Slack refused none (``[channels.slack] native_stream``), while the
-        workspace's budget of streams (``stream_starts_per_min``: a start and its stop are
-        Tier 2 calls) has one left: taken here, else this turn's draft goes by edits."""
+        of channels where Slack refused none (``[channels.slack] native_stream``), to a known
+        recipient (:func:`_has_recipient`), while the workspace's budget of streams
+        (``stream_starts_per_min``: a start and its stop are Tier 2 calls) has one left:
+        taken here, else this turn's draft goes by edits."""
         return (self.opts.native_stream and valid_ts(target.thread_root)
-                and target.channel not in self._no_stream and self._stream_starts.take())
+                and target.channel not in self._no_stream and _has_recipient(target)
+                and self._stream_starts.take())
 
     async def start_stream(self, target: ReplyTarget, markdown: str) -> str:
         """``chat.startStream`` in the thread, to the person who asked (Slack needs the
@@ -416,6 +418,14 @@ class SlackClient:
                 channel_id=target.channel, thread_ts=target.thread_root, status="")
 
 
+
+
+def _has_recipient(target: ReplyTarget) -> bool:
+    """Whether a stream may go to ``target``: a direct message, or a channel whose event named
+    the person who asked (Slack needs the recipient there; an event stored before it was
+    kept, or a command's, streams by edits rather than be refused)."""
+    user = target.extra.get("user")
+    return target.channel.startswith("D") or (isinstance(user, str) and bool(user))
 
 
 def _map_error(exc: Exception, *, sending: bool) -> DeliveryError:

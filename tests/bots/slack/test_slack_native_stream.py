@@ -223,7 +223,8 @@ async def test_a_reporter_closing_mid_swap_waits_for_the_stream_to_be_recorded(
     outbox = _Outbox()
     progress = ProgressReporter(
         client=connector, outbox=outbox, row=_Row(),  # type: ignore[arg-type]
-        target=ReplyTarget(channel=CH, thread_root=root), inbound_message_id=root,
+        target=ReplyTarget(channel=CH, thread_root=root, extra={"user": ALICE}),
+        inbound_message_id=root,
         edit_interval_s=0.0, stream=True, ack_emoji=None)
     await progress.start()
     await progress.on_event(TextDelta(text="the answer"))
@@ -258,3 +259,15 @@ async def test_where_streaming_is_refused_a_long_draft_goes_on_in_new_messages(
     # (at delivery they would have been "…" placeholders)
     posted = [p.text for p in fake.posts if p.method == "chat.postMessage"]
     assert len(posted) >= 3 and all(t != "…" for t in posted), posted
+
+
+async def test_a_stream_goes_only_to_a_known_recipient_outside_direct_messages(
+        stacks: Any, home: Any, fake: FakeSlack) -> None:
+    """An event stored before the recipient was kept (or a command's) has none: its turn
+    streams by edits instead of being refused (which would mark the whole channel)."""
+    connector = await make(stacks, home, fake).start()
+    root = "1700000000.000100"
+    assert not connector.can_stream(ReplyTarget(channel=CH, thread_root=root))
+    assert connector.can_stream(ReplyTarget(channel="D0DM", thread_root=root))
+    assert connector.can_stream(ReplyTarget(channel=CH, thread_root=root,
+                                            extra={"user": ALICE}))
