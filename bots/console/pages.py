@@ -228,7 +228,7 @@ async def _running(deps: ConsoleDeps, t: ThreadSummary) -> dict[str, Any] | None
     when it runs in this process; else, as the store knows it, the turn of the thread's
     unfinished message and the replica holding the thread (``replica``). None when
     nothing runs."""
-    from bots.store.leases import ThreadStops
+    from bots.store import ThreadStops
 
     turn = deps.running(t.thread_key) if deps.running is not None else None
     if turn is None:
@@ -253,11 +253,10 @@ async def stop(request: web.Request) -> web.Response:
     wherever it runs. In this process: the same registry of running turns, so a turn
     waiting for a lane leaves the queue and a running one ends at its next step. In
     another replica: a stop request on the thread's lease, which that replica's heartbeat
-    reads and acts on the same way (:class:`bots.store.leases.ThreadStops`); asking again
+    reads and acts on the same way (:class:`bots.store.ThreadStops`); asking again
     is the same request. The action is in the timeline and the audit log with the
     signed-in identity."""
-    from bots.store import ConsoleThreads
-    from bots.store.leases import ThreadStops
+    from bots.store import ConsoleThreads, ThreadStops
 
     deps, who, access = _who(request)
     t = await ConsoleThreads(store=deps.store).get(unquote(request.match_info["key"]))

@@ -26,7 +26,7 @@ from bots.store.attachments import AttachmentRecord, AttachmentRecords, Attachme
 from bots.store.bindings import StoredBindings
 from bots.store.console import ConsoleLinks, ConsoleSession, ConsoleSessions, ConsoleThreads
 from bots.store.inbound import EVENTS_CHANNEL, Cursors, InboundLog, StoredEvent
-from bots.store.leases import Lease, Thread, ThreadLeaseLost, ThreadLeases
+from bots.store.leases import Lease, Thread, ThreadLeaseLost, ThreadLeases, ThreadStops
 from bots.store.outbox import PLACEHOLDER, Outbox, OutboxRow
 from bots.store.pairing import CODE_TTL_S, PairingRecord, PairingStore
 from bots.store.queue import DROPPED_NOTICE, ChannelQueue, QueuedMessage
@@ -68,6 +68,7 @@ __all__ = [
     "ThreadLeases",
     "ThreadSessions",
     "ThreadState",
+    "ThreadStops",
     "Tx",
     "WebChatRecords",
 ]
