@@ -103,7 +103,14 @@ def _agents(settings: Settings) -> list[Check]:
                              fix="fix the [agents] table in config.toml; `geode models` "
                                  "lists the model ids"))
         else:
-            out.append(Check(name=where, status="ok", message=f"{where}: model and tools known"))
+            nobody = name not in used and as_binding.approve and not as_binding.approvers
+            out.append(Check(
+                name=where, status="warn" if nobody else "ok",
+                message=f"{where}: model and tools known" + (
+                    f"; approve lists {', '.join(as_binding.approve)} but no approvers: "
+                    "every such call would be denied" if nobody else ""),
+                fix='give it approvers = ["USER_ID", ...] (or each binding that names it)'
+                if nobody else ""))
     return out
 
 

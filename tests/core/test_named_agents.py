@@ -143,3 +143,20 @@ def test_a_used_agent_is_checked_in_its_binding_which_may_lift_a_rule(tmp_path: 
     [check] = [c for c in preflight(settings, secrets) if c.name == "[agents.c]"]
     assert check.status == "fail"
     assert "computer in `approve` still needs `computer_use = true`" in check.message
+
+
+def test_an_unused_agent_that_asks_nobody_is_a_warning(tmp_path: Path) -> None:
+    # as a binding with `approve` and no `approvers` is: every such call would be denied
+    from geode.cli.preflight import preflight, refuse_failed
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('[agents.lone]\napprove = ["write_file"]\n\n'
+                                      '[agents.asked]\napprove = ["write_file"]\n'
+                                      'approvers = [42]\n')
+    settings, secrets = load_settings(cwd=tmp_path, env={"GEODE_HOME": str(home)})
+    checks = {c.name: c for c in preflight(settings, secrets)}
+    lone, asked = checks["[agents.lone]"], checks["[agents.asked]"]
+    assert lone.status == "warn" and "no approvers" in lone.message and "approvers =" in lone.fix
+    assert asked.status == "ok"
+    refuse_failed(list(checks.values()))  # a warning does not stop serve
