@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +23,8 @@ import discord.http
 import structlog
 import yarl
 
-__all__ = ["BUCKET_SWEEP_EVERY_S", "Endpoints", "GatewayClient", "Link", "run_gateway"]
+__all__ = ["BUCKET_SWEEP_EVERY_S", "PACED", "Endpoints", "GatewayClient", "GlobalPace", "Link",
+           "run_gateway"]
 
 log = structlog.get_logger(__name__)
 
@@ -31,12 +34,15 @@ class GatewayClient(discord.Client):
 
     def __init__(self, *, on_up: Callable[[str], None],
                  on_interaction: Callable[[discord.Interaction[Any]], Awaitable[None]],
-                 identify_delay_s: float, **kw: Any) -> None:
+                 identify_delay_s: float, global_per_s: float = 0.0, **kw: Any) -> None:
         super().__init__(**kw)
         self._on_up = on_up
         self._on_interaction = on_interaction
         self._identify_delay_s = identify_delay_s
         _throttle_bucket_sweeps(self.http)
+        #: the bot's global budget, taken by every request (see :class:`GlobalPace`)
+        self.pace = GlobalPace(global_per_s)
+        _pace_requests(self.http, self.pace)
 
     async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
         if not initial and self._identify_delay_s > 0:
@@ -104,6 +110,55 @@ def _throttle_bucket_sweeps(http: Any, *, every_s: float = BUCKET_SWEEP_EVERY_S)
             sweep()
 
     http._try_clear_expired_ratelimits = throttled
+
+
+class GlobalPace:
+    """At most ``per_s`` requests in any second, for the whole bot (0: no limit), in the
+    order they asked (a stale draft edit queued before the final answer goes before it).
+
+    Discord allows a bot 50 requests a second in all; discord.py paces each route's bucket
+    by the headers of its answers, but learns of the global limit only from a 429 (and then
+    holds every request), so many channels streaming edits at once would meet it."""
+
+    def __init__(self, per_s: float) -> None:
+        self.per_s = per_s
+        self._sent: deque[float] = deque()  # monotonic times of the last second's requests
+        self._turn = asyncio.Lock()  # its waiters are served first come, first served
+
+    async def take(self) -> None:
+        """Wait for a slot of this second's budget, and take it."""
+        if self.per_s <= 0:
+            return
+        async with self._turn:
+            while True:
+                now = time.monotonic()
+                while self._sent and now - self._sent[0] >= 1.0:
+                    self._sent.popleft()
+                if len(self._sent) < self.per_s:
+                    self._sent.append(now)
+                    return
+                await asyncio.sleep(1.0 - (now - self._sent[0]))
+
+
+#: set while a request that already took its slot runs (the connector's client takes it
+#: before the request is shielded from cancellation: a draft edit cancelled while it waits
+#: is never sent)
+PACED: ContextVar[bool] = ContextVar("geode_discord_paced", default=False)
+
+
+def _pace_requests(http: Any, pace: GlobalPace) -> None:
+    """Every request of discord.py's HTTP client (sends, edits, reactions, reads of history:
+    its one funnel) takes a slot of ``pace`` first, unless it took one already."""
+    if pace.per_s <= 0:
+        return
+    request = http.request
+
+    async def paced(*args: Any, **kwargs: Any) -> Any:
+        if not PACED.get():
+            await pace.take()
+        return await request(*args, **kwargs)
+
+    http.request = paced
 
 
 class Endpoints:

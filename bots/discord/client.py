@@ -7,6 +7,16 @@ allowed (``reply_mode = "inline"``, or creation refused with 403 / 50013) the bo
 in place and the reply chain is the thread. 429s are handled by discord.py's own rate
 limiter (``max_ratelimit_timeout_s`` bounds a single wait). Every error becomes a
 :class:`~bots.port.DeliveryError` kind in one place (:func:`_map_error`).
+
+Pacing: discord.py paces each route's bucket by the ``X-RateLimit-*`` headers of its answers
+(a channel's messages: a progress message edited as an answer streams waits for its
+channel's bucket instead of meeting a 429; the reporter's next edit then shows the latest
+text). It learns of the bot's global limit (50 requests a second) only from a 429, so every
+request of the bot's HTTP client takes a slot of :class:`~bots.discord._gateway.GlobalPace`
+first (``rate_global_per_s``, 45 by default: a margin under Discord's 50): 50 channels
+streaming at once stay under it. The calls of this client take theirs in :meth:`_rest`,
+before the call is shielded: a progress edit cancelled while it waits (the final answer
+replaces the message) is dropped, never sent after the answer.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ import discord.http
 import structlog
 
 from bots.discord._convert import approval_components, snowflake
-from bots.discord._gateway import Link
+from bots.discord._gateway import PACED, Link
 from bots.discord.format import DISCORD_LIMIT
 from bots.discord.options import DiscordOptions
 from bots.events import InboundEvent, ReplyTarget
@@ -83,7 +93,18 @@ class DiscordClient:
         if client is None or client.is_closed():
             coro.close()
             raise DeliveryError("retry", "the Discord connector is stopped")
-        task = asyncio.ensure_future(coro)
+        try:
+            # the global budget first, cancellably: a progress edit the final answer
+            # replaced while it waited is dropped here, never sent after the answer
+            await client.pace.take()
+        except BaseException:
+            coro.close()
+            raise
+        paced = PACED.set(True)
+        try:
+            task = asyncio.ensure_future(coro)  # runs in a copy of this context: paced
+        finally:
+            PACED.reset(paced)
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return await asyncio.shield(task)

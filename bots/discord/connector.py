@@ -134,7 +134,7 @@ class DiscordConnector(BaseConnector):
         intents.dm_messages = True  # /console in a direct message (bots.console.chat_command)
         client = self.link.client = GatewayClient(
             on_up=self.inbound.on_gateway_ready, on_interaction=self.inbound.on_interaction,
-            identify_delay_s=o.identify_delay_s, intents=intents,
+            identify_delay_s=o.identify_delay_s, global_per_s=o.rate_global_per_s, intents=intents,
             guild_ready_timeout=o.guild_ready_timeout_s, max_messages=None,
             chunk_guilds_at_startup=False, member_cache_flags=discord.MemberCacheFlags.none(),
             max_ratelimit_timeout=o.max_ratelimit_timeout_s, allowed_mentions=NO_MENTIONS,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from bots.options import LayerOptions, PlatformSpec, TokenSpec
 
 __all__ = ["SPEC", "DiscordOptions"]
@@ -28,6 +30,9 @@ class DiscordOptions(LayerOptions):
     identify_delay_s: float = 5.0
     #: a single 429 wait longer than this fails the request (retried by the outbox)
     max_ratelimit_timeout_s: float = 60.0
+    #: REST requests a second for the whole bot (Discord allows 50; discord.py paces each
+    #: route's bucket by itself but learns of this one only from a 429); 0 = no limit
+    rate_global_per_s: float = Field(default=45.0, ge=0)
     #: catch-up re-reads this much history before each cursor (dedupe drops the overlap)
     catch_up_overlap_s: float = 60.0
     catch_up_max_pages: int = 20

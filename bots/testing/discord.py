@@ -16,7 +16,12 @@ What is simulated (enough for a bot written with discord.py to run unchanged):
   twice (40060), a bad token (401).
 * Rate limits: :meth:`FakeDiscord.fail_next` answers matching requests with Discord's 429 body
   and headers (``Retry-After``, ``X-RateLimit-*`` and ``Via``, without which discord.py takes a 429
-  for a Cloudflare ban and gives up), or with any other status.
+  for a Cloudflare ban and gives up), or with any other status. Budgets, off unless asked:
+  ``channel_limit`` messages sent, edited or deleted per channel per ``channel_period_s`` (a
+  window, as Discord's per-channel bucket: every answer on those routes carries the bucket's
+  ``X-RateLimit-*`` headers, which discord.py paces by), and ``global_per_s`` requests per second
+  for the whole bot (Discord's global limit, 50); past either a request answers 429 (the global
+  one with ``X-RateLimit-Global``), counted in :attr:`FakeDiscord.limited`.
 * Gateway (``/gateway``; ``/resume-gateway`` is the ``resume_gateway_url``): HELLO, IDENTIFY ->
   READY + one GUILD_CREATE per guild (channels, active threads, members), heartbeat -> ACK, RESUME
   -> replay of every dispatch after the client's ``seq`` then RESUMED, INVALID_SESSION, RECONNECT,
@@ -74,6 +79,7 @@ import datetime as dt
 import itertools
 import json
 import math
+import re
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterator
@@ -239,6 +245,10 @@ def _check_components(rows: Any) -> list[JSON]:
     return rows
 
 
+#: the routes of a channel's message bucket: send (POST), edit (PATCH), delete (DELETE)
+_MESSAGE_ROUTE = re.compile(r"/channels/(\d+)/messages(?:/\d+)?")
+
+
 class FakeDiscord(Routes, UploadHold):
     """Fake Discord REST API and gateway; see the module docstring."""
 
@@ -249,8 +259,20 @@ class FakeDiscord(Routes, UploadHold):
         bot_name: str = "geode",
         heartbeat_interval_ms: int = 1000,
         api_version: int = 10,
+        channel_limit: int = 0,
+        channel_period_s: float = 5.0,
+        global_per_s: float = 0.0,
     ) -> None:
         super().__init__()
+        self.channel_limit = channel_limit
+        self.channel_period_s = channel_period_s
+        self.global_per_s = global_per_s
+        #: channel -> (end of its bucket's window, monotonic; requests in it)
+        self._windows: dict[int, tuple[float, int]] = {}
+        #: (start of the current second, requests in it) of the global limit
+        self._global_window = (0.0, 0)
+        #: 429s the budgets answered (not counting fail_next's)
+        self.limited = 0
         self.token = token
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.api_version = api_version
@@ -850,13 +872,54 @@ class FakeDiscord(Routes, UploadHold):
             webhook = rel.startswith(("/interactions/", "/webhooks/"))
             if not webhook and request.headers.get("Authorization") != f"Bot {self.token}":
                 return _json({"message": "401: Unauthorized", "code": 0}, 401)
-            return await handler(request)
+            if not webhook and self._over_global():
+                self.limited += 1
+                return self._failure(Fault(method=key, status=429, retry_after=1.0,
+                                           detail={"is_global": True}))
+            bucket = _MESSAGE_ROUTE.fullmatch(rel) if request.method != "GET" else None
+            if bucket is None or self.channel_limit <= 0:
+                return await handler(request)
+            left, reset_after = self._take_channel(int(bucket.group(1)))
+            if left < 0:
+                self.limited += 1
+                return self._failure(Fault(method=key, status=429, retry_after=reset_after))
+            response = await handler(request)
+            response.headers.update(self._bucket_headers(left, reset_after))
+            return response
         except _ApiError as exc:
             return _json({"message": exc.message, "code": exc.code}, exc.status)
         except ValueError:  # a non-numeric snowflake or a malformed body
             return _json({"message": "Invalid Form Body", "code": 50035}, 400)
         finally:
             await self._notify()
+
+    def _over_global(self) -> bool:
+        """One request of the global budget; True: over it this second."""
+        if self.global_per_s <= 0:
+            return False
+        now = time.monotonic()
+        start, count = self._global_window
+        if now - start >= 1.0:
+            start, count = now, 0
+        self._global_window = (start, count + 1)
+        return count + 1 > self.global_per_s
+
+    def _take_channel(self, channel: int) -> tuple[int, float]:
+        """One request of ``channel``'s message bucket: (requests left, seconds until the
+        window resets); left < 0: over it."""
+        now = time.monotonic()
+        end, count = self._windows.get(channel, (0.0, 0))
+        if now >= end:
+            end, count = now + self.channel_period_s, 0
+        self._windows[channel] = (end, count + 1)
+        return self.channel_limit - count - 1, end - now
+
+    def _bucket_headers(self, left: int, reset_after: float) -> dict[str, str]:
+        return {"X-RateLimit-Limit": str(self.channel_limit),
+                "X-RateLimit-Remaining": str(left),
+                "X-RateLimit-Reset": f"{time.time() + reset_after:.3f}",
+                "X-RateLimit-Reset-After": f"{reset_after:.3f}",
+                "X-RateLimit-Bucket": "fakemessages", "X-RateLimit-Scope": "user"}
 
     @staticmethod
     def _failure(rule: Fault) -> web.Response:
