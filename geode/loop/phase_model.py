@@ -105,7 +105,7 @@ class _DeltaMerger:
     """A streamed call's text deltas, merged: the first is emitted at once, later ones
     together once ``DELTA_MERGE_S`` has passed since the last emit (by the next delta, or a
     timer when the model pauses), so a consumer sees the same text in fewer events, in
-    order, and never waits more than ``DELTA_MERGE_S`` for what has arrived."""
+    order, and never waits more than ``2 * DELTA_MERGE_S`` for what has arrived."""
 
     def __init__(self, deps: RunDeps) -> None:
         self.deps = deps
@@ -122,7 +122,9 @@ class _DeltaMerger:
         if now - self.last >= DELTA_MERGE_S:
             await self.flush()
         elif self.timer is None:
-            self.timer = self._loop.call_later(self.last + DELTA_MERGE_S - now, self._due)
+            # for a pause only: while the model writes, the next delta flushes (no task, no
+            # timer per window); a timer left armed finds nothing waiting and ends
+            self.timer = self._loop.call_later(2 * DELTA_MERGE_S, self._due)
 
     def _due(self) -> None:
         self.timer = None
@@ -143,9 +145,6 @@ class _DeltaMerger:
 
     async def flush(self) -> None:
         """Emit what waits (after the timer's emit, if one runs)."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
         if self.flushing is not None:
             flushing, self.flushing = self.flushing, None
             await flushing
