@@ -78,7 +78,7 @@ def _agents(settings: Settings) -> list[Check]:
     also validated whole as a binding's keys are (values, the rules between keys): it fails
     here, not when a binding first names it. (A used agent's keys are validated in each
     binding that names it, with the binding's own keys over them.)"""
-    from geode.agents import check_unused_agent
+    from geode.agent_checks import check_unused_agent
     from geode.cli._common import check_binding
     from geode.settings import BindingSettings
 
