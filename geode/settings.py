@@ -201,41 +201,28 @@ SPEND_CAP_NAMES = ("max_tokens_per_day", "max_usd_per_day", "max_tokens_per_thre
                    "max_tokens_per_user_per_day", "max_usd_per_turn")
 
 
-class BudgetSettings(SpendCaps):
-    """``[budgets]``: daemon-wide caps (every session of this store counts) and the time
-    zone the day boundaries of every per-day cap (daemon and bindings) are read in."""
-
-    timezone: str = "UTC"
-
-    @field_validator("timezone")
-    @classmethod
-    def _known_zone(cls, v: str) -> str:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-        try:
-            ZoneInfo(v)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"unknown time zone {v!r}: use an IANA name such as "
-                             '"UTC" or "Europe/Berlin"') from exc
-        return v
-
-
-def iana_zone(v: str | None) -> str | None:
-    """A binding's ``timezone``: an IANA name zoneinfo knows, or a ValueError naming the
-    close match (a misspelt zone must not silently mean UTC)."""
+def iana_zone(v: Any) -> Any:
+    """A ``timezone`` zoneinfo knows, or a ValueError naming the close match (a misspelt
+    zone must not silently mean UTC)."""
     import difflib
     import zoneinfo
 
-    if v is None:
-        return v
     try:
-        zoneinfo.ZoneInfo(v)
+        if v is not None:
+            zoneinfo.ZoneInfo(v)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         close = difflib.get_close_matches(v, sorted(zoneinfo.available_timezones()), n=1)
         match = f' Did you mean "{close[0]}"?' if close else ""
         raise ValueError(f"unknown time zone {v!r}.{match} Use an IANA "
                          'name such as "Europe/Berlin", "America/New_York" or "UTC".') from None
     return v
+
+
+class BudgetSettings(SpendCaps):
+    """``[budgets]``: daemon-wide caps (every session of this store counts) and the time
+    zone the day boundaries of every per-day cap (daemon and bindings) are read in."""
+
+    timezone: Annotated[str, AfterValidator(iana_zone)] = "UTC"
 
 
 class BindingSettings(SpendCaps):
