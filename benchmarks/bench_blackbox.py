@@ -54,7 +54,8 @@ only runs made side by side tell a regression from the load. ``--memory 12 --mem
 model streams each answer (the floors make one non-streaming call), one chat then ``--chats``
 chats at once; per side the time to the answer's first visible words and to the complete
 answer, platform calls per reply, the platform's 429s (the Telegram fake enforces 30 messages a
-second) and CPU per reply.
+second) and CPU per reply; with ``--profile DIR`` GEODE runs both streaming loads under yappi
+(``DIR/<platform>-<side>-stream.pstat``).
 Telegram, Slack (Socket Mode; the floor is a slack-bolt ``AsyncApp`` answering in the
 mention's thread) and Discord (discord.py on both sides; all conversations in the fake's one
 channel, each mention a thread of its own) are covered.
@@ -528,12 +529,15 @@ async def run_stream(args: argparse.Namespace) -> list[StreamRow]:
                 if side == "geode-paced" and not spec.has_pacing:
                     continue
                 label = "geode" if side not in FLOORS and not spec.has_pacing else side
+                profile = (None if args.profile is None or side in FLOORS
+                           else args.profile.resolve() / f"{name}-{side}-stream.pstat")
                 async with _child(*_fake_argv(spec)) as fake:
                     info = fake.ready["ready"]
                     bot = (floor_side(spec, info, url, visible=side == "floor-visible")
                            if side in FLOORS else
                            geode_side(spec, info, url, n_chats=args.chats,
-                                      paced=side == "geode-paced", lanes=args.lanes))
+                                      paced=side == "geode-paced", lanes=args.lanes,
+                                      profile=profile))
                     async with bot as pid:
                         await fake.call("wait_connected", within=30)
                         await asyncio.sleep(args.settle)
@@ -545,12 +549,18 @@ async def run_stream(args: argparse.Namespace) -> list[StreamRow]:
                                                    within=within)
                             if not warm["lost"]:
                                 break
+                        if profile is not None:  # both loads (see _profiled_serve.py)
+                            os.kill(pid, signal.SIGUSR1)
                         rows.append(await stream_measure(
                             name, label, "stream 1", fake, pid, chats=chats[:1], user=user,
                             per_chat=args.stream_seq, prefix="q5", within=within))
                         rows.append(await stream_measure(
                             name, label, f"stream {args.chats}", fake, pid, chats=chats,
                             user=user, per_chat=1, prefix="q6", within=within))
+                        if profile is not None:
+                            os.kill(pid, signal.SIGUSR2)
+                            print(f"profile ({name} {side}, streaming, yappi: CPU figures "
+                                  f"inflated): {profile}", file=sys.stderr)
     return rows
 
 
@@ -719,7 +729,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="repeat the loads; then print each side's medians (CPU per reply "
                         "moves +-15%% between runs, more on a loaded machine)")
     p.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                   help="run GEODE under yappi and write its one-chat load's profile to DIR")
+                   help="run GEODE under yappi and write its one-chat load's profile to DIR "
+                        "(with --stream-tokens: both streaming loads')")
     args = p.parse_args(argv)
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
