@@ -78,13 +78,14 @@ class CallBudget:
         self.tokens = self.cap
         self._at = time.monotonic()
 
-    def take(self) -> bool:
+    def take(self, *, keep: float = 0.0) -> bool:
+        """One call's share; False (nothing taken) when fewer than ``keep`` would be left."""
         if self.rate <= 0:
             return True
         now = time.monotonic()
         self.tokens = min(self.cap, self.tokens + (now - self._at) * self.rate)
         self._at = now
-        if self.tokens < 1.0:
+        if self.tokens < 1.0 + keep:
             return False
         self.tokens -= 1.0
         return True
@@ -111,6 +112,8 @@ class SlackClient:
     #: of appends (chat.appendStream, Tier 4)
     _stream_starts: CallBudget
     _stream_appends: CallBudget
+    #: the workspace's budget of chat.update (Tier 3): drafts take it, answers count in it
+    _updates: CallBudget
 
 
     async def send(self, target: ReplyTarget, chunk: Chunk, *, plain: bool = False) -> str:
@@ -129,6 +132,20 @@ class SlackClient:
 
     async def edit(
         self, target: ReplyTarget, message_id: str, chunk: Chunk, *, plain: bool = False
+    ) -> None:
+        self._updates.take()  # counted in the workspace's budget, never held back
+        await self._update(target, message_id, chunk, plain=plain)
+
+    async def stream_draft(self, target: ReplyTarget, message_id: str, chunk: Chunk) -> None:
+        """A draft that does not stream natively (:class:`bots.progress.DraftStreamer`): a
+        ``chat.update`` of the progress message, skipped while less than half of the
+        workspace's ``chat.update`` budget (Tier 3, ``updates_per_min``) is left, so the
+        answers keep the rest; the next state carries the latest text."""
+        if self._updates.take(keep=self._updates.cap / 2):
+            await self._update(target, message_id, chunk, plain=False)
+
+    async def _update(
+        self, target: ReplyTarget, message_id: str, chunk: Chunk, *, plain: bool
     ) -> None:
         assert self.client is not None
         text = chunk.fallback if plain else chunk.formatted

@@ -147,6 +147,7 @@ class SlackConnector(SlackClient, SlackInbound):
         self._streams: OrderedDict[str, None] = OrderedDict()
         self._stream_starts = CallBudget(opts.stream_starts_per_min)
         self._stream_appends = CallBudget(opts.stream_appends_per_min)
+        self._updates = CallBudget(opts.updates_per_min)
 
     # -- identity -------------------------------------------------------------------------------
 

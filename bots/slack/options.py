@@ -44,6 +44,10 @@ class SlackOptions(LayerOptions):
     #: the workspace's chat.appendStream calls a minute (Tier 4; one over the budget is
     #: skipped, the next carries its text); 0 = no limit
     stream_appends_per_min: float = Field(default=100.0, ge=0)
+    #: the workspace's chat.update calls a minute (Tier 3): a streamed draft's edit (one
+    #: that does not stream natively) is skipped while less than half is left, the next
+    #: carries its text; answers always go; 0 = no limit
+    updates_per_min: float = Field(default=50.0, ge=0)
     chunk_limit: int = _SLACK_LIMIT
     rate_limit_retries: int = 3
     history_page_size: int = 200

@@ -65,6 +65,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import math
 import mimetypes
 import secrets
 import time
@@ -218,6 +219,10 @@ class FakeSlack(RoutedFake, UploadHold):
         echo_bot_messages: the app's own posts are delivered back as ``message`` events (as
             Slack does for apps subscribed to channel messages).
         chat_streaming: serve chat.startStream / appendStream / stopStream.
+        update_limit: ``chat.update`` calls the workspace may make per ``update_period_s``
+            (Slack's Tier 3; a bucket that size refilled at that rate; 0: no limit); past it
+            a call answers 429 ``ratelimited`` with ``Retry-After``, counted in
+            :attr:`limited`.
     """
 
     def __init__(
@@ -234,8 +239,16 @@ class FakeSlack(RoutedFake, UploadHold):
         double_delivery: bool = True,
         echo_bot_messages: bool = False,
         chat_streaming: bool = True,
+        update_limit: int = 0,
+        update_period_s: float = 60.0,
     ) -> None:
         super().__init__()
+        self.update_limit = update_limit
+        self.update_period_s = update_period_s
+        #: (tokens left, monotonic time counted); None: full
+        self._update_tokens: tuple[float, float] | None = None
+        #: 429s the chat.update budget answered
+        self.limited = 0
         #: False: chat.startStream / appendStream / stopStream answer ``unknown_method``
         #: (a workspace or API without chat streaming)
         self.chat_streaming = chat_streaming
@@ -775,6 +788,9 @@ class FakeSlack(RoutedFake, UploadHold):
         self.calls.append(call)
         try:
             self._check_token(method, token)
+            if method == "chat.update" and (wait := self._over_update_budget()):
+                self.limited += 1
+                raise _SlackError("ratelimited", status=429, headers={"Retry-After": str(wait)})
             failure = self.take_fault(method)
             if failure is not None:
                 headers = {}
@@ -794,6 +810,21 @@ class FakeSlack(RoutedFake, UploadHold):
             )
         self._wake()
         return web.json_response({"ok": True, **result})
+
+    def _over_update_budget(self) -> int:
+        """One ``chat.update`` of the workspace's budget; the seconds to wait when none is
+        left (0: it goes)."""
+        if self.update_limit <= 0:
+            return 0
+        rate = self.update_limit / self.update_period_s
+        now = time.monotonic()
+        tokens, at = self._update_tokens or (float(self.update_limit), now)
+        tokens = min(float(self.update_limit), tokens + (now - at) * rate)
+        if tokens < 1:
+            self._update_tokens = (tokens, now)
+            return max(1, math.ceil((1 - tokens) / rate))
+        self._update_tokens = (tokens - 1, now)
+        return 0
 
     def add_file(self, content: bytes, name: str, mimetype: str = "text/plain", *,
                  fid: str | None = None, title: str | None = None) -> JSONDict:
