@@ -199,7 +199,7 @@ class _Outbox:
 
 class _Row:
     progress_message_id: str | None = None
-    message_ids: list[str] = []  # noqa: RUF012 (read only)
+    message_ids: list[str] = []
 
 
 async def _until_shown(client: _Client, text: str) -> None:

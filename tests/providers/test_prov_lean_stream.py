@@ -183,10 +183,10 @@ async def test_a_stream_cut_then_retried_gives_the_second_answer_whole() -> None
     ])
     seen: list[list[str]] = []
     async for provider in stream_of(lambda: next(answers)):
-        async def once() -> Any:
+        async def once(p: Any = provider) -> Any:
             texts: list[str] = []
             seen.append(texts)
-            async for ev in provider.stream(make_request()):
+            async for ev in p.stream(make_request()):
                 if ev.kind == "text_delta":
                     texts.append(ev.text)
                 elif ev.kind == "done":
