@@ -306,6 +306,7 @@ class FakeControl:
     async def _open(self, chats: list[Any], user: Any, interval: float, duration: float,
                     prefix: str, within: float) -> dict[str, Any]:
         latencies: list[float] = []
+        firsts: list[float] = []
         lost = 0
         end = time.perf_counter() + duration
 
@@ -325,13 +326,15 @@ class FakeControl:
                     lost += 1
                 else:
                     latencies.append(latency)
-            for j in range(k):  # first-words times are the closed loop's
-                self.first_latency.pop(f"{prefix}-{index}-{j}", None)
+            for j in range(k):  # first-words times, as the closed loop's
+                first = self.first_latency.pop(f"{prefix}-{index}-{j}", None)
+                if first is not None:
+                    firsts.append(first)
 
         cpu0, t0 = time.process_time(), time.perf_counter()
         await asyncio.gather(*(chat_loop(i, c) for i, c in enumerate(chats)))
         return {"latencies": latencies, "lost": lost, "elapsed_s": time.perf_counter() - t0,
-                "fake_cpu_s": time.process_time() - cpu0}
+                "fake_cpu_s": time.process_time() - cpu0, "first": firsts}
 
 
 # -- the child process ----------------------------------------------------------------------------

@@ -54,8 +54,9 @@ only runs made side by side tell a regression from the load. ``--memory 12 --mem
 model streams each answer (the floors make one non-streaming call), one chat then ``--chats``
 chats at once; per side the time to the answer's first visible words and to the complete
 answer, platform calls per reply, the platform's 429s (the Telegram fake enforces 30 messages a
-second) and CPU per reply; with ``--profile DIR`` GEODE runs both streaming loads under yappi
-(``DIR/<platform>-<side>-stream.pstat``).
+second) and CPU per reply; with ``--profile DIR`` GEODE runs the streaming loads under yappi
+(``DIR/<platform>-<side>-stream.pstat``). ``--stream-light`` adds ``light 10`` between the two:
+10 chats, each sending a message every two answer-lengths for ``--duration`` s.
 Telegram, Slack (Socket Mode; the floor is a slack-bolt ``AsyncApp`` answering in the
 mention's thread) and Discord (discord.py on both sides; all conversations in the fake's one
 channel, each mention a thread of its own) are covered.
@@ -490,10 +491,10 @@ class StreamRow:
 
 
 async def stream_measure(platform: str, side: str, load: str, fake: Child, pid: int,
-                         **args: Any) -> StreamRow:
+                         op: str = "closed", **args: Any) -> StreamRow:
     before = await fake.call("api_calls")
     cpu0 = cpu_s(pid)
-    result = await fake.call("closed", **args)
+    result = await fake.call(op, **args)
     cpu1 = cpu_s(pid)
     after = await fake.call("api_calls")
     done, first = result["latencies"], result["first"]
@@ -549,11 +550,18 @@ async def run_stream(args: argparse.Namespace) -> list[StreamRow]:
                                                    within=within)
                             if not warm["lost"]:
                                 break
-                        if profile is not None:  # both loads (see _profiled_serve.py)
+                        if profile is not None:  # every load (see _profiled_serve.py)
                             os.kill(pid, signal.SIGUSR1)
                         rows.append(await stream_measure(
                             name, label, "stream 1", fake, pid, chats=chats[:1], user=user,
                             per_chat=args.stream_seq, prefix="q5", within=within))
+                        if args.stream_light:  # 10 chats, each answer alone
+                            light = chats[:min(10, len(chats))]
+                            rows.append(await stream_measure(
+                                name, label, f"light {len(light)}", fake, pid, "open",
+                                chats=light, user=user, prefix="q7", within=within,
+                                interval=2 * args.stream_tokens / args.tokens_per_s,
+                                duration=args.duration))
                         rows.append(await stream_measure(
                             name, label, f"stream {args.chats}", fake, pid, chats=chats,
                             user=user, per_chat=1, prefix="q6", within=within))
@@ -720,6 +728,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="instead of the table: the streaming load, the model writing N "
                         "tokens per answer (400)")
     p.add_argument("--tokens-per-s", type=float, default=40.0, help="the model's pace")
+    p.add_argument("--stream-light", action="store_true",
+                   help="the streaming load's light row too (10 chats for --duration s)")
     p.add_argument("--stream-seq", type=int, default=3,
                    help="messages of the streaming load's one chat")
     p.add_argument("--baseline", type=Path, default=None, metavar="DIR",
@@ -730,7 +740,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "moves +-15%% between runs, more on a loaded machine)")
     p.add_argument("--profile", type=Path, default=None, metavar="DIR",
                    help="run GEODE under yappi and write its one-chat load's profile to DIR "
-                        "(with --stream-tokens: both streaming loads')")
+                        "(with --stream-tokens: the streaming loads')")
     args = p.parse_args(argv)
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
