@@ -108,8 +108,9 @@ def _free_port() -> int:
 
 def _serve_readyz(tmp_path: Path, config: str, *, blocked: set[str],
                  env: dict[str, str] | None = None) -> dict[str, object]:
-    """Start `geode serve --demo` with ``blocked`` modules missing; its first /readyz body (200
-    or 503), then SIGTERM (exit 0 expected)."""
+    """Start `geode serve --demo` with ``blocked`` modules missing; its /readyz body (200, or
+    503 once no check is still starting: the health endpoint listens before the connectors and
+    the scheduler have made their first beat), then SIGTERM (exit 0 expected)."""
     import json
     import signal
     import time
@@ -134,8 +135,13 @@ def _serve_readyz(tmp_path: Path, config: str, *, blocked: set[str],
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
                     return dict(json.loads(r.read()))
-            except urllib.error.HTTPError as exc:  # 503: started, not ready (and says why)
-                return dict(json.loads(exc.read()))
+            except urllib.error.HTTPError as exc:  # 503: not ready (and says why)
+                body = dict(json.loads(exc.read()))
+                checks = body.get("checks")
+                if not isinstance(checks, dict) or not any(
+                        str(c.get("detail", "")).startswith("starting") for c in checks.values()):
+                    return body
+                time.sleep(0.2)  # a component has not beaten yet: ask again
             except (urllib.error.URLError, ConnectionError):
                 time.sleep(0.3)
         raise AssertionError(f"geode serve did not answer /readyz:\n{log.read_text()}")
