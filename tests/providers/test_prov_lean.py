@@ -1,7 +1,7 @@
 """The Chat Completions adapter as a runtime builds it: a call, streamed or not, is one POST
 on the cache's shared aiohttp session (never the SDK's request path), with the SDK client's
-headers and bearer key (the stream's chunk shapes: ``test_prov_lean_stream.py``). The adapter and error
-tests run this path too (the ``openai-lean`` harness)."""
+headers and bearer key (the stream's chunk shapes: ``test_prov_lean_stream.py``). The adapter
+and error tests run this path too (the ``openai-lean`` harness)."""
 
 from __future__ import annotations
 
