@@ -165,13 +165,8 @@ class OpenAICompatProvider(BaseProvider):
                                          proxy_auth=self._proxy_auth) as resp:
                 raw = await resp.read()
                 status, headers = resp.status, resp.headers
-        except TimeoutError as exc:
-            raise ModelError(f"{self.name}: request timed out", kind="transient",
-                             provider=self.name) from exc
-        except aiohttp.ClientError as exc:
-            raise ModelError(
-                f"{self.name}: connection failed or dropped ({type(exc).__name__}: {exc})"[:300],
-                kind="transient", provider=self.name) from exc
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise _transport_error(self.name, exc) from exc
         if not 200 <= status < 300:
             failure = _HTTPStatus(status)
             raise map_openai_status(status=status, raw=raw, headers=headers,
@@ -261,13 +256,8 @@ class OpenAICompatProvider(BaseProvider):
                         yield event
         except ModelError:
             raise
-        except TimeoutError as exc:
-            raise ModelError(f"{self.name}: request timed out", kind="transient",
-                             provider=self.name) from exc
-        except aiohttp.ClientError as exc:
-            raise ModelError(
-                f"{self.name}: connection failed or dropped ({type(exc).__name__}: {exc})"[:300],
-                kind="transient", provider=self.name) from exc
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise _transport_error(self.name, exc) from exc
         except (ValueError, AttributeError, TypeError, KeyError, IndexError) as exc:
             raise ModelError(
                 f"{self.name}: malformed or interrupted response ({type(exc).__name__}: "
@@ -335,6 +325,15 @@ def _lean_timeout(timeout: float) -> aiohttp.ClientTimeout:
 
     return aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, timeout),
                                  sock_read=timeout)
+
+
+def _transport_error(provider: str, exc: BaseException) -> ModelError:
+    """A lean call's timeout or connection failure, as the SDK path classifies it: transient."""
+    if isinstance(exc, TimeoutError):
+        return ModelError(f"{provider}: request timed out", kind="transient", provider=provider)
+    return ModelError(
+        f"{provider}: connection failed or dropped ({type(exc).__name__}: {exc})"[:300],
+        kind="transient", provider=provider)
 
 
 async def _sse_data(content: aiohttp.StreamReader) -> AsyncIterator[str]:
