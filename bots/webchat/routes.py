@@ -378,7 +378,10 @@ async def events(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={
         "Content-Type": "text/event-stream", "Cache-Control": "no-store",
         "X-Accel-Buffering": "no"})
-    await response.prepare(request)
+    try:
+        await response.prepare(request)
+    except ConnectionResetError:  # the browser left (a navigation) before the stream began
+        return response
     quiet = 0.0
     try:
         await response.write(b": live\n\n")
