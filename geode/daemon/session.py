@@ -33,7 +33,7 @@ from geode.store.sessions import short_title
 from geode.tools.base import ToolDef
 
 if TYPE_CHECKING:
-    from geode.memory import SessionMemory
+    from geode.memory import MemoryRead
     from geode.skills import OfferedSkills
     from geode.store.timeline import SessionTimeline
 
@@ -222,23 +222,22 @@ def _memory_tools(ctx: SessionContext) -> list[ToolDef]:
     return [memory]
 
 
-async def _open_memory(parts: SessionParts, ctx: SessionContext,
-                       session_id: str) -> SessionMemory | None:
-    """What this turn remembers: the memory of the person it answers (``ctx.user`` on the
-    ``ctx.source`` platform, as the host received the message: never the model's say) and
-    of the binding (``spend_scope``); None when memory is off or there is no store."""
+def _memory_read(parts: SessionParts, ctx: SessionContext) -> MemoryRead | None:
+    """What this turn remembers, to be read with its session's load: the memory of the
+    person it answers (``ctx.user`` on the ``ctx.source`` platform, as the host received the
+    message: never the model's say) and of the binding (``spend_scope``); None when memory
+    is off or there is no store."""
     store = parts.records.store
     o = ctx.overrides
     if o.memory == "off" or store is None:
         return None
-    from geode.memory import MemoryScope, SessionMemory
+    from geode.memory import MemoryRead, MemoryScope
     from geode.store.memory import MemoryStore
 
     user = f"{ctx.source}:{ctx.user}" if ctx.source and ctx.user else ""
     scope = MemoryScope(mode=o.memory, user=user, channel=o.spend_scope)
-    return await SessionMemory.open(
-        store=MemoryStore(store=store), scope=scope, session_id=session_id,
-        budget_tokens=parts.tools.settings.memory.budget_tokens)
+    return MemoryRead(store=MemoryStore(store=store), scope=scope,
+                      budget_tokens=parts.tools.settings.memory.budget_tokens)
 
 
 async def open_session(parts: SessionParts, ctx: SessionContext) -> Session:
@@ -255,12 +254,15 @@ async def open_session(parts: SessionParts, ctx: SessionContext) -> Session:
         from geode.skills import OfferedSkills
 
         skills = OfferedSkills(())
+    # memory is read in the transaction that creates or finds the session's row, and its
+    # use counted in the turn's first checkpoint: no transaction of its own for either
+    reading = _memory_read(parts, ctx)
     loaded = await records.load_or_create(
         session_id=ctx.session_id, mode=ctx.mode, model=ref.model,
         parent_session_id=ctx.parent_session_id, title=short_title(ctx.title),
-        metadata=ctx.session_metadata())
+        metadata=ctx.session_metadata(), read_with=reading.read if reading else None)
     session_id = loaded.session_id
-    memory = await _open_memory(parts, ctx, session_id)
+    memory = await reading.open(session_id) if reading is not None else None
     executor = tools.executor(scope=scope, workspace=ctx.workspace, approver=ctx.approver,
                               records=records, max_result_chars=budgets.max_result_chars(ref),
                               display=ctx.overrides.display, skills=skills, memory=memory)
@@ -270,8 +272,9 @@ async def open_session(parts: SessionParts, ctx: SessionContext) -> Session:
     sources = SystemPromptSources(home=parts.home, workspace=ctx.workspace, rules=rules,
                                   mode=ctx.mode, skills=tuple(skills.listing()),
                                   memory=memory.prompt if memory is not None else None)
-    checkpointer = records.checkpointer(session_id, fence=ctx.fence,
-                                        opening_note=ctx.opening_note)
+    checkpointer = records.checkpointer(
+        session_id, fence=ctx.fence, opening_note=ctx.opening_note,
+        riders=[memory.count_use] if memory is not None and memory.shown_at_open else ())
     deps = RunDeps(
         session_id=session_id,
         mode=ctx.mode,

@@ -15,13 +15,19 @@ from __future__ import annotations
 
 from geode.memory._render import MAX_ENTRY_CHARS, RenderedMemory, clean_text, render_memory
 from geode.memory._scope import MEMORY_MODES, MemoryMode, MemoryScope
-from geode.memory._session import MAX_ENTRIES_PER_OWNER, MemoryWriteError, SessionMemory
+from geode.memory._session import (
+    MAX_ENTRIES_PER_OWNER,
+    MemoryRead,
+    MemoryWriteError,
+    SessionMemory,
+)
 
 __all__ = [
     "MAX_ENTRIES_PER_OWNER",
     "MAX_ENTRY_CHARS",
     "MEMORY_MODES",
     "MemoryMode",
+    "MemoryRead",
     "MemoryScope",
     "MemoryWriteError",
     "RenderedMemory",

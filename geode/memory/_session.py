@@ -1,14 +1,16 @@
 """One session's memory: the entries its prompt shows and the writes its ``memory`` tool
 makes, for the user and the binding the host named (:class:`MemoryScope`).
 
-What a turn with memory on costs (see the memory docs for the figures): one read of both
-scopes' rows (one query), and one UPDATE of the shown entries' use counts, written with the
-turn's next write (no transaction of its own). The block is rendered again only when the
-rows' content changed: the last block rendered for a (user, channel, budget) is kept in
-this process with the content it was rendered from, and reused when a later read returns
-the same content. That check is made against what the store holds at every turn, so a
-write by another replica (or the CLI) is seen at the next turn as before; nothing here
-assumes this process made every write.
+What a turn with memory on costs (see the memory docs for the figures): one query for
+both scopes' rows, run in the transaction that creates or finds the session's row
+(:class:`MemoryRead`), and one UPDATE of the shown entries' use counts, run in the turn's
+first checkpoint save (:meth:`SessionMemory.count_use`): no transaction of its own for
+either, the same number of transactions as a turn without memory. The block is rendered
+again only when the rows' content changed: the last block rendered for a (user, channel,
+budget) is kept in this process with the content it was rendered from, and reused when a
+later read returns the same content. That check is made against what the store holds at
+every turn, so a write by another replica (or the CLI) is seen at the next turn as before;
+nothing here assumes this process made every write.
 """
 
 from __future__ import annotations
@@ -20,12 +22,21 @@ from typing import TYPE_CHECKING, Any
 from geode.errors import RunError
 from geode.memory._render import MAX_ENTRY_CHARS, RenderedMemory, clean_text, render_memory
 from geode.memory._scope import MemoryScope
-from geode.store.memory import MemoryAudit, MemoryEntry, MemoryScopeName
+from geode.store.memory import (
+    MemoryAudit,
+    MemoryEntry,
+    MemoryRows,
+    MemoryScopeName,
+    count_use,
+    read_rows,
+)
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
     from geode.store.memory import MemoryStore
 
-__all__ = ["MAX_ENTRIES_PER_OWNER", "MemoryWriteError", "SessionMemory"]
+__all__ = ["MAX_ENTRIES_PER_OWNER", "MemoryRead", "MemoryWriteError", "SessionMemory"]
 
 #: entries one person (or one channel) may have; past it an entry must be replaced or removed
 MAX_ENTRIES_PER_OWNER = 100
@@ -64,6 +75,40 @@ class MemoryWriteError(RunError):
     """A memory write refused (the tool turns it into its failure text)."""
 
 
+class MemoryRead:
+    """The read of one turn's memory, made before its session is opened: :meth:`read` runs
+    in the transaction that creates or finds the session row (``Records.load_or_create``'s
+    ``read_with``), so memory costs that turn no transaction of its own; :meth:`open` makes
+    the session's view from what it read (or reads now, when the load did not run it)."""
+
+    def __init__(self, *, store: MemoryStore, scope: MemoryScope, budget_tokens: int
+                 ) -> None:
+        self.store = store
+        self.scope = scope
+        self.budget_tokens = budget_tokens
+        owners: list[tuple[MemoryScopeName, str]] = []
+        if scope.user_enabled:
+            owners.append(("user", scope.user))
+        if scope.channel_enabled:
+            owners.append(("channel", scope.channel))
+        self._owners = owners
+        self._rows: MemoryRows | None = None
+
+    def read(self, conn: Connection) -> None:
+        """Read both owners' rows in the caller's transaction (one query)."""
+        self._rows = read_rows(conn, self._owners)
+
+    async def open(self, session_id: str) -> SessionMemory:
+        """The session's memory from the rows :meth:`read` got (read now if it did not
+        run). Counts no use: see :meth:`SessionMemory.count_use`."""
+        rows = self._rows
+        if rows is None:
+            rows = await self.store.rows_for_owners(self._owners)
+        return SessionMemory._from_rows(store=self.store, scope=self.scope,
+                                        session_id=session_id,
+                                        budget_tokens=self.budget_tokens, rows=rows)
+
+
 class SessionMemory:
     """The memory of one session's turn (``ctx.deps.memory``).
 
@@ -83,22 +128,28 @@ class SessionMemory:
         #: the block as last rendered (the loop asks before every model call); a write
         #: drops it
         self._rendered: RenderedMemory | None = None
+        #: the entries the turn's first prompt shows (their use is counted once)
+        self.shown_at_open: tuple[str, ...] = ()
 
     @classmethod
     async def open(cls, *, store: MemoryStore, scope: MemoryScope, session_id: str,
                    budget_tokens: int) -> SessionMemory:
-        """Read the turn's entries and count a use of those its prompt will show.
+        """Read the entries now and count a use of those its prompt will show, each in a
+        transaction of the store's (a turn reads with its session's load and counts with
+        its checkpoint instead: :class:`MemoryRead`, :meth:`count_use`)."""
+        memory = await MemoryRead(store=store, scope=scope,
+                                  budget_tokens=budget_tokens).open(session_id)
+        await store.touch(memory.shown_at_open)
+        return memory
 
-        The rows are read every time (a write elsewhere is seen); the block is rendered
-        again only when their content differs from the last block's for the same user,
-        channel and budget. A block that left entries out is not reused: which ones are
-        left out depends on the use counts, which every turn changes."""
-        owners: list[tuple[MemoryScopeName, str]] = []
-        if scope.user_enabled:
-            owners.append(("user", scope.user))
-        if scope.channel_enabled:
-            owners.append(("channel", scope.channel))
-        rows = await store.rows_for_owners(owners)
+    @classmethod
+    def _from_rows(cls, *, store: MemoryStore, scope: MemoryScope, session_id: str,
+                   budget_tokens: int, rows: MemoryRows) -> SessionMemory:
+        """The turn's memory from its rows. The rows are read every time (a write elsewhere
+        is seen); the block is rendered again only when their content differs from the
+        last block's for the same user, channel and budget. A block that left entries out
+        is not reused: which ones are left out depends on the use counts, which every turn
+        changes."""
         key: _BlockKey = (scope.user if scope.user_enabled else "",
                           scope.channel if scope.channel_enabled else "", budget_tokens,
                           scope.channel_enabled)
@@ -113,8 +164,15 @@ class SessionMemory:
             memory._rendered = kept.rendered
         elif not memory.rendered().left_out:
             _keep(key, _Kept(content=content, rendered=memory.rendered()))
-        await store.touch(memory.rendered().shown)
+        memory.shown_at_open = memory.rendered().shown
         return memory
+
+    def count_use(self, conn: Connection) -> None:
+        """Count a use of each entry the turn's first prompt shows, in the caller's
+        transaction (a rider of the turn's first checkpoint save: no transaction of its
+        own). A count lost with a turn that never saved costs nothing but the order in
+        which entries are left out over the budget."""
+        count_use(conn, self.shown_at_open)
 
     def rendered(self) -> RenderedMemory:
         """The ``<memory>`` block now, and the entries it shows."""

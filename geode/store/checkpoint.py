@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -153,6 +153,7 @@ class SessionCheckpointer:
         session_id: str,
         fence: Claim | None = None,
         opening: Sequence[tuple[str, Mapping[str, Any], str]] = (),
+        riders: Sequence[Callable[[Connection], None]] = (),
     ) -> None:
         """Args:
             fence: checked first inside every save's transaction; raising aborts the save
@@ -162,6 +163,10 @@ class SessionCheckpointer:
                 transaction as the next save (who sent the message a turn starts with):
                 they belong with that checkpoint and cost no transaction of their own.
                 Kept until a save commits.
+            riders: statements of the turn that need no transaction of their own (the
+                memory entries' use counts, :func:`geode.store.memory.count_use`), run
+                last in the next save's transaction; kept until a save commits. One that
+                raises aborts that save like any of its statements.
         """
         self._store = store
         self.session_id = session_id
@@ -172,6 +177,7 @@ class SessionCheckpointer:
                          payload=dict(payload), secrets=store.secrets)
             for kind, payload, turn_id in opening
         ]
+        self._riders = list(riders)
 
     async def save(
         self,
@@ -306,6 +312,7 @@ class SessionCheckpointer:
         snapshot = tuple(messages)
         written = self._written
         staged = self._staged[:]
+        riders = self._riders[:]
         fence = self._fence
 
         def link(conn: Connection) -> _Written:
@@ -313,11 +320,14 @@ class SessionCheckpointer:
                 fence.check(conn)
             done = self._write_link(conn, written, snapshot, state_json, status, kind, turn_id)
             insert_rows(conn, [{**r, "turn_id": r["turn_id"] or turn_id} for r in staged])
+            for ride in riders:
+                ride(conn)
             return done
 
         try:
             self._written = await self._store.run_write(link)
             del self._staged[:len(staged)]
+            del self._riders[:len(riders)]
         except BaseException:
             # The transaction rolled back; what this process believes is in the store
             # may be stale now, so the next save rewrites the rows from scratch.

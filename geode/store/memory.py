@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from geode.store.database import Database
 
 __all__ = ["MemoryAudit", "MemoryEntry", "MemoryEntryModel", "MemoryRows", "MemoryScopeName",
-           "MemoryStore", "memory_table", "new_entry_id"]
+           "MemoryStore", "count_use", "memory_table", "new_entry_id", "read_rows"]
 
 log = structlog.get_logger(__name__)
 
@@ -105,6 +105,29 @@ def _touch_params(entry_ids: Sequence[str]) -> tuple[Any, dict[str, Any]]:
     size = 1 << max(0, len(entry_ids) - 1).bit_length()
     padded = [*entry_ids, *[entry_ids[-1]] * (size - len(entry_ids))]
     return _touch(size), {"now": _now_ms(), **{f"i{n}": v for n, v in enumerate(padded)}}
+
+
+def count_use(conn: Connection, entry_ids: Sequence[str]) -> None:
+    """Count one more use of each entry, in the caller's transaction (a turn's checkpoint
+    save: :meth:`geode.memory.SessionMemory.count_use`). One UPDATE by primary key; on
+    PostgreSQL it locks the rows until that transaction commits, always in the index's order
+    (an ``IN`` list is scanned sorted), so two turns counting the same channel entries wait
+    for each other briefly and never deadlock."""
+    if entry_ids:
+        stmt, params = _touch_params(entry_ids)
+        conn.execute(stmt, params)
+
+
+def read_rows(conn: Connection, owners: Sequence[tuple[MemoryScopeName, str]]) -> MemoryRows:
+    """The rows of at most two (scope, owner) pairs, oldest first, in one query run in the
+    caller's transaction (a session's load: :meth:`geode.memory.MemoryRead.read`)."""
+    if not owners:
+        return MemoryRows(rows=())
+    if len(owners) > 2:
+        raise ValueError("at most two owners in one read")
+    (s1, o1), (s2, o2) = owners[0], owners[-1]
+    return MemoryRows(rows=tuple(conn.execute(
+        _FOR_OWNERS, {"s1": s1, "o1": o1, "s2": s2, "o2": o2}).all()))
 
 
 MemoryScopeName = Literal["user", "channel"]
@@ -207,10 +230,7 @@ class MemoryStore:
             return MemoryRows(rows=())
         if len(owners) > 2:
             raise ValueError("at most two owners in one read")
-        (s1, o1), (s2, o2) = owners[0], owners[-1]
-        params = {"s1": s1, "o1": o1, "s2": s2, "o2": o2}
-        rows = await self._store.run_read(lambda conn: conn.execute(_FOR_OWNERS, params).all())
-        return MemoryRows(rows=tuple(rows))
+        return await self._store.run_read(lambda conn: read_rows(conn, owners))
 
     async def get(self, entry_id: str) -> MemoryEntry | None:
         query = select(_M).where(_M.c.id == entry_id)
@@ -293,14 +313,14 @@ class MemoryStore:
         return await self._store.run_write(write)
 
     async def touch(self, entry_ids: Sequence[str]) -> None:
-        """Count one more use of each entry (its text went into a prompt). Written with the
-        store's next write (a turn's own checkpoint): no transaction of its own."""
+        """Count one more use of each entry (its text went into a prompt), with the store's
+        next write on SQLite (its own transaction on PostgreSQL). A session's turn does not
+        come here: its count rides in its checkpoint save (:func:`count_use`)."""
         if not entry_ids:
             return
-        stmt, params = _touch_params(entry_ids)
 
         def write(conn: Connection) -> None:
-            conn.execute(stmt, params)
+            count_use(conn, entry_ids)
 
         def failed(exc: Exception) -> None:  # a count lost costs nothing but its order
             log.warning("memory.touch_failed", entries=len(entry_ids), error=type(exc).__name__)

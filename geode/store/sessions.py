@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -161,11 +162,14 @@ class SessionStore:
         title: str = "",
         metadata: dict[str, Any] | None = None,
         if_missing: bool = False,
+        also: Callable[[Connection], None] | None = None,
     ) -> str:
         """Insert a new active session and return its id (a new uuid4 hex if not given).
 
         ``if_missing``: an existing id is told by the insert itself (``ON CONFLICT DO
-        NOTHING``), so no failed INSERT aborts the transaction.
+        NOTHING``), so no failed INSERT aborts the transaction. ``also``: a read run first
+        in the same transaction, whatever the outcome (what a session's opening reads with
+        its load: its memory, :class:`geode.memory.MemoryRead`).
 
         Raises:
             SessionExistsError: the id is taken.
@@ -192,6 +196,8 @@ class SessionStore:
         if_missing_stmt = _insert_if_missing(self._store.is_postgres)
 
         def insert(conn: Connection) -> None:
+            if also is not None:
+                also(conn)
             if parent_session_id is not None and not _exists(conn, parent_session_id):
                 raise SessionNotFoundError(parent_session_id)
             if not if_missing:
@@ -216,8 +222,10 @@ class SessionStore:
         parent_session_id: str | None = None,
         title: str = "",
         metadata: dict[str, Any] | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> bool:
         """Create the session unless it exists, in one transaction; True if created.
+        ``also`` as in :meth:`create`.
 
         Raises:
             SessionNotFoundError: ``parent_session_id`` names no session.
@@ -225,7 +233,7 @@ class SessionStore:
         try:
             await self.create(session_id, mode=mode, model=model,
                               parent_session_id=parent_session_id, title=title,
-                              metadata=metadata, if_missing=True)
+                              metadata=metadata, if_missing=True, also=also)
         except SessionExistsError:
             return False
         return True

@@ -9,10 +9,10 @@ imports none of them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from geode.store.checkpoint import CheckpointStore, SessionCheckpointer
@@ -56,11 +56,12 @@ class Store(Database):
         *,
         fence: Claim | None = None,
         opening: Sequence[tuple[str, Mapping[str, Any], str]] = (),
+        riders: Sequence[Callable[[Connection], None]] = (),
     ) -> SessionCheckpointer:
-        """The checkpoint chain of one session (the loop's ``Checkpointer``); ``fence`` and
-        ``opening`` as in :class:`SessionCheckpointer`."""
+        """The checkpoint chain of one session (the loop's ``Checkpointer``); ``fence``,
+        ``opening`` and ``riders`` as in :class:`SessionCheckpointer`."""
         return SessionCheckpointer(store=self, session_id=session_id, fence=fence,
-                                   opening=opening)
+                                   opening=opening, riders=riders)
 
 
 async def open_store(url: str, *, migrate: bool = True, secrets: tuple[str, ...] = ()) -> Store:

@@ -25,6 +25,8 @@ from geode.tools.plan import BoundToolPlan
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from sqlalchemy.engine import Connection
+
     from geode.executor.protocols import ReceiptStore, ResultKeeper
     from geode.store import Store
     from geode.store.timeline import SessionTimeline
@@ -70,9 +72,15 @@ class Records:
     async def load_or_create(
         self, *, session_id: str | None, mode: str, model: str, parent_session_id: str | None,
         title: str, metadata: Mapping[str, Any],
+        read_with: Callable[[Connection], None] | None = None,
     ) -> Loaded:
         """The session ``session_id`` names (a thread's fixed id is created when first seen;
-        a terminal's must exist), or a new one."""
+        a terminal's must exist), or a new one.
+
+        ``read_with``: a read run in the transaction that creates or finds the session row
+        (the session's memory), so it costs no transaction of its own. It is not run when
+        there is no store or the session must already exist (a terminal's ``--session``):
+        the caller reads on its own then."""
         store = self.store
         if store is None:
             from geode.loop._util import new_id
@@ -93,7 +101,7 @@ class Records:
                                       "`geode sessions list` shows them.")
             elif await sessions.create_if_missing(
                 session_id, mode=mode, model=model, parent_session_id=parent_session_id,
-                title=title, metadata=dict(metadata),
+                title=title, metadata=dict(metadata), also=read_with,
             ):
                 return Loaded(session_id=session_id)  # a fixed id seen for the first time
             restored = await store.checkpointer(session_id).load()
@@ -104,19 +112,24 @@ class Records:
                           receipts=status, state=dict(restored.state))
         sid = await sessions.create(session_id=session_id, mode=mode, model=model,
                                     parent_session_id=parent_session_id, title=title,
-                                    metadata=dict(metadata))
+                                    metadata=dict(metadata), also=read_with)
         return Loaded(session_id=sid)
 
     def checkpointer(self, session_id: str, *, fence: WriteFence | None = None,
-                     opening_note: OpeningNote | None = None) -> Checkpointer | None:
+                     opening_note: OpeningNote | None = None,
+                     riders: Sequence[Callable[[Connection], None]] = ()
+                     ) -> Checkpointer | None:
         """The session's checkpoint chain (None without a store). ``fence`` runs inside each
-        save's transaction; ``opening_note`` is written with the turn's first checkpoint."""
+        save's transaction; ``opening_note`` and ``riders`` (statements needing no
+        transaction of their own: memory's use counts) go with the turn's first
+        checkpoint."""
         if self.store is None:
             return None
         note = opening_note
         return self.store.checkpointer(
             session_id, fence=fence,
             opening=[(note.kind, note.payload, note.turn_id)] if note is not None else (),
+            riders=riders,
         )
 
     def entitle(self, session_id: str) -> Callable[[str], Awaitable[None]] | None:
