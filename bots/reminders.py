@@ -22,7 +22,6 @@ in summer), and ``/reminders`` shows each at its local time with the zone's name
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import re
 import time
@@ -360,20 +359,14 @@ class ThreadReminders:
 
     async def run(self, health: Component, *, threads: str) -> None:
         """Claim and fire the due reminders of the threads whose key starts with ``threads``
-        (this bot's), every ``tick_s``; a store error is retried at the next tick."""
+        (this bot's) when they are due: the scheduler sleeps until the next one, at most its
+        ``idle_s`` (a reminder made in this process wakes it at once; see
+        :mod:`geode.daemon.scheduler`, "Waking"); a store error is retried ``tick_s`` later."""
         scheduler = self.scheduler = Scheduler(
             jobs=JobStore(store=self._database, threads=threads), run_job=self.fire,
             owner=self._owner, tick_s=self.tick_s, clock=self.clock)
         try:
-            while True:
-                try:
-                    await scheduler.tick()
-                except Exception as exc:
-                    health.down(f"tick failed: {type(exc).__name__}")
-                    log.warning("reminders.tick_failed", error_class=type(exc).__name__)
-                else:
-                    health.beat("ticking")
-                await asyncio.sleep(self.tick_s)
+            await scheduler.run(health)
         finally:
             await scheduler.stop()
             await scheduler.wait_runs()

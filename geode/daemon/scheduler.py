@@ -34,6 +34,15 @@ threads (the channel layer runs one :class:`Scheduler` over it, firing each into
 thread), the daemon's unscoped one only the jobs without a thread. A one-time reminder keeps
 its due time until it fired: its claim takes only the run lease, and the finish disables it.
 A reminder missed while every daemon was down fires once, at the next start.
+
+Waking (nothing to do costs nothing): :meth:`Scheduler.run` does not poll. Each pass reads,
+in one query, the jobs due within ``idle_s`` (30 s by default), claims the due ones, and
+sleeps until the earliest of the rest is due (a one-time job whose run lease holds: until the
+lease ends), or ``idle_s`` when none is; after a pass that found something due it looks
+again ``tick_s`` (1 s) later. A job this process adds or removes wakes it at once
+(:meth:`geode.store.jobs.ScheduledJobStore.watch`), so does the end of one of its own runs; a
+job another process adds (``geode schedule add``, another replica's ``/remind``) is seen at
+the next wake, at most ``idle_s`` later. Idle, a scheduler costs one query per ``idle_s``.
 """
 
 from __future__ import annotations
@@ -46,11 +55,12 @@ import time
 import zoneinfo
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 from croniter import croniter
 
+from geode.daemon.supervisor import describe_error
 from geode.errors import ConfigError
 from geode.store.jobs import SKIPPED, Job, JobClaim, ScheduledJobStore
 
@@ -66,6 +76,9 @@ log = structlog.get_logger(__name__)
 
 #: seconds a run lease holds without renewal (renewed every third of it)
 RUN_LEASE_S = 60.0
+#: the longest a scheduler sleeps with nothing due, in ``tick_s``: how late it may see a job
+#: another process added (30 s at the default tick)
+IDLE_TICKS = 30
 #: what a claim got (:data:`geode.store.jobs.JobClaim`): "run" (start it, the lease is
 #: ours), "overlap" (due, but the previous run holds the lease: recorded as skipped)
 Claim = JobClaim
@@ -178,7 +191,13 @@ class JobStore:
         return await self._rows.remove(job_id)
 
     async def due(self, now: float) -> builtins.list[Job]:
+        """The enabled jobs of this scope due at ``now`` or earlier, soonest first."""
         return await self._rows.due(int(now), threads=self._threads)
+
+    def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` when this process adds a job in this scope or removes one; returns
+        what stops it."""
+        return self._rows.watch(wake, threads=self._threads)
 
     async def claim(
         self, job: Job, *, now: float, owner: str, lease_s: float = RUN_LEASE_S
@@ -217,8 +236,17 @@ def _lease_end(now: float, lease_s: float) -> int:
 RunJob = Callable[[Job, int], Awaitable[tuple[str, str | None]]]
 
 
+class Health(Protocol):
+    """Where :meth:`Scheduler.run` reports (a supervisor's ``Component``)."""
+
+    def beat(self, detail: str | None = None) -> None: ...
+
+    def down(self, why: str) -> None: ...
+
+
 class Scheduler:
-    """Polls for due jobs every ``tick_s`` and runs the ones this daemon claims."""
+    """Runs the due jobs this daemon claims, waking at their due times (see the module
+    docstring: "Waking")."""
 
     def __init__(
         self,
@@ -227,25 +255,35 @@ class Scheduler:
         run_job: RunJob,
         owner: str,
         tick_s: float = 1.0,
+        idle_s: float | None = None,
         lease_s: float = RUN_LEASE_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``tick_s``: the gap before the next pass after one that found something due, or
+        failed; ``idle_s``: the longest sleep with nothing due (default ``IDLE_TICKS``
+        ticks), the bound on seeing another process's new job."""
         self.jobs = jobs
         self.run_job = run_job
         self.owner = owner
         self.tick_s = tick_s
+        self.idle_s = IDLE_TICKS * tick_s if idle_s is None else idle_s
         self.lease_s = lease_s
         self.clock = clock
         self._running: dict[str, asyncio.Task[None]] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._wake = asyncio.Event()
 
     @property
     def running(self) -> int:
         return len(self._running)
 
+    def wake(self) -> None:
+        """Look for due jobs now (a job changed in this process)."""
+        self._wake.set()
+
     async def start(self) -> None:
-        self._loop_task = asyncio.create_task(self._loop(), name="geode-scheduler")
+        self._loop_task = asyncio.create_task(self.run(), name="geode-scheduler")
 
     async def stop(self) -> None:
         """Stop claiming new runs; runs already started go on (the daemon drains them)."""
@@ -260,22 +298,57 @@ class Scheduler:
         while self._running:
             await asyncio.gather(*list(self._running.values()), return_exceptions=True)
 
-    async def _loop(self) -> None:
-        while not self._stopping:
-            try:
-                await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a store hiccup must not kill the scheduler
-                log.warning("scheduler.tick_failed", error=type(exc).__name__,
-                            detail=str(exc)[:200])
-            await asyncio.sleep(self.tick_s)
+    async def run(self, health: Health | None = None) -> None:
+        """Pass after pass until cancelled or stopped; a store error is reported to
+        ``health`` (and logged) and retried ``tick_s`` later, a good pass beats."""
+        unwatch = self.jobs.watch(self.wake)
+        try:
+            while not self._stopping:
+                try:
+                    delay = await self.step()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # a store hiccup must not kill the scheduler
+                    if health is not None:
+                        health.down(f"tick failed: {describe_error(exc)}")
+                    log.warning("scheduler.tick_failed", error_class=type(exc).__name__,
+                                exc_info=exc)
+                    delay = self.tick_s
+                else:
+                    if health is not None:
+                        health.beat("ticking")
+                await self._sleep(delay)
+        finally:
+            unwatch()
+
+    async def _sleep(self, delay: float) -> None:
+        """Sleep ``delay`` seconds, or less if :meth:`wake` is called."""
+        if not self._wake.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
+        self._wake.clear()
+
+    async def step(self) -> float:
+        """One pass: claim and start the due jobs (one query for them and the ones due
+        within ``idle_s``); returns the seconds until the next pass."""
+        now = self.clock()
+        upcoming = await self.jobs.due(now + self.idle_s)
+        ready = [j for j in upcoming if j.ready_at <= now]
+        await self._start(ready, now)
+        waits = [self.idle_s, *(j.ready_at - now for j in upcoming if j.ready_at > now)]
+        if ready:  # a claimed cron job's next due time is read again, as is a failed one
+            waits.append(self.tick_s)
+        return max(0.0, min(waits))
 
     async def tick(self) -> list[str]:
         """Claim and start every due job; returns the ids started (tests)."""
         now = self.clock()
+        return await self._start(await self.jobs.due(now), now)
+
+    async def _start(self, due: builtins.list[Job], now: float) -> list[str]:
         started: list[str] = []
-        for job in await self.jobs.due(now):
+        for job in due:
             if self._stopping:
                 break
             claim = await self.jobs.claim(job, now=now, owner=self.owner, lease_s=self.lease_s)
@@ -309,10 +382,11 @@ class Scheduler:
                 await heartbeat
             self._running.pop(job.id, None)
             with contextlib.suppress(Exception):
-                # a one-time job that failed stays enabled: the next tick fires it again
+                # a one-time job that failed stays enabled: the next pass fires it again
                 await self.jobs.finish(job.id, status=status, session_id=session_id,
                                        owner=self.owner,
                                        disable=job.once and status != "error")
+            self.wake()  # the lease it held may have kept the next pass waiting
 
     async def _renew(self, job_id: str) -> None:
         """Keep this run's lease while it lasts (a store hiccup is retried next time)."""

@@ -46,7 +46,7 @@ from geode.daemon.port import OnSession, SessionStatus, TurnOutcome
 from geode.daemon.runtime import Runtime
 from geode.daemon.scheduler import Job, JobStore, Scheduler
 from geode.daemon.session import Session, SessionContext
-from geode.daemon.supervisor import Component, TaskSupervisor, describe_error
+from geode.daemon.supervisor import Component, TaskSupervisor
 from geode.errors import ConfigError, ShuttingDown
 from geode.hooks.events import ObservedEvent
 from geode.loop import TurnResult
@@ -373,20 +373,11 @@ class Daemon:
                   for comp in c.supervisor.components())]
 
     async def _schedule(self, health: Component) -> None:
-        """The scheduler's loop: claim and start due jobs every tick. A store error is one
-        line (the traceback once a minute) and /readyz says so; the next tick retries."""
+        """The scheduler's loop: it wakes when a job is due (see :meth:`Scheduler.run`). A
+        store error is one line and /readyz says so; the next pass retries."""
         scheduler = self.scheduler
         assert scheduler is not None
-        while True:
-            try:
-                await scheduler.tick()
-            except Exception as exc:
-                health.down(f"tick failed: {describe_error(exc)}")
-                log.warning("scheduler.tick_failed", error_class=type(exc).__name__,
-                            exc_info=exc)
-            else:
-                health.beat("ticking")
-            await asyncio.sleep(self.scheduler_tick_s)
+        await scheduler.run(health)
 
     async def _store_ready(self) -> tuple[bool, str]:
         store = self.runtime.store if self.runtime is not None else None

@@ -23,12 +23,21 @@ cron) keeps its ``next_run``: :meth:`ScheduledJobStore.claim_once` takes only th
 lease, and :meth:`ScheduledJobStore.finish` disables it once it ran. A daemon that dies
 between the claim and the finish leaves the job enabled, so it fires again after the lease
 ran out (the layer's dedupe key makes that second firing a duplicate, recorded once).
+
+Waking the schedulers of this process: a scheduler sleeps until its next due time, so a job
+added or removed by this process would not be seen until it wakes. :meth:`ScheduledJobStore.watch`
+registers a scheduler's wake-up with the database object; :meth:`~ScheduledJobStore.insert` wakes
+the schedulers whose scope holds the new job, :meth:`~ScheduledJobStore.remove` wakes them all.
+Another process's changes are not signalled: its schedulers see them at their next wake (their
+``idle_s`` bounds the sleep).
 """
 
 from __future__ import annotations
 
 import builtins
 import json
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -75,6 +84,17 @@ class Job:
     created_by: str | None = None
     #: a one-time job: ``next_run`` is its time, ``cron`` is empty
     once: bool = False
+    #: the run lease's end (Unix seconds) while a run holds it, else None
+    running_until: int | None = None
+
+    @property
+    def ready_at(self) -> int:
+        """When a claim can succeed: the due time, or for a one-time job whose run lease
+        holds past it, the lease's end (a cron job's due time is claimed, as skipped, even
+        while a run holds the lease)."""
+        if self.once and self.running_until is not None:
+            return max(self.next_run, self.running_until)
+        return self.next_run
 
     @classmethod
     def from_row(cls, r: Any) -> Job:
@@ -86,7 +106,19 @@ class Job:
             run_count=int(r.run_count or 0), tz=r.tz, thread=r.thread,
             target=json.loads(r.target) if r.target else None, created_by=r.created_by,
             once=bool(r.once),
+            running_until=None if r.running_until is None else int(r.running_until),
         )
+
+
+Wake = Callable[[], None]
+#: per database object: (scope, wake-up) of the schedulers sleeping on it (see the module
+#: docstring); weak, so a closed and dropped database takes its entries with it
+_watchers: weakref.WeakKeyDictionary[Database, list[tuple[str | None, Wake]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _in_scope(thread: str | None, scope: str | None) -> bool:
+    return thread is None if scope is None else (thread or "").startswith(scope)
 
 
 class ScheduledJobStore:
@@ -94,6 +126,23 @@ class ScheduledJobStore:
 
     def __init__(self, *, store: Database) -> None:
         self._store = store
+
+    def watch(self, wake: Wake, *, threads: str | None = None) -> Callable[[], None]:
+        """Call ``wake`` when this process adds a job in the scope ``threads`` (as for
+        :meth:`due`) or removes any; returns what stops it."""
+        entry = (threads, wake)
+        _watchers.setdefault(self._store, []).append(entry)
+
+        def unwatch() -> None:
+            with_it = _watchers.get(self._store, [])
+            if entry in with_it:
+                with_it.remove(entry)
+        return unwatch
+
+    def _changed(self, thread: str | None, *, any_scope: bool = False) -> None:
+        for scope, wake in list(_watchers.get(self._store, ())):
+            if any_scope or _in_scope(thread, scope):
+                wake()
 
     async def insert(self, job: Job) -> None:
         """Add ``job`` (its cron already checked, ``next_run`` its first due time)."""
@@ -109,6 +158,7 @@ class ScheduledJobStore:
                     target=None if job.target is None else json.dumps(job.target),
                 )
             )
+        self._changed(job.thread)
 
     async def get(self, job_id: str) -> Job | None:
         async with self._store.read() as conn:
@@ -128,6 +178,7 @@ class ScheduledJobStore:
         """Delete a job; False when there was none."""
         async with self._store.write() as conn:
             result = await conn.execute(delete(_J).where(_J.c.id == job_id))
+        self._changed(None, any_scope=True)
         return bool(result.rowcount)
 
     async def due(self, now: int, *, threads: str | None = None) -> builtins.list[Job]:
