@@ -68,6 +68,8 @@ class Walk:
     #: where the mention was first recorded, and where the answer was handed to the SDK
     received: list[str] = field(default_factory=list)
     answered: list[str] = field(default_factory=list)
+    #: each hop -> the functions that made it (``caller_function -> callee_function``)
+    calls: dict[tuple[str, str], set[str]] = field(default_factory=dict)
 
 
 def on_the_walk(caller: str, callee: str) -> bool:
@@ -91,6 +93,7 @@ class Figures:
     event_streams: int
     seconds: float
     edges: list[str]
+    calls: dict[str, list[str]]
     path_hops: int
     path: list[str]
 
@@ -192,6 +195,8 @@ class _Tracer:
             walk.loop_events += 1  # a loop event handed to the layer's sink
             walk.sinks.add(frame.f_code)
         walk.edges[(caller, callee)] += 1
+        walk.calls.setdefault((caller, callee), set()).add(
+            f"{caller_frame.f_code.co_name if caller_frame else '?'} -> {frame.f_code.co_name}")
         if callee.startswith("bots.turn") and not caller.startswith("bots.turn"):
             walk.turns_reentries += 1  # the driver calling its own phases is not a re-entry
 
@@ -255,6 +260,7 @@ async def trace_one_mention(home: Path) -> Figures:
         turns_reentries=walk.turns_reentries, loop_events=walk.loop_events,
         event_streams=len(walk.sinks), seconds=round(seconds, 3),
         edges=[f"{a} -> {b} ({n})" for (a, b), n in sorted(hops.items())],
+        calls={f"{a} -> {b}": sorted(walk.calls.get((a, b), ())) for (a, b) in sorted(hops)},
         path_hops=max(len(path) - 1, 0), path=path,
     )
 
@@ -335,6 +341,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="the figures as JSON")
     parser.add_argument("--edges", action="store_true", help="list every module hop")
+    parser.add_argument("--why", action="store_true",
+                        help="with each hop, the functions that made it")
     args = parser.parse_args()
     figures = measure()
     if args.json:
@@ -351,7 +359,11 @@ def main() -> None:
     print(f"traced for          {figures.seconds:.2f} s")
     if args.edges:
         print("path:", " -> ".join(figures.path))
-        print("\n".join(figures.edges))
+        for edge in figures.edges:
+            print(edge)
+            if args.why:
+                for call in figures.calls[edge.rpartition(" (")[0]]:
+                    print(f"    {call}")
 
 
 if __name__ == "__main__":

@@ -145,7 +145,10 @@ class Pump:
                 await asyncio.sleep(delay)
             else:
                 failures = 0
-                health.beat("pumping")
+                if health.state == "up" and health.detail == "pumping":
+                    health.last_beat = health.clock()  # a pass, as data (no call per pass)
+                else:
+                    health.beat("pumping")  # up again: the transition is logged
                 if s.outage:  # the store answers again: recover what the outage left
                     self.after_outage()
 

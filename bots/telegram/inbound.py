@@ -296,7 +296,11 @@ class TelegramInbound(BaseConnector):
                 await asyncio.sleep(delay)
                 continue
             self.polls += 1
-            self.intake_health.beat("polling")
+            health = self.intake_health
+            if health.state == "up" and health.detail == "polling":
+                health.last_beat = health.clock()  # a poll, as data (no call per poll)
+            else:
+                health.beat("polling")  # up (again), or polling after catching up
             if not updates:
                 continue
             offset = await self.ingest(updates, offset)

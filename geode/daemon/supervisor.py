@@ -8,9 +8,13 @@ starts it again after an exponential backoff with jitter. Nothing is left to end
 
 Each task reports what it is doing through its :class:`Component`: ``beat()`` when its work
 succeeds (a ``getUpdates`` answered, a pump pass done, the leases renewed), ``down(why)``
-when it fails and retries by itself. ``/readyz`` reads :meth:`Component.status`: a
-component that is down, dead (restarting), or whose last beat is older than its staleness
-bound is not ready, and the detail says which and why. "The task exists" is never enough.
+when it fails and retries by itself. A loop that passes often (the pump, a poller: each
+pass may carry a message) reports a pass that changes nothing as plain data, the time in
+``last_beat`` (see :attr:`Component.last_beat`), and calls ``beat()`` only for what changes
+(up again, a new detail): a chat message's walk makes no call into this module.
+``/readyz`` reads :meth:`Component.status`: a component that is down, dead (restarting), or
+whose last beat is older than its staleness bound is not ready, and the detail says which
+and why. "The task exists" is never enough.
 """
 
 from __future__ import annotations
@@ -73,6 +77,9 @@ class Component:
         self.clock = clock
         self.state: State = "starting"
         self.detail = "starting"
+        #: the time (``clock``) of the last beat. A loop whose component is already up with
+        #: the detail it would give may write it directly, ``c.last_beat = c.clock()``: a
+        #: pass reported as data, no call per pass (``beat()`` for a transition)
         self.last_beat: float | None = None
         self.since = clock()
         #: how many times its task died and was started again

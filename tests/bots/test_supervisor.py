@@ -192,6 +192,15 @@ async def test_a_pump_pass_that_fails_on_the_store_is_retried(make_stack, fake) 
     assert failed and failed[0]["error_class"] == "OperationalError"
     fake.user_says(CHAT, "@geode_bot pumped", from_user=42)
     await fake.wait_until(lambda: finals(fake, "answer to: pumped"), within=15)
+    # up again, and kept fresh by its passes (reported as data, no beat() call per pass):
+    # a bound shorter than a few passes still finds it making progress
+    pump = layer.supervisor.component("telegram.pump")
+    pump.stale_after_s = 1.0
+    before = pump.last_beat
+    await fake.wait_until(lambda: pump.last_beat != before, within=10)
+    await asyncio.sleep(1.2)
+    _ready, checks = await daemon.health.readiness()
+    assert checks["telegram.pump"] == {"ok": True, "detail": "pumping"}, checks
 
 
 
