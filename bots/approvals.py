@@ -34,7 +34,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -168,9 +168,38 @@ class ChatApprover:
             timeout_s=b.approval_timeout_s, now_ms=asked_at,
         )
         resumed = rec.requested_at != asked_at  # the row was there: asked before a restart
+        posted: list[str] = []  # the request message once sent (before its row knows it)
+        try:
+            rec = await self._post(rec, diff, is_diff=is_diff, resumed=resumed, posted=posted)
+            if self.on_wait is not None:
+                self.on_wait(f"waiting for approval of {rec.tool} ({rec.short_id}) since "
+                             f"{_when(rec.requested_at)}")
+            # (the executor's approval step lends the turn's lane slots out meanwhile)
+            decided = await self._wait(rec)
+            return _answer(decided)
+        except asyncio.CancelledError:  # /stop, or the daemon stopping
+            # Anywhere from the row's writing on: a stop that lands while the request is
+            # still being posted or filed cancels it and shows so as well as one during
+            # the wait (it used to leave the message asking while the turn's end
+            # cancelled the row behind it).
+            if not self.stopped():
+                log.info("approval.wait_interrupted", request=rec.id, short_id=rec.short_id)
+                raise  # still pending: the resumed turn waits for it again
+            await asyncio.shield(self._cancel(rec.id, posted))
+            raise ApprovalCancelled() from None
+        finally:
+            if self.on_wait is not None:
+                self.on_wait("")
+
+    async def _post(self, rec: ApprovalRecord, diff: str | None, *, is_diff: bool,
+                    resumed: bool, posted: list[str]) -> ApprovalRecord:
+        """Post the request in the thread (once: a resumed row finds its message) and file
+        it under the thread; the row as it is then. ``posted`` gets the message's id as
+        soon as it is sent."""
         if rec.pending and rec.message_id is None and resumed:
             found = await self._find_posted(rec)
             if found is not None:
+                posted.append(found)
                 await self._file(rec, found)
                 rec = await self.requests.get(rec.id) or rec
         if rec.pending and rec.message_id is None:
@@ -194,21 +223,25 @@ class ChatApprover:
             except BaseException:
                 await asyncio.shield(self.requests.cancel(rec.id))
                 raise
+            posted.append(message_id)
             self.fault("approval_sent_before_record")
             await self._file(rec, message_id)
             rec = await self.requests.get(rec.id) or rec
+        elif rec.message_id is not None:
+            posted.append(rec.message_id)
         if diff is not None and rec.pending:
             await self._attach(rec, diff, is_diff=is_diff)
-        if self.on_wait is not None:
-            self.on_wait(f"waiting for approval of {rec.tool} ({rec.short_id}) since "
-                         f"{_when(rec.requested_at)}")
-        try:
-            # (the executor's approval step lends the turn's lane slots out meanwhile)
-            decided = await self._wait(rec)
-            return _answer(decided)
-        finally:
-            if self.on_wait is not None:
-                self.on_wait("")
+        return rec
+
+    async def _cancel(self, request_id: int, posted: list[str]) -> None:
+        """The turn was stopped: cancel the request and show it on its message (the one
+        posted, even when the row does not know it yet)."""
+        cancelled = await self.requests.cancel(request_id)
+        if cancelled.applied:
+            shown = cancelled.record
+            if shown.message_id is None and posted:
+                shown = replace(shown, message_id=posted[-1])
+            await self._show(shown)
 
     async def _find_posted(self, rec: ApprovalRecord) -> str | None:
         """The request message already in the thread (posted before a kill hid its id)."""
@@ -296,14 +329,6 @@ class ChatApprover:
                         await wake.wait()
                 except TimeoutError:
                     pass
-        except asyncio.CancelledError:  # /stop, or the daemon stopping
-            if not self.stopped():
-                log.info("approval.wait_interrupted", request=rec.id, short_id=rec.short_id)
-                raise  # still pending: the resumed turn waits for it again
-            cancelled = await asyncio.shield(self.requests.cancel(rec.id))
-            if cancelled.applied:
-                await asyncio.shield(self._show(cancelled.record))
-            raise ApprovalCancelled() from None
         finally:
             self.waiters.drop(rec.id)
 

@@ -152,6 +152,30 @@ async def test_stop_cancels_a_waiting_request(make_stack, fake):
     assert not list((stack.home / "workspaces").rglob("notes.txt"))
 
 
+async def test_stop_while_the_request_is_still_being_filed_shows_it_cancelled(
+    make_stack, fake, monkeypatch
+):
+    """A /stop that lands after the request is posted and filed but before its wait began
+    (the window CI once hit): the request message still shows the stop, not "needed"."""
+    from bots.approvals import ChatApprover
+
+    filed = ChatApprover._file
+
+    async def slow_file(self: Any, rec: Any, message_id: str) -> None:
+        await filed(self, rec, message_id)
+        await asyncio.sleep(2)  # the /stop arrives here, before the wait
+
+    monkeypatch.setattr(ChatApprover, "_file", slow_file)
+    stack, _ = await _asked(make_stack, fake)
+    req = await _posted(stack, fake)
+    fake.user_says(CHAT, "/stop", from_user=42, reply_to=req.message_id)
+    await fake.wait_until(
+        lambda: any(s.plain_text.startswith("⏹ Stopped") for s in fake.sent), within=10)
+    await fake.wait_until(
+        lambda: _request_message(fake).plain_text.startswith("⏹ write_file ("), within=10)
+    assert not list((stack.home / "workspaces").rglob("notes.txt"))
+
+
 async def test_telegram_buttons_approve_once_and_answer_each_click(make_stack, fake):
     stack, mid = await _asked(make_stack, fake)
     ws = binding_workspace(stack.home, stack.bindings[0])
