@@ -47,9 +47,10 @@ reply, peak RSS (target: all, <= 300 MB). ``--baseline DIR [--rounds N]`` also r
 another checkout (a ``git worktree`` of the commit to compare with), alternating with this
 one's, its rows marked ``@base``, then each side's medians and the ratios: on a shared machine
 only runs made side by side tell a regression from the load. ``--memory 12 --memory-compare
---rounds 3`` runs each GEODE side twice a round, memory off and then on (``memory =
-"channel"`` on every binding, 12 entries seeded: 6 about the users, 6 per chat; rows marked
-``+mem``), and prints the ratios on/off of the medians.
+--rounds 5`` runs each GEODE side twice a round, memory off and on (off first in even
+rounds, on first in odd ones; ``memory = "channel"`` on every binding, 12 entries seeded: 6
+about the users, 6 per chat; rows marked ``+mem``), and prints the ratios on/off of the
+medians and of each round.
 ``--stream-tokens 400 [--tokens-per-s 40]`` runs the streaming load instead of the table: the
 model streams each answer (the floors make one non-streaming call), one chat then ``--chats``
 chats at once; per side the time to the answer's first visible words and to the complete
@@ -650,8 +651,13 @@ def print_medians(rows: list[Row]) -> None:
                   f"replies/s {per_s / base[1]:.2f}x")
         off = med.get((plat, side.replace("+mem", ""), load)) if "+mem" in side else None
         if off is not None and off[0] > 0 and off[1] > 0:  # --memory-compare
-            print(f"{plat} {side} {load}: CPU per reply {cpu / off[0]:.2f}x memory off's, "
-                  f"replies/s {per_s / off[1]:.2f}x")
+            # and round by round (the same round's off and on ran back to back): a ratio
+            # whose rounds straddle 1.00 is within the noise
+            pairs = zip(groups[(plat, side, load)],
+                        groups[(plat, side.replace("+mem", ""), load)], strict=False)
+            each = " ".join(f"{on.cpu_ms / o.cpu_ms:.2f}" for on, o in pairs if o.cpu_ms > 0)
+            print(f"{plat} {side} {load}: CPU per reply {cpu / off[0]:.2f}x memory off's "
+                  f"(rounds {each}), replies/s {per_s / off[1]:.2f}x")
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -685,7 +691,10 @@ async def main(args: argparse.Namespace) -> None:
                     for suffix, code in order:
                         if side in FLOORS and suffix:
                             continue  # a floor runs no GEODE code: once a round
-                        for mem_suffix, mem in memories if side not in FLOORS else [("", 0)]:
+                        # memory off/on alternate which goes first too (off first in
+                        # even rounds), so neither is always the one on a warmer machine
+                        mems = memories if n % 2 == 0 else memories[::-1]
+                        for mem_suffix, mem in mems if side not in FLOORS else [("", 0)]:
                             rows += [dataclasses.replace(r, side=label + suffix + mem_suffix)
                                      for r in await run_side(platform, side, url, args, code,
                                                              memory=mem)]
