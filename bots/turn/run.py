@@ -33,9 +33,8 @@ from bots.port import DeliveryError, PlatformClient
 from bots.progress import RESUMED, WORKING, ProgressFinder
 from bots.send_file import make_send_file
 from bots.store import Outbox, OutboxRow
-from bots.turn.native import NativeDraft
 from bots.turn.steps import Answered, Dropped, Prepared, Turn
-from bots.turn.stream import AnswerDraft, DraftPages, draft_chunk
+from bots.turn.stream import AnswerStream
 from geode.daemon.port import OpeningNote
 from geode.daemon.session import Session, SessionContext
 from geode.errors import ConfigError, GeodeError, ShuttingDown, StoreUnavailableError
@@ -443,9 +442,10 @@ class ProgressReporter:
     (:class:`~bots.progress.ProgressFinder`: Slack, Discord) finds the bot's unrecorded
     placeholder and it is reused; otherwise (Telegram) a new one is sent.
 
-    ``stream``: the answer grows in the message (:mod:`bots.turn.stream`), by the same paced
-    edits (across messages: :class:`~bots.turn.stream.DraftPages`) or a
-    :class:`~bots.progress.DraftStreamer`. ``progress_after_s``: the message is
+    ``stream``: the answer grows in the message through one collaborator,
+    :class:`~bots.turn.stream.AnswerStream` (paced edits across messages, a
+    :class:`~bots.progress.DraftStreamer`'s preview, or the platform's native stream).
+    ``progress_after_s``: the message is
     sent only once the turn has run that long (a quicker answer is the only message).
     """
 
@@ -494,11 +494,9 @@ class ProgressReporter:
         self._typing_timer: asyncio.TimerHandle | None = None
         self._beat_timer: asyncio.TimerHandle | None = None
         self.stream = stream
-        self.draft = AnswerDraft()
-        #: the draft in the platform's own streaming message (Slack), where it has one
-        self.native = (NativeDraft.of(client, outbox=outbox, row=row, target=target)
+        #: the answer as it is written and where it shows (chosen once for the turn)
+        self.answer = (AnswerStream(client=client, outbox=outbox, row=row, target=target)
                        if stream else None)
-        self.pages = DraftPages(client=client, outbox=outbox, row=row)
         self.progress_after_s = progress_after_s
         #: the deferred progress message: its timer, then its send (awaited by close: a
         #: message sent must have its id recorded before the answer is delivered)
@@ -633,7 +631,7 @@ class ProgressReporter:
             self._touch()
 
     async def on_event(self, event: LoopEvent) -> None:
-        if self.stream and self.draft.follow(event):
+        if self.answer is not None and self.answer.follow(event):
             self._touch()  # the answer being written: a text delta, a refused draft
             return
         match event:
@@ -682,9 +680,10 @@ class ProgressReporter:
         """The progress message as the platform shows it: the draft of a streaming turn
         under its heartbeat line, else the progress text."""
         text = self._text() if text is None else text
-        if self.stream and self.queued_ahead is None and self.draft.has_text:
-            return draft_chunk(text.split("\n", 1)[0], self.draft.markdown(),
-                               self.client.render)
+        if self.answer is not None and self.queued_ahead is None:
+            drafted = self.answer.chunk(text)
+            if drafted is not None:
+                return drafted
         return self.client.render_progress(text)
 
     def _touch(self) -> None:
@@ -707,15 +706,11 @@ class ProgressReporter:
                 if self.message_id is None or self._closed:
                     continue
                 self._last_edit = time.monotonic()
-                if self.stream and (self.native is None or self.native.ended):
-                    await self.pages.show(self.target, self.message_id, self._text(),
-                                          self.draft if self.queued_ahead is None else None)
-                    continue  # the draft may span messages (bots.turn.stream.DraftPages)
-                chunk = self._chunk()
-                if self.stream and self.draft.has_text and self.native is not None:
-                    self.message_id = await self.native.show(self.message_id, self.draft, chunk)
-                else:
-                    await self._quiet(self.client.edit(self.target, self.message_id, chunk))
+                if self.answer is not None:  # the draft may span messages
+                    self.message_id = await self.answer.show(
+                        self.message_id, self._text(), queued=self.queued_ahead is not None)
+                    continue
+                await self._quiet(self.client.edit(self.target, self.message_id, self._chunk()))
         finally:
             self._edit_task = None
 
@@ -769,7 +764,8 @@ class ProgressReporter:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        await self.pages.settle()  # a page sent has its id recorded before the answer
+        if self.answer is not None:  # a page sent has its id recorded before the answer
+            await self.answer.settle()
 
     @staticmethod
     async def _quiet(coro: Any) -> None:

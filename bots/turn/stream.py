@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,9 +25,11 @@ import structlog
 
 from bots.events import ReplyTarget
 from bots.format import Chunk
-from bots.port import DeliveryError, PlatformClient
+from bots.port import DeliveryError, NativeStream, PlatformClient
 from bots.progress import DraftStreamer
 from bots.store.outbox import PLACEHOLDER, Outbox, OutboxRow
+from bots.turn.markup import closed_markdown, open_fence
+from bots.turn.native import NativePages
 from geode.loop.events import (
     LoopEvent,
     ModelResponded,
@@ -39,12 +40,17 @@ from geode.loop.events import (
     VerifyFailed,
 )
 
-__all__ = ["AnswerDraft", "DraftPages", "closed_markdown", "draft_chunk", "draft_pages"]
+__all__ = [
+    "AnswerDraft",
+    "AnswerStream",
+    "DraftPages",
+    "closed_markdown",
+    "draft_chunk",
+    "draft_pages",
+]
 
 log = structlog.get_logger(__name__)
 
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})", re.MULTILINE)
-_PARTIAL_MARKER = re.compile(r"[*`~_]+\Z")
 #: a tool line's outcome, as the progress message shows it
 _MARKS = {"ok": "✓", "denied": "⛔ denied", "error": "✗"}
 
@@ -53,7 +59,8 @@ _MARKS = {"ok": "✓", "denied": "⛔ denied", "error": "✗"}
 class AnswerDraft:
     """One turn's streamed text, block by block (text, and tool lines between them)."""
 
-    #: committed blocks: ("text", markdown) or ("tool", line)
+    #: committed blocks: ("text", markdown), ("run", line) of a tool running, ("tool", line)
+    #: of one with its outcome
     blocks: list[tuple[str, str]] = field(default_factory=list)
     #: the running model call's text so far (committed when the call answers)
     pending: str = ""
@@ -107,70 +114,42 @@ class AnswerDraft:
 
     def tool(self, line: str) -> None:
         self.responded()
-        self.blocks.append(("tool", line))
+        self.blocks.append(("run", line))
 
     def tool_done(self, line: str, done: str) -> None:
         for i in range(len(self.blocks) - 1, -1, -1):
-            if self.blocks[i] == ("tool", line):
+            if self.blocks[i] == ("run", line):
                 self.blocks[i] = ("tool", done)
                 return
+
+    def streamable(self) -> str:
+        """The draft as a stream shows it, which only appends: its text blocks as written
+        and its tool lines between them, up to the first tool still running (its line goes
+        out with its outcome, which a stream could not add later) unless the model already
+        wrote on after it. It only grows while the draft is not refused or retried."""
+        parts: list[str] = []
+        blocks = [*self.blocks, *([("text", self.pending)] if self.pending.strip() else [])]
+        for i, (kind, body) in enumerate(blocks):
+            if kind == "run" and not any(k == "text" for k, _ in blocks[i + 1:]):
+                break
+            parts.append(body.strip("\n") if kind == "text" else _tool_markdown(body))
+        return "\n\n".join(parts)
 
     def markdown(self) -> str:
         """The draft's body, each text block closed on its own."""
         parts: list[str] = []
         bodies = [*self.blocks, *([("text", self.pending)] if self.pending.strip() else [])]
         for kind, body in bodies:
-            if kind == "tool":
-                parts.append(f"`{body}`" if "`" not in body else body)
-            else:
+            if kind == "text":
                 parts.append(closed_markdown(body.strip("\n")))
+            else:
+                parts.append(_tool_markdown(body))
         return "\n\n".join(p for p in parts if p)
 
 
-def closed_markdown(text: str) -> str:
-    """``text`` cut anywhere, with what the cut left open closed: a code fence, then (outside
-    code) an inline code span, bold and italics. The result parses as the same blocks the
-    text will be once complete, as far as it goes."""
-    # a marker still being written ("**" of "**bold", the "`" of a closing fence) means
-    # nothing yet: shown once the next piece tells what it is
-    text = _PARTIAL_MARKER.sub("", text)
-    open_fence = _open_fence(text)
-    if open_fence is not None:
-        return text + ("\n" if not text.endswith("\n") else "") + open_fence
-    # outside code fences: the tail after the last fence is prose
-    fences = list(_FENCE.finditer(text))
-    last = 0
-    if fences:
-        eol = text.find("\n", fences[-1].end())
-        last = len(text) if eol < 0 else eol + 1
-    head, tail = text[:last], text[last:]
-    # inline code spans first: markers inside them are literal
-    if tail.count("`") % 2:
-        return head + tail + "`"
-    prose = re.sub(r"`[^`]*`", "", tail)
-    closing = ""
-    if prose.count("**") % 2:
-        closing += "**"
-    single = re.sub(r"\*\*", "", prose)
-    if len(re.findall(r"(?<![\w*])\*(?=\S)|(?<=\S)\*(?![\w*])", single)) % 2:
-        closing = "*" + closing
-    if re.search(r"(?<!~)~~(?!~)", prose) and prose.count("~~") % 2:
-        closing = "~~" + closing
-    if closing and tail.rstrip() != tail:
-        tail = tail.rstrip()  # "**bold " + "**" is no bold: close it on its last word
-    return head + tail + closing
-
-
-def _open_fence(text: str) -> str | None:
-    """The fence marker ``text`` leaves open, if any."""
-    open_fence: str | None = None
-    for m in _FENCE.finditer(text):
-        mark = m.group(1)
-        if open_fence is None:
-            open_fence = mark
-        elif mark[0] == open_fence[0] and len(mark) >= len(open_fence):
-            open_fence = None
-    return open_fence
+def _tool_markdown(line: str) -> str:
+    """A tool line as the draft shows it (code, so that a tool's name is never markup)."""
+    return f"`{line}`" if "`" not in line else line
 
 
 def draft_chunk(head: str, body: str, render: Callable[[str], list[Chunk]]) -> Chunk:
@@ -183,7 +162,7 @@ def draft_chunk(head: str, body: str, render: Callable[[str], list[Chunk]]) -> C
     paras = body.split("\n\n")
 
     def tail_from(i: int) -> list[Chunk]:
-        fence = _open_fence("\n\n".join(paras[:i]))
+        fence = open_fence("\n\n".join(paras[:i]))
         tail = "\n\n".join(paras[i:])
         return render(f"{head}\n\n…\n\n" + (f"{fence}\n" if fence else "") + tail)
 
@@ -281,3 +260,78 @@ class DraftPages:
         if self._adding is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._adding)
+
+
+class AnswerStream:
+    """One streaming turn's answer as it is written, and the thread showing it: the one
+    collaborator the progress reporter (:class:`bots.turn.run.ProgressReporter`) talks to.
+
+    It follows the turn's events into its :class:`AnswerDraft` (text, tool lines, a draft
+    the verifier refused or a retried call dropped) and shows the draft from the progress
+    message on, the way chosen once for the turn: in the platform's own streaming messages
+    where the client offers :class:`~bots.port.NativeStream`
+    (:class:`~bots.turn.native.NativePages`), else by paced edits of :class:`DraftPages`,
+    which also take over the native pages when their streams end. Either way the draft
+    goes on in new messages at the platform's limit, each recorded on the turn's outbox row
+    before the draft goes on, and the final answer replaces every page."""
+
+    def __init__(self, *, client: PlatformClient, outbox: Outbox, row: OutboxRow,
+                 target: ReplyTarget) -> None:
+        self.client = client
+        self.target = target
+        self.draft = AnswerDraft()
+        self.pages = DraftPages(client=client, outbox=outbox, row=row)
+        self.native = (NativePages(client=client, edit=client, outbox=outbox, row=row,
+                                   target=target, fits=self._fits)
+                       if isinstance(client, NativeStream) else None)
+
+    def follow(self, event: LoopEvent) -> bool:
+        """The draft follows the turn's event; True: only the draft changed (an edit is
+        due), False: the progress reporter handles the event as well."""
+        return self.draft.follow(event)
+
+    @property
+    def has_text(self) -> bool:
+        return self.draft.has_text
+
+    def chunk(self, text: str) -> Chunk | None:
+        """The draft within one message under ``text``'s heartbeat line (a progress message
+        sent late shows it at once); None while it has no text."""
+        if not self.draft.has_text:
+            return None
+        return draft_chunk(text.split("\n", 1)[0], self.draft.markdown(), self.client.render)
+
+    async def show(self, message_id: str, text: str, *, queued: bool = False) -> str:
+        """Show the progress ``text`` or, once the draft has text (and the turn is not
+        queued), the draft under its heartbeat line, from the progress message
+        ``message_id`` on; returns the progress message's id from now on (a native stream
+        takes its place). Never raises a platform error."""
+        draft = None if queued else self.draft
+        native = self.native
+        if native is not None and not native.ended:
+            if draft is not None and draft.has_text:
+                head = text.split("\n", 1)[0]
+                shown = await native.show(
+                    message_id, draft.streamable(),
+                    lambda: draft_chunk(head, self.draft.markdown(), self.client.render))
+                if shown:
+                    return native.message_id or message_id
+            elif native.pages:
+                native.ended = True  # nothing to stream (a refused draft): edits from now
+            if native.ended and native.pages:
+                # its streams become pages edited at the reporter's pace (an edit ends a
+                # stream still open), the progress message first
+                self.pages.more = native.pages[1:]
+            message_id = native.message_id or message_id
+        await self.pages.show(self.target, message_id, text, draft)
+        return message_id
+
+    async def settle(self) -> None:
+        """Wait for a page on its way to be recorded (the reporter closes: its id must be on
+        the row before the final answer is recorded, or the page would be left behind)."""
+        if self.native is not None:
+            await self.native.settle()
+        await self.pages.settle()
+
+    def _fits(self, markdown: str) -> bool:
+        return len(self.client.render(markdown)) <= 1

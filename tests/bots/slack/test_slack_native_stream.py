@@ -15,7 +15,13 @@ from slack_helpers import ALICE, CH, TEAM, bot_messages, make, mention
 from bots.events import ReplyTarget
 from bots.testing.slack import FakeSlack
 from bots.turn import ProgressReporter
-from geode.loop.events import ModelResponded, TextDelta, VerifyFailed
+from geode.loop.events import (
+    ModelResponded,
+    TextDelta,
+    ToolProposed,
+    ToolResulted,
+    VerifyFailed,
+)
 from geode.providers.scripted import ScriptedProvider
 
 ANSWER = "Here is **bold text across pieces** and `code`.\n\n```\nx = 1\n```\n\nDone."
@@ -119,10 +125,13 @@ async def test_streams_and_appends_stay_within_the_workspace_budgets(
 
 
 class _Outbox:
-    """The two records the native draft writes, kept in memory."""
+    """The records the native draft writes, kept in memory (``log``: the pages recorded,
+    in order with the calls a test logs beside them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: list[tuple[str, Any]] | None = None) -> None:
         self.progress: list[str | None] = []
+        self.message_ids: list[str] = []
+        self.log = log if log is not None else []
 
     async def record_progress_message(self, row: Any, message_id: str) -> None:
         self.progress.append(message_id)
@@ -130,6 +139,9 @@ class _Outbox:
     async def update(self, row_id: int, **values: Any) -> None:
         if "progress_message_id" in values:
             self.progress.append(values["progress_message_id"])
+        if "message_ids" in values:
+            self.message_ids = list(values["message_ids"])
+            self.log.append(("record", tuple(self.message_ids)))
 
     async def recorded(self, row: Any, message_ids: list[str]) -> set[str]:
         return set()
@@ -271,3 +283,194 @@ async def test_a_stream_goes_only_to_a_known_recipient_outside_direct_messages(
     assert connector.can_stream(ReplyTarget(channel="D0DM", thread_root=root))
     assert connector.can_stream(ReplyTarget(channel=CH, thread_root=root,
                                             extra={"user": ALICE}))
+
+
+_RESPONDED = ModelResponded(turn_id="t", model="m", stop_reason="end_turn", input_tokens=1,
+                            output_tokens=1)
+
+
+def _reporter(connector: Any, outbox: _Outbox, root: str) -> ProgressReporter:
+    return ProgressReporter(
+        client=connector, outbox=outbox, row=_Row(),  # type: ignore[arg-type]
+        target=ReplyTarget(channel=CH, thread_root=root, extra={"user": ALICE, "team": TEAM}),
+        inbound_message_id=root, edit_interval_s=0.0, stream=True, ack_emoji=None)
+
+
+async def test_tool_rounds_show_as_lines_between_the_streamed_text_blocks(
+        stacks: Any, home: Any, fake: FakeSlack) -> None:
+    """The native stream carries the tool lines as the paced draft does, between the text
+    blocks, each once its outcome is known (a stream cannot change what it showed)."""
+    connector = await make(stacks, home, fake).start()
+    root = await fake.user_posts(CH, "question", user=ALICE)
+    progress = _reporter(connector, _Outbox(), root)
+    await progress.start()
+
+    def streamed() -> str:
+        msgs = [m for m in bot_messages(fake, CH, thread=root) if m.get("streaming")]
+        return str(msgs[0]["text"]) if msgs else ""
+
+    await progress.on_event(TextDelta(text="Let me look at the file."))
+    await fake.wait_until(lambda: "Let me look" in streamed(), within=5)
+    await progress.on_event(ToolProposed(id="c1", name="read_file"))
+    await progress.on_event(ToolProposed(id="c2", name="run_bash"))
+    await asyncio.sleep(0.2)
+    assert "read_file" not in streamed()  # running: its line goes out with its outcome
+    await progress.on_event(ToolResulted(id="c1", name="read_file", status="ok"))
+    await progress.on_event(ToolResulted(id="c2", name="run_bash",
+                                         status="denied"))
+    await progress.on_event(_RESPONDED)
+    await progress.on_event(TextDelta(text="It says **hello**."))
+    await fake.wait_until(lambda: "hello" in streamed(), within=5)
+    text = streamed()
+    await progress.close()
+
+    assert text == ("⏳ Working…\n\nLet me look at the file.\n\n`🔧 read_file ✓`\n\n"
+                    "`🔧 run_bash ⛔ denied`\n\nIt says **hello**.")
+    # one stream, grown by appends only
+    assert len(fake.calls_to("chat.startStream")) == 1
+    appended = [p.text for p in fake.posts if p.method == "chat.appendStream"]
+    assert all(b.startswith(a) for a, b in itertools.pairwise(appended))
+
+
+_LONG = "\n\n".join(f"Paragraph {i}: " + "words " * 12 for i in range(12))
+
+
+async def test_a_long_stream_goes_on_in_a_new_stream_recorded_before_it_grows(
+        stacks: Any, home: Any, fake: FakeSlack, monkeypatch: Any) -> None:
+    """At the platform's limit the stream is stopped and the draft goes on in a new one,
+    whose id is on the turn's outbox row before anything is appended to it."""
+    connector = await make(stacks, home, fake, options={"chunk_limit": 400,
+                                                        "stream_appends_per_min": 0}).start()
+    root = await fake.user_posts(CH, "question", user=ALICE)
+    calls: list[tuple[str, Any]] = []
+    start, append, stop = (connector.start_stream, connector.append_stream,
+                           connector.stop_stream)
+
+    async def logged_start(target: ReplyTarget, markdown: str) -> str:
+        ts = await start(target, markdown)
+        calls.append(("start", ts))
+        return ts
+
+    async def logged_append(target: ReplyTarget, message_id: str, markdown: str) -> None:
+        calls.append(("append", message_id))
+        await append(target, message_id, markdown)
+
+    async def logged_stop(target: ReplyTarget, message_id: str) -> None:
+        calls.append(("stop", message_id))
+        await stop(target, message_id)
+
+    monkeypatch.setattr(connector, "start_stream", logged_start)
+    monkeypatch.setattr(connector, "append_stream", logged_append)
+    monkeypatch.setattr(connector, "stop_stream", logged_stop)
+    outbox = _Outbox(calls)
+    progress = _reporter(connector, outbox, root)
+    await progress.start()
+    for i in range(0, len(_LONG), 40):
+        await progress.on_event(TextDelta(text=_LONG[i:i + 40]))
+        await asyncio.sleep(0.01)
+    await progress.on_event(_RESPONDED)
+    await fake.wait_until(lambda: any(
+        "Paragraph 11" in m["text"] for m in bot_messages(fake, CH, thread=root)), within=10)
+    await progress.close()
+
+    started = [ts for kind, ts in calls if kind == "start"]
+    assert len(started) >= 3, calls
+    assert outbox.message_ids == started  # every page on the row, the progress message first
+    assert outbox.progress[-1] == started[0] == progress.message_id
+    for prev, page in itertools.pairwise(started):
+        # the page before was stopped first; the new one recorded before it grew
+        assert calls.index(("stop", prev)) < calls.index(("start", page))
+        recorded = next(i for i, c in enumerate(calls)
+                        if c[0] == "record" and page in c[1])
+        appends = [i for i, c in enumerate(calls) if c == ("append", page)]
+        assert all(recorded < i for i in appends), calls
+    pages = [m for m in bot_messages(fake, CH, thread=root) if m["ts"] in started]
+    assert [m["ts"] for m in pages] == started
+    # each page within the platform's limit, the draft in order across them, nothing lost
+    shown = " ".join(str(m["text"]) for m in pages).replace("⏳ Working…", "", 1)
+    assert all(len(connector.render(str(m["text"]))) == 1 for m in pages)
+    assert shown.split() == _LONG.split()  # cut between words, never inside one
+    assert [m.get("streaming") for m in pages][:-1] == [False] * (len(pages) - 1)
+
+
+async def test_a_stream_page_cut_inside_a_code_block_closes_and_reopens_it(
+        stacks: Any, home: Any, fake: FakeSlack) -> None:
+    connector = await make(stacks, home, fake, options={"chunk_limit": 300,
+                                                        "stream_appends_per_min": 0}).start()
+    root = await fake.user_posts(CH, "question", user=ALICE)
+    code = "\n".join(f"line_{i} = {i}" for i in range(40))
+    answer = f"Here:\n\n```python\n{code}\n```\n\nDone."
+    progress = _reporter(connector, _Outbox(), root)
+    await progress.start()
+    await progress.on_event(TextDelta(text=answer))
+    await fake.wait_until(lambda: any(
+        "Done." in m["text"] for m in bot_messages(fake, CH, thread=root)), within=10)
+    await progress.close()
+    pages = [str(m["text"]) for m in bot_messages(fake, CH, thread=root)]
+    assert len(pages) >= 2
+    for page in pages:  # every page is whole markup: its code block closed
+        assert page.count("```") % 2 == 0, page
+    assert pages[1].startswith("```python\n")
+
+
+async def test_a_refused_draft_after_a_spill_is_replaced_on_every_page(
+        stacks: Any, home: Any, fake: FakeSlack) -> None:
+    """The verifier refused a draft that had filled two streams: both are ended and edited,
+    the repair in the first, the second ``…`` until the answer fills or retires it; the
+    refused text is left on no page."""
+    connector = await make(stacks, home, fake, options={"chunk_limit": 400,
+                                                        "stream_appends_per_min": 0}).start()
+    root = await fake.user_posts(CH, "question", user=ALICE)
+    outbox = _Outbox()
+    progress = _reporter(connector, outbox, root)
+    await progress.start()
+    await progress.on_event(TextDelta(text=_LONG))
+    await fake.wait_until(lambda: len(fake.calls_to("chat.startStream")) >= 2, within=10)
+    await progress.on_event(_RESPONDED)
+    await progress.on_event(VerifyFailed(turn_id="t", reason="no", attempt=1))
+    await progress.on_event(TextDelta(text="The repaired answer."))
+    await progress.on_event(_RESPONDED)
+
+    def repaired() -> bool:
+        msgs = bot_messages(fake, CH, thread=root)
+        return bool(msgs) and "The repaired answer." in msgs[0]["text"] and all(
+            not m.get("streaming") and "Paragraph" not in m["text"] for m in msgs)
+
+    await fake.wait_until(repaired, within=10)
+    await progress.close()
+    msgs = bot_messages(fake, CH, thread=root)
+    assert [m["ts"] for m in msgs] == outbox.message_ids  # no page beside the recorded ones
+    assert [m["text"] for m in msgs[1:]] == ["…"] * (len(msgs) - 1)
+
+
+async def test_a_recovered_turn_edits_its_crashed_runs_stream_pages(
+        stacks: Any, home: Any, fake: FakeSlack) -> None:
+    """A crashed run left two recorded stream pages (open at Slack): the recovered turn's
+    draft edits them (this process cannot append to those streams), starting no stream."""
+    connector = await make(stacks, home, fake).start()
+    root = await fake.user_posts(CH, "question", user=ALICE)
+    assert connector.client is not None
+    first = await connector.client.chat_startStream(
+        channel=CH, thread_ts=root, markdown_text="⏳ Working…\n\nthe first page")
+    second = await connector.client.chat_startStream(
+        channel=CH, thread_ts=root, markdown_text="the second p")
+    row = _Row()
+    row.progress_message_id = first["ts"]
+    row.progress_state = "sent"
+    row.message_ids = (first["ts"], second["ts"])
+    progress = ProgressReporter(
+        client=connector, outbox=_Outbox(), row=row,  # type: ignore[arg-type]
+        target=ReplyTarget(channel=CH, thread_root=root, extra={"user": ALICE}),
+        inbound_message_id=root, edit_interval_s=0.0, stream=True, ack_emoji=None,
+        recovered=True)
+    await progress.start()
+    await progress.on_event(TextDelta(text="a new draft"))
+
+    def edited() -> bool:
+        msgs = bot_messages(fake, CH, thread=root)
+        return "a new draft" in msgs[0]["text"] and msgs[1]["text"] == "…"
+
+    await fake.wait_until(edited, within=5)
+    await progress.close()
+    assert len(fake.calls_to("chat.startStream")) == 2  # the crashed run's two, no more
+    assert not any(m.get("streaming") for m in bot_messages(fake, CH, thread=root))
