@@ -41,13 +41,18 @@ __all__ = ["EVENTS_CHANNEL", "Cursors", "InboundLog", "StoredEvent"]
 log = structlog.get_logger(__name__)
 
 
-def _at_rest(event: InboundEvent) -> dict[str, Any]:
-    """The event as it is stored: every text in it (the message, quoted context, a thread
-    title in ``extra``...) with credentials masked (issue #30: a key a user pasted must
-    not sit in clear in ``channel_events``). The turn reads the event back from here, so
-    the model sees the mask too: a chat message is no way to hand GEODE a secret (that is
-    ``.env`` / the environment)."""
-    return cast("dict[str, Any]", redact_values(event.to_json()))
+def _at_rest(event: InboundEvent) -> tuple[dict[str, Any], bool]:
+    """The event as it is stored, and whether that is the event as given (nothing masked).
+
+    Every text in it (the message, quoted context, a thread title in ``extra``...) is
+    stored with credentials masked: a key a user pasted must not sit in clear in
+    ``channel_events``. The turn reads the event back from here, so the model sees the mask
+    too: a chat message is no way to hand GEODE a secret (that is ``.env`` / the
+    environment). An event the mask left as it was is the event the store would read back:
+    :meth:`InboundLog.record_and_claim` hands that one on instead of decoding its row."""
+    given = event.to_json()
+    stored = cast("dict[str, Any]", redact_values(given))
+    return stored, stored == given
 
 
 #: PostgreSQL: notified with ``platform:workspace origin`` when events of that bot are
@@ -197,9 +202,14 @@ class InboundLog:
         between a record and the pump's claim would have a moment later: recovery
         decides them again (``ChannelLayer.recover``).
 
-        Returns (new row ids, the claimed events oldest first).
+        Returns (new row ids, the claimed events oldest first). An event just recorded
+        whose stored form is the event as given (nothing masked) is handed back as given,
+        not decoded from its row again: the same value, no JSON read, no hop back into
+        :mod:`bots.events` on a message's walk. A masked one is read back (the turn sees
+        the mask), and so is every row recorded before.
         """
-        record = self._record_tx(events, cursor)
+        as_given: dict[int, InboundEvent] = {}
+        record = self._record_tx(events, cursor, as_given=as_given)
         claim = self._claim_tx(platform, workspace, owner=owner, limit=limit, leases=leases,
                                new_threads=new_threads)
 
@@ -208,11 +218,17 @@ class InboundLog:
             return new_ids, (claim(conn) if new_ids else [])
 
         new_ids, rows = await self._store.run_write(tx)
-        return new_ids, [_stored(r) for r in rows]
+        return new_ids, [
+            StoredEvent(id=int(r.id), status=str(r.status), event=as_given[int(r.id)],
+                        session_id=r.session_id) if int(r.id) in as_given else _stored(r)
+            for r in rows]
 
     def _record_tx(
-        self, events: Sequence[tuple[InboundEvent, str]], cursor: tuple[str, str] | None
+        self, events: Sequence[tuple[InboundEvent, str]], cursor: tuple[str, str] | None,
+        *, as_given: dict[int, InboundEvent] | None = None,
     ) -> Callable[[Connection], list[int]]:
+        """The record's transaction; ``as_given`` (given) collects the new rows whose
+        stored form is the event as given, by row id (see :func:`_at_rest`)."""
         store = self._store
         insert_event, insert_message = self._insert_event, self._insert_message
         cursor_stmt = _cursor_upsert(store, *cursor) if cursor is not None else None
@@ -221,11 +237,12 @@ class InboundLog:
             new_ids: list[int] = []
             for event, status in events:
                 now = utcnow()
+                payload, unmasked = _at_rest(event)
                 inserted = conn.execute(insert_event, {
                     "dedupe_key": event.dedupe_key[:300], "platform": event.platform,
                     "workspace": event.workspace, "channel": event.channel,
                     "thread_root": event.thread_root, "message_id": event.message_id,
-                    "sender": event.sender, "payload": _at_rest(event), "status": status,
+                    "sender": event.sender, "payload": payload, "status": status,
                     "decision": "", "session_id": None, "owner": "", "created_at": now,
                     "updated_at": now,
                 }).first()
@@ -233,6 +250,8 @@ class InboundLog:
                     log.debug("inbound.duplicate", key=event.dedupe_key)
                     continue
                 new_ids.append(int(inserted.id))
+                if as_given is not None and unmasked:
+                    as_given[int(inserted.id)] = event
                 if event.message_id and not event.is_edit:
                     conn.execute(insert_message, {
                         "platform": event.platform, "workspace": event.workspace,

@@ -39,6 +39,9 @@ def test_one_mention_enters_the_harness_once_within_the_documented_hops() -> Non
     # a loop's pass is reported as data on its component, not by a call per pass: the
     # mention's walk makes no call into the supervisor (the pump's, the poller's beat)
     assert not any(hop.endswith("-> geode.daemon.supervisor") for hop in hops), hops
+    # the event the intake recorded and claimed in one transaction is handed on as given
+    # (nothing in it was masked), not decoded from its row again
+    assert "bots.store.inbound -> bots.events" not in hops, hops
     # facts handed over as values: the title, the overrides, ``ok``, the thread key, the
     # /model choice (none), the spoken-reply switch (off) are not asked again on the way
     for hop in ("bots.turn.run -> geode.store.sessions", "bots.turn.run -> bots.bindings",
