@@ -170,10 +170,11 @@ class ChatApprover:
         resumed = rec.requested_at != asked_at  # the row was there: asked before a restart
         posted: list[str] = []  # the request message once sent (before its row knows it)
         try:
-            rec = await self._post(rec, diff, is_diff=is_diff, resumed=resumed, posted=posted)
-            if self.on_wait is not None:
+            if self.on_wait is not None:  # (from now: /status in the thread can be asked
+                # as soon as the request is seen, before it is filed)
                 self.on_wait(f"waiting for approval of {rec.tool} ({rec.short_id}) since "
                              f"{_when(rec.requested_at)}")
+            rec = await self._post(rec, diff, is_diff=is_diff, resumed=resumed, posted=posted)
             # (the executor's approval step lends the turn's lane slots out meanwhile)
             decided = await self._wait(rec)
             return _answer(decided)

@@ -176,6 +176,29 @@ async def test_stop_while_the_request_is_still_being_filed_shows_it_cancelled(
     assert not list((stack.home / "workspaces").rglob("notes.txt"))
 
 
+async def test_status_while_the_request_is_still_being_filed_shows_the_wait(
+    make_stack, fake, monkeypatch
+):
+    """/status asked as soon as the request is seen (it is still being filed) already
+    says what the turn waits for."""
+    from bots.approvals import ChatApprover
+
+    filed = ChatApprover._file
+
+    async def slow_file(self: Any, rec: Any, message_id: str) -> None:
+        await filed(self, rec, message_id)
+        await asyncio.sleep(2)
+
+    monkeypatch.setattr(ChatApprover, "_file", slow_file)
+    stack, _ = await _asked(make_stack, fake)
+    req = await _posted(stack, fake)
+    fake.user_says(CHAT, "/status", from_user=42, reply_to=req.message_id)
+    await fake.wait_until(
+        lambda: any(s.plain_text.startswith("session: ") for s in fake.sent), within=10)
+    status = next(s for s in fake.sent if s.plain_text.startswith("session: "))
+    assert "waiting for approval of write_file" in status.plain_text
+
+
 async def test_telegram_buttons_approve_once_and_answer_each_click(make_stack, fake):
     stack, mid = await _asked(make_stack, fake)
     ws = binding_workspace(stack.home, stack.bindings[0])
