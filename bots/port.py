@@ -191,11 +191,12 @@ class ReadBack(Protocol):
 @runtime_checkable
 class NativeStream(Protocol):
     """A platform whose API writes a message as it grows (Slack's chat streaming: start,
-    append, stop). The layer's :class:`bots.turn.native.NativeDraft` streams a turn's draft
+    append, stop). The layer's :class:`bots.turn.native.NativePages` streams a turn's draft
     through it into a message that replaces the progress message (recorded as the turn's
-    progress message before anything is appended), and falls back to paced edits where
-    :meth:`can_stream` says no or the platform refuses. The final answer still replaces the
-    message by an ordinary :meth:`PlatformClient.edit`, which ends a stream still open."""
+    progress message before anything is appended), and into a new one at the platform's
+    limit (recorded before it grows); it falls back to paced edits where :meth:`can_stream`
+    says no or the platform refuses. The final answer still replaces each message by an
+    ordinary :meth:`PlatformClient.edit`, which ends a stream still open."""
 
     def can_stream(self, target: ReplyTarget) -> bool:
         """Whether a stream may be tried in this thread (the platform refused none here)."""

@@ -1,14 +1,20 @@
 """The answer as it is written: the draft a streaming turn shows in its progress message.
 
+:class:`AnswerStream` is the one collaborator the turn's progress reporter talks to (follow
+the events, show the draft, settle): it holds the draft and shows it the way chosen once for
+the turn, Slack's native streams (:class:`bots.turn.native.NativePages`) or the paced edits
+below, which also take over the native pages when their streams end.
+
 :class:`AnswerDraft` collects a turn's text deltas between its tool rounds (the text of a
 model call becomes part of the draft once that call answered; a retried call's partial text
 is dropped, and so is a stop proposal the verifier refused), and gives the markdown the
 progress message shows: its heartbeat line, then the text blocks with the tool lines
-between them. :func:`closed_markdown` closes what a cut in mid-answer leaves open (a code
-fence, bold, italics, an inline code span), so that every intermediate rendering is valid
-markup on every platform; :func:`draft_chunk` renders it within one message (the latest
-part, for a platform that previews a draft in one place); :func:`draft_pages` splits it
-across messages as the final answer will be (the platform's own fence-aware splitter), and
+between them. :func:`closed_markdown` (:mod:`bots.turn.markup`) closes what a cut in
+mid-answer leaves open (a code fence, bold, italics, an inline code span), so that every
+intermediate rendering is valid markup on every platform; :func:`draft_chunk` renders it
+within one message (the latest part, for a platform that previews a draft in one place);
+:func:`draft_pages` splits it across messages as the final answer will be (the platform's
+own fence-aware splitter), and
 :class:`DraftPages` shows those pages: the progress message first, then one new message
 each time the draft outgrows the last, each recorded on the turn's outbox row before the
 draft goes on (so the final answer, and a turn recovered after a crash, edit every one).
