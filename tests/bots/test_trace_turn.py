@@ -13,9 +13,9 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "trace_turn.py"
 
-#: the documented bounds (docs/architecture.md): the measured walk (29-31) plus a little room
-#: for a call that timing may add or spare (a typing call, a background loop's pass)
-MAX_MODULE_HOPS = 33
+#: the documented bounds (docs/architecture.md): the measured walk (25-26) plus a little room
+#: for a call that timing may add or spare (the ``ReplySent`` publish, a typing call)
+MAX_MODULE_HOPS = 27
 MAX_TURNS_REENTRIES = 10
 #: the mention's path end to end (received, then answered): the bound the architecture keeps
 MAX_PATH_HOPS = 20
@@ -42,6 +42,8 @@ def test_one_mention_enters_the_harness_once_within_the_documented_hops() -> Non
     # the event the intake recorded and claimed in one transaction is handed on as given
     # (nothing in it was masked), not decoded from its row again
     assert "bots.store.inbound -> bots.events" not in hops, hops
+    # the draft is one collaborator chosen once per turn (bots.turn.stream.AnswerStream)
+    assert "bots.turn.run -> bots.turn.native" not in hops, hops
     # facts handed over as values: the title, the overrides, ``ok``, the thread key, the
     # /model choice (none), the spoken-reply switch (off) are not asked again on the way
     for hop in ("bots.turn.run -> geode.store.sessions", "bots.turn.run -> bots.bindings",
