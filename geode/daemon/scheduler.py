@@ -76,9 +76,11 @@ log = structlog.get_logger(__name__)
 
 #: seconds a run lease holds without renewal (renewed every third of it)
 RUN_LEASE_S = 60.0
-#: the longest a scheduler sleeps with nothing due, in ``tick_s``: how late it may see a job
-#: another process added (30 s at the default tick)
+#: the longest a scheduler sleeps with nothing due: 30 ticks, at most 30 s (the default
+#: tick is 1 s). It bounds how late a job another process added is seen, and stays under
+#: the supervisor's staleness bound for the scheduler, ``max(60 s, 30 ticks)``.
 IDLE_TICKS = 30
+IDLE_MAX_S = 30.0
 #: what a claim got (:data:`geode.store.jobs.JobClaim`): "run" (start it, the lease is
 #: ours), "overlap" (due, but the previous run holds the lease: recorded as skipped)
 Claim = JobClaim
@@ -261,12 +263,12 @@ class Scheduler:
     ) -> None:
         """``tick_s``: the gap before the next pass after one that found something due, or
         failed; ``idle_s``: the longest sleep with nothing due (default ``IDLE_TICKS``
-        ticks), the bound on seeing another process's new job."""
+        ticks, at most ``IDLE_MAX_S``), the bound on seeing another process's new job."""
         self.jobs = jobs
         self.run_job = run_job
         self.owner = owner
         self.tick_s = tick_s
-        self.idle_s = IDLE_TICKS * tick_s if idle_s is None else idle_s
+        self.idle_s = min(IDLE_TICKS * tick_s, IDLE_MAX_S) if idle_s is None else idle_s
         self.lease_s = lease_s
         self.clock = clock
         self._running: dict[str, asyncio.Task[None]] = {}
