@@ -474,3 +474,25 @@ async def test_a_recovered_turn_edits_its_crashed_runs_stream_pages(
     await progress.close()
     assert len(fake.calls_to("chat.startStream")) == 2  # the crashed run's two, no more
     assert not any(m.get("streaming") for m in bot_messages(fake, CH, thread=root))
+
+
+async def test_a_long_answer_streams_over_several_messages_each_ending_with_its_part(
+        stacks: Any, home: Any, fake: FakeSlack) -> None:
+    """A mention whose answer outgrows a Slack message: the stream goes on in new streams
+    while it is written, and the delivery edits each into its part of the final answer."""
+    long_answer = "\n\n".join(f"Paragraph {i}: " + "words " * 12 for i in range(12))
+    provider = ScriptedProvider([long_answer], repeat_last=True, stream_piece=40,
+                                stream_every_s=0.05)
+    stack = make(stacks, home, fake, provider=provider, options={
+        "stream": True, "progress_after_ms": 0, "progress_edit_interval_s": 0.1,
+        "chunk_limit": 400, "stream_appends_per_min": 0})
+    connector = await stack.start()
+    ts = await fake.user_posts(CH, mention("explain"), user=ALICE)
+    final = [c.formatted for c in connector.render(long_answer)]
+    await fake.wait_until(
+        lambda: [m["text"] for m in bot_messages(fake, CH, thread=ts)] == final, within=20)
+    started = [p.ts for p in fake.posts if p.method == "chat.startStream"]
+    assert len(started) >= 2  # it went on in new streams while it was written
+    shown = bot_messages(fake, CH, thread=ts)
+    assert [m["ts"] for m in shown][:len(started)] == started
+    assert not any(m.get("streaming") for m in shown)
