@@ -117,14 +117,15 @@ class SessionMemory:
     """
 
     def __init__(self, *, store: MemoryStore, scope: MemoryScope, session_id: str,
-                 budget_tokens: int, user: list[MemoryEntry], channel: list[MemoryEntry]
-                 ) -> None:
+                 budget_tokens: int, rows: MemoryRows) -> None:
         self.store = store
         self.scope = scope
         self.session_id = session_id
         self.budget_tokens = budget_tokens
-        self._user = user
-        self._channel = channel
+        self._rows = rows
+        #: the user's and the channel's entries, made from the rows when first needed (a
+        #: turn whose block is reused and that writes nothing never needs them)
+        self._lists: tuple[list[MemoryEntry], list[MemoryEntry]] | None = None
         #: the block as last rendered (the loop asks before every model call); a write
         #: drops it
         self._rendered: RenderedMemory | None = None
@@ -153,11 +154,8 @@ class SessionMemory:
         key: _BlockKey = (scope.user if scope.user_enabled else "",
                           scope.channel if scope.channel_enabled else "", budget_tokens,
                           scope.channel_enabled)
-        entries = rows.entries()  # with their use counts now (a later write re-renders)
         memory = cls(store=store, scope=scope, session_id=session_id,
-                     budget_tokens=budget_tokens,
-                     user=[e for e in entries if e.scope == "user"],
-                     channel=[e for e in entries if e.scope == "channel"])
+                     budget_tokens=budget_tokens, rows=rows)
         content = rows.content
         kept = _kept(key, content)
         if kept is not None:
@@ -177,8 +175,9 @@ class SessionMemory:
     def rendered(self) -> RenderedMemory:
         """The ``<memory>`` block now, and the entries it shows."""
         if self._rendered is None:
+            user, channel = self._split()
             self._rendered = render_memory(
-                user=self._user, channel=self._channel, user_label=self.scope.user,
+                user=user, channel=channel, user_label=self.scope.user,
                 budget_tokens=self.budget_tokens, channel_on=self.scope.channel_enabled)
         return self._rendered
 
@@ -206,8 +205,17 @@ class SessionMemory:
             raise MemoryWriteError("user memory is off here")
         return self.scope.user
 
+    def _split(self) -> tuple[list[MemoryEntry], list[MemoryEntry]]:
+        if self._lists is None:
+            # with their use counts as the turn read them (a later write re-renders)
+            entries = self._rows.entries()
+            self._lists = ([e for e in entries if e.scope == "user"],
+                           [e for e in entries if e.scope == "channel"])
+        return self._lists
+
     def _entries(self, scope: MemoryScopeName) -> list[MemoryEntry]:
-        return self._channel if scope == "channel" else self._user
+        user, channel = self._split()
+        return channel if scope == "channel" else user
 
     def _audit(self, turn_id: str) -> MemoryAudit:
         return MemoryAudit(by=self.scope.user or "unknown", session_id=self.session_id,

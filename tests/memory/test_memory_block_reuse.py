@@ -104,3 +104,30 @@ async def test_each_shown_entry_is_counted_once(store_url: str, shown: int) -> N
         counts = {e.text: e.use_count for e in await memory.list()
                   if e.owner.startswith(scope.user)}
         assert counts == {**{f"fact {i}": 2 for i in range(shown)}, "not shown": 0}
+
+
+async def test_a_reused_block_makes_no_entries_until_the_turn_writes(
+        store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn whose block is reused needs no entry objects: they are made from the rows the
+    turn read only when a write changes the block (which then still shows every entry)."""
+    from geode.store.memory import MemoryEntry
+
+    scope = _scope()
+    made: list[int] = []
+    real = MemoryEntry.from_row.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[MemoryEntry], r: Any) -> MemoryEntry:
+        made.append(1)
+        return real(cls, r)  # type: ignore[no-any-return]
+
+    async with await open_store(store_url) as store:
+        memory = MemoryStore(store=store)
+        for i in range(12):
+            await memory.add(scope="user", owner=scope.user, text=f"fact {i}", audit=AUDIT)
+        await _open(memory, scope)  # renders and keeps the block
+        monkeypatch.setattr(MemoryEntry, "from_row", classmethod(counted))
+        reused = await _open(memory, scope)
+        assert "fact 11" in reused.prompt() and made == []
+        await reused.add("user", "fact 12", turn_id="t")
+        block = reused.prompt()
+        assert all(f"fact {i}" in block for i in range(13)) and len(made) == 12
