@@ -33,6 +33,8 @@ from geode.providers.catalog import PROVIDERS
 __all__ = [
     "classify_status",
     "map_anthropic_error",
+    "map_anthropic_status",
+    "map_anthropic_stream_error",
     "map_openai_error",
     "map_openai_status",
     "map_openai_stream_error",
@@ -197,6 +199,41 @@ def map_anthropic_error(exc: BaseException, *, provider: str = "anthropic") -> M
             headers=exc.response.headers,
         )
     return _non_status_error(exc, provider, anthropic)
+
+
+def map_anthropic_status(
+    *, status: int, raw: bytes, headers: Mapping[str, str], provider: str = "anthropic"
+) -> ModelError:
+    """Classify a non-2xx answer of the Messages API read without the SDK (the adapter's
+    lean stream), as :func:`map_anthropic_error` classifies the SDK's exception for it: the
+    same body (the whole JSON, ``{"type": "error", "error": {...}}``) and message."""
+    text = raw.decode("utf-8", errors="replace").strip()
+    body: object = text
+    try:
+        body = json.loads(text)
+    except ValueError:
+        message = text or f"Error code: {status}"
+    else:
+        message = f"Error code: {status} - {body}"
+    return _status_error(provider=provider, status=_effective_status(status, body), body=body,
+                         message=message, headers=headers)
+
+
+def map_anthropic_stream_error(
+    data: str, *, headers: Mapping[str, str] | None = None, provider: str = "anthropic"
+) -> ModelError:
+    """Classify an ``error`` event inside a 200 Messages stream read without the SDK, as
+    :func:`map_anthropic_error` classifies the status error the SDK raises for it: the
+    error's ``type`` stands for the status (``overloaded_error``: 529, overloaded)."""
+    body: object = data
+    try:
+        body = json.loads(data)
+    except ValueError:
+        message = data or "Error code: 200"
+    else:
+        message = f"{body}"
+    return _status_error(provider=provider, status=_effective_status(200, body), body=body,
+                         message=message, headers=headers or {})
 
 
 def map_openai_error(exc: BaseException, *, provider: str = "openai") -> ModelError:

@@ -8,7 +8,11 @@ from dataclasses import dataclass, field
 
 from geode.messages import Message, ModelResponse, StreamEvent, ToolSpec
 
-__all__ = ["BaseProvider", "ModelRequest"]
+__all__ = ["INVALID_ARGUMENTS_KEY", "BaseProvider", "ModelRequest"]
+
+#: key under which unparsable tool arguments are passed on, so schema validation rejects
+#: the call and the model sees why, instead of the turn crashing
+INVALID_ARGUMENTS_KEY = "__invalid_json_arguments__"
 
 
 @dataclass(frozen=True, kw_only=True)

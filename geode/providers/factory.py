@@ -87,6 +87,7 @@ def build_provider(
             api_key=key, base_url=url, timeout=timeout, provider_name=info.name,
             client=clients.anthropic(api_key=key, base_url=url, timeout=timeout)
             if clients is not None else None,
+            http=clients,
         )
     if uses_responses_api(ref, base_url):
         from geode.providers.openai_responses import OpenAIResponsesProvider

@@ -33,14 +33,20 @@ from geode.providers._errors import (
     map_openai_status,
     map_openai_stream_error,
 )
-from geode.providers.base import BaseProvider, ModelRequest
+from geode.providers._sse import (
+    MALFORMED,
+    HTTPStatus,
+    LeanEndpoint,
+    malformed_error,
+    sse_events,
+    transport_error,
+)
+from geode.providers.base import INVALID_ARGUMENTS_KEY, BaseProvider, ModelRequest
 
 if TYPE_CHECKING:
-    import aiohttp
-
     from geode.providers._clients import ClientCache
 
-__all__ = ["OpenAICompatProvider"]
+__all__ = ["INVALID_ARGUMENTS_KEY", "OpenAICompatProvider"]
 
 log = structlog.get_logger(__name__)
 
@@ -53,9 +59,6 @@ _FINISH_REASONS: dict[str, StopReason] = {
     "length": "max_tokens",
     "content_filter": "refusal",
 }
-#: key under which unparsable tool arguments are passed on, so schema validation rejects
-#: the call and the model sees why, instead of the turn crashing
-INVALID_ARGUMENTS_KEY = "__invalid_json_arguments__"
 
 
 class OpenAICompatProvider(BaseProvider):
@@ -109,23 +112,22 @@ class OpenAICompatProvider(BaseProvider):
             timeout=openai.Timeout(timeout, connect=min(10.0, timeout)),
             max_retries=0,
         )
-        self._http = http.http if http is not None else None
+        self._lean: LeanEndpoint | None = None
         if http is not None:
             c = self._client
-            self._url = f"{str(c.base_url).rstrip('/')}/chat/completions"
-            self._proxy, self._proxy_auth = http.proxy_for(self._url)
             # The SDK's own headers (user agent, organization/project), and its bearer auth
-            self._headers = {k: v for k, v in c.default_headers.items() if isinstance(v, str)}
-            self._headers["Authorization"] = f"Bearer {c.api_key}"
-            self._timeout = _lean_timeout(timeout)
+            self._lean = LeanEndpoint.of(
+                http, url=f"{str(c.base_url).rstrip('/')}/chat/completions",
+                headers={**c.default_headers, "Authorization": f"Bearer {c.api_key}"},
+                timeout=timeout)
 
     async def aclose(self) -> None:
         if self._owns_client:
             await self._client.close()
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        if self._http is not None:
-            return await self._complete_lean(request)
+        if self._lean is not None:
+            return await self._complete_lean(request, self._lean)
         try:
             completion: ChatCompletion = await self._post(self._params(request), stream=False)
         except Exception as exc:
@@ -153,22 +155,19 @@ class OpenAICompatProvider(BaseProvider):
             model=completion.model or request.model,
         )
 
-    async def _complete_lean(self, request: ModelRequest) -> ModelResponse:
+    async def _complete_lean(self, request: ModelRequest, lean: LeanEndpoint) -> ModelResponse:
         """:meth:`complete` as one POST on the shared aiohttp session (see ``http``)."""
         import aiohttp
 
-        assert self._http is not None
         body = json.dumps(self._params(request), ensure_ascii=False).encode()
         try:
-            async with self._http().post(self._url, data=body, headers=self._headers,
-                                         timeout=self._timeout, proxy=self._proxy,
-                                         proxy_auth=self._proxy_auth) as resp:
+            async with lean.post(body) as resp:
                 raw = await resp.read()
                 status, headers = resp.status, resp.headers
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise _transport_error(self.name, exc) from exc
+            raise transport_error(self.name, exc) from exc
         if not 200 <= status < 300:
-            failure = _HTTPStatus(status)
+            failure = HTTPStatus(status)
             raise map_openai_status(status=status, raw=raw, headers=headers,
                                     provider=self.name) from failure
         try:
@@ -185,10 +184,8 @@ class OpenAICompatProvider(BaseProvider):
             usage = data.get("usage") or {}
             tokens = Usage(input_tokens=int(usage.get("prompt_tokens") or 0),
                            output_tokens=int(usage.get("completion_tokens") or 0))
-        except (ValueError, AttributeError, TypeError, KeyError) as exc:
-            raise ModelError(
-                f"{self.name}: malformed or interrupted response ({type(exc).__name__}: "
-                f"{exc})"[:300], kind="transient", provider=self.name) from exc
+        except MALFORMED as exc:
+            raise malformed_error(self.name, exc) from exc
         if choice is None:
             # OpenRouter and some proxies answer 200 with no choice when upstream failed.
             raise ModelError(f"{self.name}: response had no choices", kind="transient",
@@ -204,8 +201,8 @@ class OpenAICompatProvider(BaseProvider):
         params = self._params(request)
         params["stream"] = True
         params["stream_options"] = {"include_usage": True}
-        if self._http is not None:
-            async for event in self._stream_lean(params, acc):
+        if self._lean is not None:
+            async for event in self._stream_lean(params, acc, self._lean):
                 yield event
             return
         try:
@@ -226,7 +223,7 @@ class OpenAICompatProvider(BaseProvider):
         yield StreamEvent(kind="done", response=acc.response())
 
     async def _stream_lean(
-        self, params: dict[str, Any], acc: _StreamAccumulator
+        self, params: dict[str, Any], acc: _StreamAccumulator, lean: LeanEndpoint
     ) -> AsyncIterator[StreamEvent]:
         """:meth:`stream` as one POST on the shared aiohttp session (see ``http``): its
         server-sent events read line by line, each chunk's JSON fed to ``acc`` as it is.
@@ -234,17 +231,14 @@ class OpenAICompatProvider(BaseProvider):
         stream, a cut connection, a malformed chunk)."""
         import aiohttp
 
-        assert self._http is not None
         body = json.dumps(params, ensure_ascii=False).encode()
         try:
-            async with self._http().post(self._url, data=body, headers=self._headers,
-                                         timeout=self._timeout, proxy=self._proxy,
-                                         proxy_auth=self._proxy_auth) as resp:
+            async with lean.post(body) as resp:
                 if not 200 <= resp.status < 300:
                     raw = await resp.read()
                     raise map_openai_status(status=resp.status, raw=raw, headers=resp.headers,
-                                            provider=self.name) from _HTTPStatus(resp.status)
-                async for data in _sse_data(resp.content):
+                                            provider=self.name) from HTTPStatus(resp.status)
+                async for _, data in sse_events(resp.content):
                     if data.startswith("[DONE]"):
                         break
                     chunk = json.loads(data)
@@ -257,11 +251,9 @@ class OpenAICompatProvider(BaseProvider):
         except ModelError:
             raise
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise _transport_error(self.name, exc) from exc
-        except (ValueError, AttributeError, TypeError, KeyError, IndexError) as exc:
-            raise ModelError(
-                f"{self.name}: malformed or interrupted response ({type(exc).__name__}: "
-                f"{exc})"[:300], kind="transient", provider=self.name) from exc
+            raise transport_error(self.name, exc) from exc
+        except MALFORMED as exc:
+            raise malformed_error(self.name, exc) from exc
         if acc.finish_reason is None:
             raise ModelError(
                 f"{self.name}: stream ended before a finish_reason (connection cut?)",
@@ -309,61 +301,6 @@ class OpenAICompatProvider(BaseProvider):
             if choice is not None:
                 params["tool_choice"] = choice
         return params
-
-
-class _HTTPStatus(Exception):
-    """The cause a lean call's status error is raised from (the status it answered)."""
-
-    def __init__(self, status: int) -> None:
-        super().__init__(f"HTTP {status}")
-        self.status = status
-
-
-def _lean_timeout(timeout: float) -> aiohttp.ClientTimeout:
-    """The SDK clients' timeouts (``timeout`` per read, connect capped at 10 s)."""
-    import aiohttp
-
-    return aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, timeout),
-                                 sock_read=timeout)
-
-
-def _transport_error(provider: str, exc: BaseException) -> ModelError:
-    """A lean call's timeout or connection failure, as the SDK path classifies it: transient."""
-    if isinstance(exc, TimeoutError):
-        return ModelError(f"{provider}: request timed out", kind="transient", provider=provider)
-    return ModelError(
-        f"{provider}: connection failed or dropped ({type(exc).__name__}: {exc})"[:300],
-        kind="transient", provider=provider)
-
-
-async def _sse_data(content: aiohttp.StreamReader) -> AsyncIterator[str]:
-    """The ``data`` of each server-sent event of ``content`` (its lines joined, as the SSE
-    format says); comments, ``event``/``id``/``retry`` fields and empty events are skipped.
-
-    Read as the bytes arrive (one read per network packet, its events split here) rather
-    than line by line: aiohttp's ``readline`` costs a buffer search and a wake-up per line,
-    two lines per token of a streamed answer."""
-    lines: list[str] = []
-    rest = b""
-    async for piece in content.iter_any():
-        buf = rest + piece if rest else piece
-        *complete, rest = buf.split(b"\n")
-        for raw in complete:
-            line = raw.decode("utf-8")
-            if line.endswith("\r"):
-                line = line[:-1]
-            if not line:
-                if lines:
-                    yield "\n".join(lines)
-                    lines = []
-            elif line.startswith("data:"):
-                value = line[5:]
-                lines.append(value[1:] if value.startswith(" ") else value)
-    if rest.startswith(b"data:"):  # a last line without its newline
-        value = rest[5:].decode("utf-8").rstrip("\r")
-        lines.append(value[1:] if value.startswith(" ") else value)
-    if lines:
-        yield "\n".join(lines)
 
 
 # --- request -------------------------------------------------------------------------------

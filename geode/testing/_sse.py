@@ -27,6 +27,7 @@ __all__ = [
     "ErrorReply",
     "FakeModelServer",
     "MalformedReply",
+    "RawSSEReply",
     "RecordedRequest",
     "Reply",
     "SSEEvent",
@@ -83,9 +84,6 @@ class MalformedReply:
     pass
 
 
-Reply = TextReply | ToolCallsReply | ErrorReply | DropReply | MalformedReply
-
-
 @dataclass(frozen=True)
 class SSEEvent:
     data: str
@@ -94,6 +92,17 @@ class SSEEvent:
     def encode(self) -> bytes:
         head = f"event: {self.event}\n" if self.event else ""
         return f"{head}data: {self.data}\n\n".encode()
+
+
+@dataclass(frozen=True)
+class RawSSEReply:
+    """A streamed answer of exactly these events (then the end, or a cut connection)."""
+
+    events: tuple[SSEEvent, ...]
+    drop: bool = False
+
+
+Reply = TextReply | ToolCallsReply | ErrorReply | DropReply | MalformedReply | RawSSEReply
 
 
 def split_text(text: str) -> list[str]:
@@ -271,6 +280,11 @@ class FakeModelServer(abc.ABC):
         """Close the connection without a response (or, streaming, after a few events)."""
         self._script.append(DropReply(mid_stream))
 
+    def enqueue_sse(self, events: Sequence[SSEEvent], *, drop: bool = False) -> None:
+        """Answer one streamed request with exactly ``events`` (the vendor's own shapes, odd
+        ones, an error event mid-stream); ``drop``: cut the connection after them."""
+        self._script.append(RawSSEReply(tuple(events), drop))
+
     def enqueue_malformed(self) -> None:
         """Answer 200 with a body that is not valid JSON (a broken SSE event if streaming)."""
         self._script.append(MalformedReply())
@@ -340,6 +354,8 @@ class FakeModelServer(abc.ABC):
                 return await self._write_sse(request, events[: len(events) // 2], drop=True)
             case DropReply():
                 return self._drop(request)
+            case RawSSEReply(events=events, drop=drop):
+                return await self._write_sse(request, list(events), drop=drop)
             case MalformedReply():
                 if stream:
                     return await self._write_sse(

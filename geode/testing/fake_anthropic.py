@@ -20,6 +20,8 @@ from geode.testing._sse import (
     SSEEvent,
     TextReply,
     ToolCallsReply,
+    UsageLike,
+    _usage,
     serve_main,
     split_text,
 )
@@ -159,6 +161,24 @@ class FakeAnthropicServer(FakeModelServer):
         )
         events.append(ev("message_stop", {}))
         return events
+
+    def stream_events(
+        self, text: str = "", *, usage: UsageLike = None, stop_reason: str | None = None,
+        body: Any = None,
+    ) -> list[SSEEvent]:
+        """The events of a streamed answer of ``text`` (``message_start`` … ``message_stop``),
+        to edit into an odd answer for :meth:`enqueue_sse`."""
+        return self.render_sse(TextReply(text, _usage(usage, text), stop_reason), body or {})
+
+    def enqueue_stream_error(self, status: int, *, text: str = "", message: str = "") -> None:
+        """Answer one streamed request with 200, ``text`` so far, then an ``error`` event of
+        the type ``status`` stands for (529: ``overloaded_error``, 429: ``rate_limit_error``),
+        as the API reports a failure after the stream began."""
+        events = self.stream_events(text)
+        began = [e for e in events if e.event not in ("content_block_stop", "message_delta",
+                                                       "message_stop")]
+        error = self.error_body(status, message or f"fake error {status}")
+        self.enqueue_sse([*began, SSEEvent(json.dumps(error), event="error")])
 
 
 if __name__ == "__main__":

@@ -11,10 +11,10 @@ from geode.testing.fake_anthropic import FakeAnthropicServer
 from geode.testing.fake_openai import FakeOpenAIServer
 
 
-@pytest.fixture(params=["anthropic", "openai", "openai-lean", "responses"])
+@pytest.fixture(params=["anthropic", "anthropic-lean", "openai", "openai-lean", "responses"])
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     vendor, _, variant = str(request.param).partition("-")
-    lean = variant == "lean"  # Chat Completions through the runtime's shared session
+    lean = variant == "lean"  # through the runtime's shared session (not the SDK's request)
     async with make_server(vendor) as server:
         provider = make_provider(vendor, server, lean=lean)
         try:

@@ -48,8 +48,9 @@ def make_request(
 
 @dataclass
 class Harness:
-    """One vendor's fake server and the adapter pointed at it (``lean``: the Chat Completions
-    adapter's own POST on the runtime's shared session, not the SDK's request)."""
+    """One vendor's fake server and the adapter pointed at it (``lean``: the adapter's own
+    POST on the runtime's shared session, not the SDK's request: every Chat Completions
+    call, an Anthropic streamed call)."""
 
     vendor: str
     server: FakeModelServer
@@ -80,9 +81,29 @@ class _LeanProvider(OpenAICompatProvider):
         await self.cache.aclose()
 
 
+class _LeanAnthropic(AnthropicProvider):
+    """The Anthropic adapter as a runtime builds it (a streamed call on the ClientCache's
+    shared aiohttp session); closing it closes that cache."""
+
+    def __init__(self, server: FakeModelServer, timeout: float) -> None:
+        self.cache = ClientCache()
+        super().__init__(
+            api_key=API_KEY, base_url=server.base_url, timeout=timeout,
+            client=self.cache.anthropic(api_key=API_KEY, base_url=server.base_url,
+                                        timeout=timeout),
+            http=self.cache,
+        )
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        await self.cache.aclose()
+
+
 def make_provider(vendor: str, server: FakeModelServer, *, timeout: float = 10.0,
                   lean: bool = False) -> BaseProvider:
     if lean:
+        if vendor == "anthropic":
+            return _LeanAnthropic(server, timeout)
         return _LeanProvider(server, timeout)
     if vendor == "anthropic":
         return AnthropicProvider(api_key=API_KEY, base_url=server.base_url, timeout=timeout)
