@@ -6,6 +6,7 @@ import asyncio
 
 from bots.events import InboundEvent
 from bots.store.inbound import InboundLog
+from bots.store.leases import ThreadLeases
 from geode.store import Store, open_store
 
 
@@ -63,3 +64,27 @@ async def test_concurrent_claimers_never_share_an_event(store_url: str) -> None:
     finally:
         await a.aclose()
         await b.aclose()
+
+
+async def test_record_and_claim_hands_on_the_event_it_was_given_unless_masked(
+    store: Store,
+) -> None:
+    """The intake's record-and-claim hands on the event it recorded as the object it was given
+    when the at-rest mask left it as it was (no decode of the row it just wrote); an event
+    with a credential in it is read back masked, as stored: the turn sees the mask."""
+    log = InboundLog(store=store)
+    leases = ThreadLeases(store=store, owner="a", ttl_s=30)
+    plain = _event(1)
+    pasted = InboundEvent(platform="telegram", workspace="42", channel="-100", thread_root="2",
+                          message_id="2", sender="7", dedupe_key="telegram:42:-100:2",
+                          text="my key is sk-ant-api03-PASTEDbyTheUser0123456789abcdefXYZ")
+    new_ids, claimed = await log.record_and_claim(
+        [(plain, "received"), (pasted, "received")], platform="telegram", workspace="42",
+        owner="a", leases=leases)
+    assert [c.id for c in claimed] == new_ids and len(new_ids) == 2
+    assert claimed[0].event is plain and claimed[0].status == "processing"
+    assert claimed[1].event is not pasted
+    assert "sk-ant" not in claimed[1].event.text and "[REDACTED]" in claimed[1].event.text
+    # what the turn would read after a restart is the same value
+    assert [e.event for e in await log.unfinished("telegram", "42")] == [
+        plain, claimed[1].event]
