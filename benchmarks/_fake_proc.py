@@ -146,7 +146,10 @@ SLACK = FakeDriver(
 def _dc_make(config: dict[str, Any]) -> Any:
     from bots.testing.discord import FakeDiscord
 
-    return FakeDiscord(token=config["token"], heartbeat_interval_ms=5000)
+    fake = FakeDiscord(token=config["token"], heartbeat_interval_ms=5000)
+    for i in range(int(config.get("channels", 1)) - 1):  # more text channels of its guild
+        fake.add_text_channel(fake.guild_id, f"chat-{i + 1}")
+    return fake
 
 
 async def _dc_push(fake: Any, tags: list[str], chat: Any, user: Any) -> None:
@@ -157,7 +160,9 @@ async def _dc_push(fake: Any, tags: list[str], chat: Any, user: Any) -> None:
 DISCORD = FakeDriver(
     make=_dc_make,
     info=lambda fake: {"api_base": fake.api_base, "gateway_url": fake.gateway_url,
-                       "channel_id": fake.channel_id, "user_id": fake.user_id},
+                       "channel_id": fake.channel_id, "user_id": fake.user_id,
+                       "channel_ids": [cid for cid, c in fake.channels.items()
+                                       if c["type"] == 0]},
     push=_dc_push,
     written=lambda fake: [(fake.sent, lambda s: s.content), (fake.edits, lambda e: e[2])],
     wait=lambda fake, pred, within: fake.wait_for(pred, timeout=within),

@@ -57,7 +57,10 @@ chats at once; per side the time to the answer's first visible words and to the 
 answer, platform calls per reply, the platform's 429s (the Telegram fake enforces 30 messages a
 second) and CPU per reply; with ``--profile DIR`` GEODE runs the streaming loads under yappi
 (``DIR/<platform>-<side>-stream.pstat``). ``--stream-light`` adds ``light 10`` between the two:
-10 chats, each sending a message every two answer-lengths for ``--duration`` s.
+10 chats, each sending a message every two answer-lengths for ``--duration`` s. Discord's
+conversations are then one channel each, as 50 users' chats would be (``--discord-channels
+one``: all in the fake's one channel, sharing its rate bucket, as in the table's loads);
+``--rounds N`` repeats the streaming loads and prints each row's medians.
 Telegram, Slack (Socket Mode; the floor is a slack-bolt ``AsyncApp`` answering in the
 mention's thread) and Discord (discord.py on both sides; all conversations in the fake's one
 channel, each mention a thread of its own) are covered.
@@ -109,11 +112,13 @@ class PlatformSpec:
 
     def chats(self, n: int, fake: dict[str, Any]) -> list[Any]:
         """The chats of ``n`` users' conversations. Discord: the fake's one channel, where
-        every mention opens a thread of its own (each conversation is its threads)."""
+        every mention opens a thread of its own (each conversation is its threads), or a
+        channel each when the fake has that many (the streaming load's 50 chats)."""
         if self.name == "slack":
             return [f"C{1000 + i}" for i in range(n)]
         if self.name == "discord":
-            return [fake["channel_id"]] * n
+            ids = fake.get("channel_ids") or []
+            return ids[:n] if n > 1 and len(ids) >= n else [fake["channel_id"]] * n
         return [-1001000 - i for i in range(n)]
 
     def audience(self, fake: dict[str, Any]) -> Any:
@@ -527,6 +532,9 @@ async def run_stream(args: argparse.Namespace) -> list[StreamRow]:
             if spec.name == "telegram":
                 spec = dataclasses.replace(spec, fake_config={**spec.fake_config,
                                                               "flood_per_s": 30})
+            if spec.name == "discord" and args.discord_channels == "per-chat":
+                spec = dataclasses.replace(spec, fake_config={**spec.fake_config,
+                                                              "channels": args.chats})
             for side in args.sides:
                 if side == "geode-paced" and not spec.has_pacing:
                     continue
@@ -586,6 +594,40 @@ def print_stream_table(rows: list[StreamRow], args: argparse.Namespace) -> None:
               f"{r.first_p50_s:>11.2f} {r.first_p99_s:>11.2f} {r.done_p50_s:>10.2f} "
               f"{r.done_p99_s:>10.2f} {r.calls:>9.1f} "
               f"{'-' if r.throttled is None else r.throttled:>4} {r.cpu_ms:>10.1f}")
+
+
+async def run_stream_rounds(args: argparse.Namespace) -> None:
+    """The streaming loads ``--rounds`` times: each round's table, then the medians."""
+    rows: list[StreamRow] = []
+    for n in range(args.rounds):
+        got = await run_stream(args)
+        if args.rounds > 1:
+            print(f"round {n + 1} of {args.rounds}:")
+        print_stream_table(got, args)
+        rows += got
+    if args.rounds > 1:
+        print_stream_medians(rows)
+
+
+def print_stream_medians(rows: list[StreamRow]) -> None:
+    """Each streaming row's medians over the rounds (first and done p50 / p99, calls, 429s,
+    CPU), with the rounds' first-words p50s."""
+    groups: dict[tuple[str, str, str], list[StreamRow]] = {}
+    for r in rows:
+        groups.setdefault((r.platform, r.side, r.load), []).append(r)
+    print(f"\nmedians over the rounds: {'platform':<9} {'side':<14} {'load':<10} n "
+          f"first p50 / p99 s, done p50 / p99 s, calls/rep, 429s, cpu ms/rep "
+          f"(each round's first p50)")
+    for (plat, side, load), got in groups.items():
+        def med(field: str, got: list[StreamRow] = got) -> float:
+            return statistics.median(getattr(r, field) for r in got)
+
+        throttled = [r.throttled for r in got if r.throttled is not None]
+        print(f"  {plat:<9} {side:<14} {load:<10} {len(got)} "
+              f"{med('first_p50_s'):.2f} / {med('first_p99_s'):.2f}, "
+              f"{med('done_p50_s'):.2f} / {med('done_p99_s'):.2f}, {med('calls'):.1f}, "
+              f"{statistics.median(throttled) if throttled else '-'}, {med('cpu_ms'):.1f} "
+              f"({' '.join(f'{r.first_p50_s:.2f}' for r in got)})")
 
 
 def print_table(rows: list[Row]) -> None:
@@ -668,7 +710,7 @@ async def main(args: argparse.Namespace) -> None:
         await run_burst(args)
         return
     if args.stream_tokens:
-        print_stream_table(await run_stream(args), args)
+        await run_stream_rounds(args)
         return
     checkouts = [("", REPO)]
     if args.baseline is not None:
@@ -741,6 +783,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="the streaming load's light row too (10 chats for --duration s)")
     p.add_argument("--stream-seq", type=int, default=3,
                    help="messages of the streaming load's one chat")
+    p.add_argument("--discord-channels", choices=("per-chat", "one"), default="per-chat",
+                   help="the streaming load's Discord chats: a channel each (as users' chats "
+                        "are), or all in one channel (its one rate bucket)")
     p.add_argument("--baseline", type=Path, default=None, metavar="DIR",
                    help="also run GEODE from DIR (a worktree of the commit to compare with), "
                         "its rows marked @base, alternating with this checkout's")
