@@ -32,8 +32,6 @@ from geode.store.memory import (
 )
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection
-
     from geode.store.memory import MemoryStore
 
 __all__ = ["MAX_ENTRIES_PER_OWNER", "MemoryRead", "MemoryWriteError", "SessionMemory"]
@@ -94,9 +92,10 @@ class MemoryRead:
         self._owners = owners
         self._rows: MemoryRows | None = None
 
-    def read(self, conn: Connection) -> None:
-        """Read both owners' rows in the caller's transaction (one query)."""
-        self._rows = read_rows(conn, self._owners)
+    def read(self, tx: Any) -> None:
+        """Read both owners' rows in the caller's transaction (one query; ``tx`` is the
+        store's handle of it, opaque outside the store)."""
+        self._rows = read_rows(tx, self._owners)
 
     async def open(self, session_id: str) -> SessionMemory:
         """The session's memory from the rows :meth:`read` got (read now if it did not
@@ -165,12 +164,12 @@ class SessionMemory:
         memory.shown_at_open = memory.rendered().shown
         return memory
 
-    def count_use(self, conn: Connection) -> None:
+    def count_use(self, tx: Any) -> None:
         """Count a use of each entry the turn's first prompt shows, in the caller's
         transaction (a rider of the turn's first checkpoint save: no transaction of its
         own). A count lost with a turn that never saved costs nothing but the order in
         which entries are left out over the budget."""
-        count_use(conn, self.shown_at_open)
+        count_use(tx, self.shown_at_open)
 
     def rendered(self) -> RenderedMemory:
         """The ``<memory>`` block now, and the entries it shows."""

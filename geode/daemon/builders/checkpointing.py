@@ -25,8 +25,6 @@ from geode.tools.plan import BoundToolPlan
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sqlalchemy.engine import Connection
-
     from geode.executor.protocols import ReceiptStore, ResultKeeper
     from geode.store import Store
     from geode.store.timeline import SessionTimeline
@@ -72,13 +70,14 @@ class Records:
     async def load_or_create(
         self, *, session_id: str | None, mode: str, model: str, parent_session_id: str | None,
         title: str, metadata: Mapping[str, Any],
-        read_with: Callable[[Connection], None] | None = None,
+        read_with: Callable[[Any], None] | None = None,
     ) -> Loaded:
         """The session ``session_id`` names (a thread's fixed id is created when first seen;
         a terminal's must exist), or a new one.
 
         ``read_with``: a read run in the transaction that creates or finds the session row
-        (the session's memory), so it costs no transaction of its own. It is not run when
+        (the session's memory), so it costs no transaction of its own; it gets the store's
+        handle of that transaction (opaque here, as a fence's). It is not run when
         there is no store or the session must already exist (a terminal's ``--session``):
         the caller reads on its own then."""
         store = self.store
@@ -117,7 +116,7 @@ class Records:
 
     def checkpointer(self, session_id: str, *, fence: WriteFence | None = None,
                      opening_note: OpeningNote | None = None,
-                     riders: Sequence[Callable[[Connection], None]] = ()
+                     riders: Sequence[Callable[[Any], None]] = ()
                      ) -> Checkpointer | None:
         """The session's checkpoint chain (None without a store). ``fence`` runs inside each
         save's transaction; ``opening_note`` and ``riders`` (statements needing no
