@@ -112,32 +112,52 @@ def _throttle_bucket_sweeps(http: Any, *, every_s: float = BUCKET_SWEEP_EVERY_S)
     http._try_clear_expired_ratelimits = throttled
 
 
+#: :meth:`GlobalPace.take` ranks: a new message (or any other request) first, then edits,
+#: then the cosmetic calls (the ack reaction, typing)
+SEND, EDIT, COSMETIC = 0, 1, 2
+
+
 class GlobalPace:
-    """At most ``per_s`` requests in any second, for the whole bot (0: no limit), in the
-    order they asked (a stale draft edit queued before the final answer goes before it).
+    """At most ``per_s`` requests in any second, for the whole bot (0: no limit), by rank,
+    then in the order they asked within a rank (a stale draft edit queued before the final
+    answer goes before it).
 
     Discord allows a bot 50 requests a second in all; discord.py paces each route's bucket
     by the headers of its answers, but learns of the global limit only from a 429 (and then
-    holds every request), so many channels streaming edits at once would meet it."""
+    holds every request), so many channels streaming edits at once would meet it. Ranks:
+    while the budget is short, a thread's first message does not queue behind the edits of
+    threads already streaming, nor behind 50 chats' acks; a cosmetic call also leaves half
+    the budget to the others (the acks of 50 chats at once would take it all)."""
 
     def __init__(self, per_s: float) -> None:
         self.per_s = per_s
         self._sent: deque[float] = deque()  # monotonic times of the last second's requests
-        self._turn = asyncio.Lock()  # its waiters are served first come, first served
+        #: per rank: its waiters are served first come, first served
+        self._turns = (asyncio.Lock(), asyncio.Lock(), asyncio.Lock())
+        self._waiting = [0, 0, 0]
 
-    async def take(self) -> None:
-        """Wait for a slot of this second's budget, and take it."""
+    async def take(self, rank: int = SEND) -> None:
+        """Wait for a slot of this second's budget (after the higher ranks' waiters), and
+        take it."""
         if self.per_s <= 0:
             return
-        async with self._turn:
-            while True:
-                now = time.monotonic()
-                while self._sent and now - self._sent[0] >= 1.0:
-                    self._sent.popleft()
-                if len(self._sent) < self.per_s:
-                    self._sent.append(now)
-                    return
-                await asyncio.sleep(1.0 - (now - self._sent[0]))
+        keep = self.per_s // 2 if rank == COSMETIC else 0
+        self._waiting[rank] += 1
+        try:
+            async with self._turns[rank]:
+                while True:
+                    now = time.monotonic()
+                    while self._sent and now - self._sent[0] >= 1.0:
+                        self._sent.popleft()
+                    ahead = any(self._waiting[r] for r in range(rank))
+                    if not ahead and len(self._sent) + keep < self.per_s:
+                        self._sent.append(now)
+                        return
+                    free_at = 1.0 - (now - self._sent[0]) if self._sent else 0.0
+                    # a higher rank's waiter takes the next slot: look again a slot later
+                    await asyncio.sleep(max(free_at, 1.0 / self.per_s) if ahead else free_at)
+        finally:
+            self._waiting[rank] -= 1
 
 
 #: set while a request that already took its slot runs (the connector's client takes it

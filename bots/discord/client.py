@@ -35,7 +35,7 @@ import discord.http
 import structlog
 
 from bots.discord._convert import approval_components, snowflake
-from bots.discord._gateway import PACED, Link
+from bots.discord._gateway import COSMETIC, EDIT, PACED, SEND, Link
 from bots.discord.format import DISCORD_LIMIT
 from bots.discord.options import DiscordOptions
 from bots.events import InboundEvent, ReplyTarget
@@ -76,7 +76,7 @@ class DiscordClient:
         """Shielded REST calls still running (reaped at stop)."""
         return list(self._inflight)
 
-    async def _rest(self, coro: Coroutine[Any, Any, T]) -> T:
+    async def _rest(self, coro: Coroutine[Any, Any, T], rank: int = SEND) -> T:
         """Run one discord.py REST call to completion even if our caller is cancelled.
 
         discord.py's per-route rate-limit bucket is not cancellation-safe: a request
@@ -96,7 +96,7 @@ class DiscordClient:
         try:
             # the global budget first, cancellably: a progress edit the final answer
             # replaced while it waited is dropped here, never sent after the answer
-            await client.pace.take()
+            await client.pace.take(rank)
         except BaseException:
             coro.close()
             raise
@@ -208,7 +208,7 @@ class DiscordClient:
                 # view=None: no components. GEODE's only ones are an approval request's
                 # buttons, and the edit of a request shows its outcome (no more clicks).
                 await self._rest(msg.edit(content=text, allowed_mentions=NO_MENTIONS,
-                                          view=None))
+                                          view=None), EDIT)
                 self._where_sent[message_id] = cid
                 return
             except _FAILURES as exc:
@@ -225,11 +225,11 @@ class DiscordClient:
         msg = client.get_partial_messageable(int(cid)).get_partial_message(int(message_id))
         try:
             if emoji:
-                await self._rest(msg.add_reaction(emoji))
+                await self._rest(msg.add_reaction(emoji), COSMETIC)
             elif client.user is not None:
                 for e in (self.opts.ack_emoji,):
                     if e:
-                        await self._rest(msg.remove_reaction(e, client.user))
+                        await self._rest(msg.remove_reaction(e, client.user), COSMETIC)
         except _FAILURES as exc:
             raise _map_error(exc, sending=False) from exc
 
@@ -237,7 +237,7 @@ class DiscordClient:
         client = self.link.http()
         try:
             cid, _ = await self._route(target, create=False)
-            await self._rest(client.http.send_typing(int(cid)))
+            await self._rest(client.http.send_typing(int(cid)), COSMETIC)
         except _FAILURES as exc:
             raise _map_error(exc, sending=False) from exc
 
