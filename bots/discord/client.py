@@ -225,11 +225,12 @@ class DiscordClient:
         msg = client.get_partial_messageable(int(cid)).get_partial_message(int(message_id))
         try:
             if emoji:
-                await self._rest(msg.add_reaction(emoji), COSMETIC)
+                # EDIT, not COSMETIC: the turn starts once its ack went
+                await self._rest(msg.add_reaction(emoji), EDIT)
             elif client.user is not None:
                 for e in (self.opts.ack_emoji,):
                     if e:
-                        await self._rest(msg.remove_reaction(e, client.user), COSMETIC)
+                        await self._rest(msg.remove_reaction(e, client.user), EDIT)
         except _FAILURES as exc:
             raise _map_error(exc, sending=False) from exc
 

@@ -29,14 +29,14 @@
   and a reply is three of them (the 👀 reaction, the progress message, the answer as its
   edit) plus "typing" every few seconds per running turn. When the budget is short, the
   cosmetic calls (``sendChatAction``, ``setMessageReaction``) take only what the others
-  leave: they wait while any other request waits for the budget or less than half of it
-  is left, and a "typing" that cannot go at once is dropped (it lasts 5 s and the next one
-  follows), so a burst of typing indicators never delays an answer, nor 50 chats' acks
-  their first words. A streamed draft (:meth:`TelegramClient.
-  stream_draft`) is cosmetic too: it is skipped, never queued, while the overall budget is
-  spent, and in a group while an answer waits for the group's budget or less than half of
-  that budget is left; the draft of the next text delta (the latest text) goes when a slot
-  is free again, and the final answer replaces whatever draft was shown last.
+  leave: they wait while any other request waits for the budget, and a "typing" that
+  cannot go at once, or only from the budget's last half, is dropped (it lasts 5 s and the
+  next one follows), so a burst of typing indicators never delays an answer. A streamed
+  draft (:meth:`TelegramClient.stream_draft`) is cosmetic too: it is skipped, never
+  queued, while the overall budget is spent, and in a group while an answer waits for the
+  group's budget or less than half of that budget is left; the draft of the next text
+  delta (the latest text) goes when a slot is free again, and the final answer replaces
+  whatever draft was shown last.
 * **The transport** (:class:`AiohttpRequest`): python-telegram-bot networking on aiohttp
   instead of httpx.
 
@@ -419,7 +419,7 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
                          if overall_max_rate > 0 else None)
         #: how long one request's share of the overall budget takes to come back
         self._slot_s = overall_time_period / overall_max_rate if overall_max_rate > 0 else 0.0
-        #: the part of the overall budget cosmetic calls leave to the others
+        #: the part of the overall budget "typing" leaves to the others
         self._reserve = overall_max_rate // 2
         #: requests other than cosmetic ones now waiting for the overall budget
         self._waiting = 0
@@ -499,9 +499,10 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
             finally:
                 self._waiting -= 1
             return True
-        # and never the budget's last half: 50 chats' acks at once would spend the whole
-        # burst, and their first words (due a moment later) would wait for it to refill
-        while self._waiting or not limiter.has_capacity(1 + self._reserve):
+        # "typing" never takes the budget's last half either. Not the ack: the turn starts
+        # once its ack went, so an ack held back under load would hold back the turn
+        reserve = self._reserve if endpoint == "sendChatAction" else 0.0
+        while self._waiting or not limiter.has_capacity(1 + reserve):
             if endpoint == "sendChatAction":
                 self.dropped_typing += 1
                 return False

@@ -1,7 +1,7 @@
 """GlobalPace, the bot's one budget of requests a second: while it is short, a new message
-goes before edits and edits before the cosmetic calls (the ack reaction, typing), which
-also leave half of it to the others; within a rank, first come first served (a stale
-draft edit queued before the final answer's goes first)."""
+goes before edits (and acks) and those before typing, which also leaves half of it to the
+others; within a rank, first come first served (a stale draft edit queued before the final
+answer's goes first)."""
 
 from __future__ import annotations
 
@@ -17,31 +17,32 @@ async def _take(pace: GlobalPace, order: list[str], tag: str, rank: int) -> None
     order.append(tag)
 
 
-async def test_a_new_message_goes_before_edits_and_acks_waiting_for_the_budget() -> None:
+async def test_a_new_message_goes_before_edits_and_typing_waiting_for_the_budget() -> None:
     pace = GlobalPace(PER_S)
     for _ in range(PER_S):
         await pace.take(SEND)  # the second's budget is spent
     order: list[str] = []
-    tasks = [asyncio.create_task(_take(pace, order, "ack", COSMETIC)),
+    tasks = [asyncio.create_task(_take(pace, order, "typing", COSMETIC)),
              asyncio.create_task(_take(pace, order, "draft edit", EDIT)),
              asyncio.create_task(_take(pace, order, "final edit", EDIT))]
     await asyncio.sleep(0.05)  # they wait, in that order
     tasks.append(asyncio.create_task(_take(pace, order, "first message", SEND)))
     await asyncio.wait_for(asyncio.gather(*tasks), 5)
-    assert order == ["first message", "draft edit", "final edit", "ack"]
+    assert order == ["first message", "draft edit", "final edit", "typing"]
 
 
-async def test_acks_leave_half_the_budget_to_the_first_messages() -> None:
+async def test_typing_leaves_half_the_budget_to_the_first_messages() -> None:
     pace = GlobalPace(PER_S)
     order: list[str] = []
-    acks = [asyncio.create_task(_take(pace, order, f"ack{i}", COSMETIC)) for i in range(PER_S)]
+    typing = [asyncio.create_task(_take(pace, order, f"typing{i}", COSMETIC))
+              for i in range(PER_S)]
     await asyncio.sleep(0.05)
-    assert order == [f"ack{i}" for i in range(PER_S // 2)]  # half went, the rest wait
+    assert order == [f"typing{i}" for i in range(PER_S // 2)]  # half went, the rest wait
     for i in range(PER_S // 2):  # the first messages take the other half at once
         await asyncio.wait_for(_take(pace, order, f"message{i}", SEND), 0.05)
-    await asyncio.wait_for(asyncio.gather(*acks), 5)
+    await asyncio.wait_for(asyncio.gather(*typing), 5)
     assert order[PER_S // 2:PER_S] == [f"message{i}" for i in range(PER_S // 2)]
-    assert order[PER_S:] == [f"ack{i}" for i in range(PER_S // 2, PER_S)]  # then the acks
+    assert order[PER_S:] == [f"typing{i}" for i in range(PER_S // 2, PER_S)]
 
 
 async def test_without_a_limit_nothing_waits() -> None:
