@@ -170,11 +170,8 @@ class ChatApprover:
         resumed = rec.requested_at != asked_at  # the row was there: asked before a restart
         posted: list[str] = []  # the request message once sent (before its row knows it)
         try:
-            if self.on_wait is not None:  # (from now: /status in the thread can be asked
-                # as soon as the request is seen, before it is filed)
-                self.on_wait(f"waiting for approval of {rec.tool} ({rec.short_id}) since "
-                             f"{_when(rec.requested_at)}")
             rec = await self._post(rec, diff, is_diff=is_diff, resumed=resumed, posted=posted)
+            self._waiting(rec)
             # (the executor's approval step lends the turn's lane slots out meanwhile)
             decided = await self._wait(rec)
             return _answer(decided)
@@ -268,6 +265,13 @@ class ChatApprover:
                 platform=ev.platform, workspace=ev.workspace, channel=self.target.channel,
                 message_ids=[message_id], thread_root=self.target.thread_root,
                 from_bot=True)
+        self._waiting(rec)  # filed: a reply to it reaches the thread, /status says so
+
+    def _waiting(self, rec: ApprovalRecord) -> None:
+        """The turn's ``/status`` line: what it waits for, since when."""
+        if self.on_wait is not None:
+            self.on_wait(f"waiting for approval of {rec.tool} ({rec.short_id}) since "
+                         f"{_when(rec.requested_at)}")
 
     async def _long_call(self, request: ApprovalRequest) -> tuple[str | None, bool]:
         """The whole call (white space marked) when the request message would have to cut
