@@ -21,6 +21,7 @@ from geode.platforms import on_reset
 
 __all__ = [
     "MASK",
+    "may_begin_secret",
     "redact",
     "redact_text",
     "redact_values",
@@ -96,6 +97,21 @@ def registered_secrets() -> frozenset[str]:
     with _lock:
         return frozenset(_secrets)
 
+
+#: what a key's characters include besides letters (every shape has one; ordinary words rarely)
+_KEYISH = frozenset("0123456789-_:=+")
+
+
+def may_begin_secret(word: str) -> bool:
+    """Whether ``word``, still being written (a streamed draft's last word), may grow into
+    a secret no mask matches yet: it ends with the start of a registered secret (3+
+    characters), or it is 4+ characters with a digit or one of ``-_:=+`` in it (the start
+    of every shape). A draft waits for the end of such a word (:mod:`bots.turn.stream`)."""
+    if len(word) >= 4 and not _KEYISH.isdisjoint(word):
+        return True
+    tail = word[-64:]
+    return any(secret.startswith(tail[i:]) for secret in registered_secrets()
+               for i in range(len(tail) - 2))
 
 #: Unicode format characters (category Cf) a secret can be split with and still look whole
 _FORMAT = re.compile(

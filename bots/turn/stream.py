@@ -18,6 +18,12 @@ own fence-aware splitter), and
 :class:`DraftPages` shows those pages: the progress message first, then one new message
 each time the draft outgrows the last, each recorded on the turn's outbox row before the
 draft goes on (so the final answer, and a turn recovered after a crash, edit every one).
+
+A draft is masked as the final answer is (:func:`geode.secret_redaction.redact_text`), and
+the word still being written waits for its end when it may be a secret's start, which no
+mask matches yet (:func:`geode.secret_redaction.may_begin_secret`: a registered secret's
+first characters, or a word with digits or ``-_:=+``), so no part of a secret is ever on
+screen before it is masked.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from geode.loop.events import (
     ToolResulted,
     VerifyFailed,
 )
+from geode.secret_redaction import may_begin_secret, redact_text
 
 __all__ = [
     "AnswerDraft",
@@ -134,7 +141,7 @@ class AnswerDraft:
         out with its outcome, which a stream could not add later) unless the model already
         wrote on after it. It only grows while the draft is not refused or retried."""
         parts: list[str] = []
-        blocks = [*self.blocks, *([("text", self.pending)] if self.pending.strip() else [])]
+        blocks = self._shown()
         for i, (kind, body) in enumerate(blocks):
             if kind == "run" and not any(k == "text" for k, _ in blocks[i + 1:]):
                 break
@@ -144,13 +151,26 @@ class AnswerDraft:
     def markdown(self) -> str:
         """The draft's body, each text block closed on its own."""
         parts: list[str] = []
-        bodies = [*self.blocks, *([("text", self.pending)] if self.pending.strip() else [])]
-        for kind, body in bodies:
+        for kind, body in self._shown():
             if kind == "text":
                 parts.append(closed_markdown(body.strip("\n")))
             else:
                 parts.append(_tool_markdown(body))
         return "\n\n".join(p for p in parts if p)
+
+    def _shown(self) -> list[tuple[str, str]]:
+        """The blocks as a draft may show them: text masked, and of the text still being
+        written only its whole words (module docstring)."""
+        shown = [(kind, redact_text(body)) if kind == "text" else (kind, body)
+                 for kind, body in self.blocks]
+        writing = self.pending
+        cut = max(writing.rfind(c) for c in " \n\t")
+        if may_begin_secret(writing[cut + 1:]):
+            writing = writing[:max(cut, 0)]
+        writing = redact_text(writing)
+        if writing.strip():
+            shown.append(("text", writing))
+        return shown
 
 
 def _tool_markdown(line: str) -> str:
