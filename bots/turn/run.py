@@ -67,10 +67,8 @@ log = structlog.get_logger(__name__)
 
 _T = TypeVar("_T")
 _MAX_LINES = 12
-#: a streamed answer's first words show this long after the model's first token when
-#: ``progress_after_s`` would come later (it counts from the turn's start, so alone it spends
-#: the whole wait on words already there); an answer complete within it is still the only
-#: message
+#: a streamed answer's first words show this long after they came if ``progress_after_s``
+#: (counted from the turn's start) is later; an answer complete sooner is the only message
 FIRST_WORDS_AFTER_S = 0.3
 
 
@@ -451,8 +449,7 @@ class ProgressReporter:
     :class:`~bots.turn.stream.AnswerStream` (paced edits across messages, a
     :class:`~bots.progress.DraftStreamer`'s preview, or the platform's native stream).
     ``progress_after_s``: the message is
-    sent only once the turn has run that long (a quicker answer is the only message), or
-    once a streamed answer's first words are :data:`FIRST_WORDS_AFTER_S` old if sooner.
+    sent once the turn ran that long or its streamed words :data:`FIRST_WORDS_AFTER_S`.
     """
 
     def __init__(
@@ -610,15 +607,6 @@ class ProgressReporter:
         await self.outbox.record_progress_message(self.row, mid)
         return mid
 
-    def _first_words(self, timer: asyncio.TimerHandle) -> None:
-        """The answer began to stream while the progress message waits for
-        ``progress_after_s``: it is sent :data:`FIRST_WORDS_AFTER_S` from now if that is
-        sooner (with the words so far)."""
-        loop = asyncio.get_running_loop()
-        if loop.time() + FIRST_WORDS_AFTER_S < timer.when():
-            timer.cancel()
-            self._send_timer = loop.call_later(FIRST_WORDS_AFTER_S, self._send_deferred)
-
     def _send_deferred(self) -> None:
         self._send_timer = None
         if not self._closed and self.message_id is None and self._send_task is None:
@@ -647,8 +635,11 @@ class ProgressReporter:
 
     async def on_event(self, event: LoopEvent) -> None:
         if self.answer is not None and self.answer.follow(event):
-            if self._send_timer is not None and self.answer.has_text:
-                self._first_words(self._send_timer)
+            loop, timer = asyncio.get_running_loop(), self._send_timer
+            if timer is not None and self.answer.has_text and (
+                    loop.time() + FIRST_WORDS_AFTER_S < timer.when()):  # the words are here
+                timer.cancel()
+                self._send_timer = loop.call_later(FIRST_WORDS_AFTER_S, self._send_deferred)
             self._touch()  # the answer being written: a text delta, a refused draft
             return
         match event:
