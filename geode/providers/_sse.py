@@ -11,6 +11,8 @@ retry policy sees the same :class:`~geode.errors.ModelError` either way.
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from geode.providers._clients import ClientCache
 
 __all__ = [
+    "MAX_EVENT_BYTES",
     "HTTPStatus",
     "LeanEndpoint",
     "malformed_error",
@@ -32,6 +35,16 @@ __all__ = [
 
 #: what a read of the stream raises for a broken event (its JSON, its shape)
 MALFORMED = (ValueError, AttributeError, TypeError, KeyError, IndexError)
+
+#: the most one server-sent event (a line without its newline, or an event's data lines
+#: without the blank line that ends it) may hold: past it the stream is malformed, read no
+#: further (an endpoint streaming one endless line would otherwise grow our memory without
+#: bound). The APIs' events are a few hundred bytes; a server tool's result a few hundred kB.
+MAX_EVENT_BYTES = 16 << 20
+
+#: the redirect statuses a lean call follows, and how many in a row (httpx's default)
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+MAX_REDIRECTS = 20
 
 
 class HTTPStatus(Exception):
@@ -68,10 +81,62 @@ class LeanEndpoint:
                                                  sock_read=timeout),
                    proxy=proxy, proxy_auth=auth)
 
-    def post(self, body: bytes) -> Any:
-        """``async with endpoint.post(body) as resp``: the POST of ``body`` (wire JSON)."""
-        return self.session().post(self.url, data=body, headers=self.headers,
-                            timeout=self.timeout, proxy=self.proxy, proxy_auth=self.proxy_auth)
+    @contextlib.asynccontextmanager
+    async def post(self, body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
+        """``async with endpoint.post(body) as resp``: the POST of ``body`` (wire JSON).
+
+        A redirect is followed as the SDKs' httpx clients follow it (at most
+        :data:`MAX_REDIRECTS`; 301/302/303 as a GET without the body, 307/308 as the same
+        POST), except that a redirect to another origin (scheme, host or port) leaves every
+        credential header behind: aiohttp drops only ``Authorization`` there, and httpx too,
+        so Anthropic's ``x-api-key`` went to whatever host the ``Location`` named."""
+        from yarl import URL
+
+        url, method = URL(self.url), "POST"
+        data: bytes | None = body
+        headers = dict(self.headers)
+        proxy, proxy_auth = self.proxy, self.proxy_auth
+        for _ in range(MAX_REDIRECTS + 1):
+            async with self.session().request(
+                    method, url, data=data, headers=headers, timeout=self.timeout,
+                    proxy=proxy, proxy_auth=proxy_auth, allow_redirects=False) as resp:
+                location = resp.headers.get("Location")
+                if resp.status not in _REDIRECTS or not location:
+                    yield resp
+                    return
+                target = url.join(URL(location))
+                if target.origin() != url.origin():
+                    headers = _without_credentials(headers)
+                    proxy, proxy_auth = _env_proxy(target)
+                if resp.status in (301, 302, 303):
+                    method, data = "GET", None
+                    headers = {k: v for k, v in headers.items()
+                               if k.lower() not in ("content-type", "content-length")}
+                url = target
+        raise ValueError(f"more than {MAX_REDIRECTS} redirects from {self.url}")
+
+
+def _without_credentials(headers: Mapping[str, str]) -> dict[str, str]:
+    """``headers`` without any that may carry a credential: named like one (``x-api-key``,
+    ``Authorization``, ``api-key``, a cookie) or holding a registered secret."""
+    from geode.secret_redaction import registered_secrets
+
+    secrets = registered_secrets()
+    return {k: v for k, v in headers.items()
+            if not _CREDENTIAL_HEADER.search(k) and not any(s in v for s in secrets)}
+
+
+_CREDENTIAL_HEADER = re.compile(r"(?i)(key|auth|token|secret|cookie|password|signature)")
+
+
+def _env_proxy(url: Any) -> tuple[str | None, aiohttp.BasicAuth | None]:
+    from aiohttp.helpers import get_env_proxy_for_url
+
+    try:
+        proxy, auth = get_env_proxy_for_url(url)
+    except LookupError:
+        return None, None
+    return str(proxy), auth
 
 
 def transport_error(provider: str, exc: BaseException) -> ModelError:
@@ -100,11 +165,14 @@ async def sse_events(content: aiohttp.StreamReader) -> AsyncIterator[tuple[str, 
     than line by line: aiohttp's ``readline`` costs a buffer search and a wake-up per line,
     two or three lines per token of a streamed answer."""
     lines: list[str] = []
+    size = 0  # of the event's data lines so far
     name = ""
     rest = b""
     async for piece in content.iter_any():
         buf = rest + piece if rest else piece
         *complete, rest = buf.split(b"\n")
+        if len(rest) > MAX_EVENT_BYTES:
+            raise ValueError(f"a server-sent event line outgrew {MAX_EVENT_BYTES} bytes")
         for raw in complete:
             line = raw.decode("utf-8")
             if line.endswith("\r"):
@@ -113,10 +181,14 @@ async def sse_events(content: aiohttp.StreamReader) -> AsyncIterator[tuple[str, 
                 if lines:
                     yield name, "\n".join(lines)
                     lines = []
+                    size = 0
                 name = ""
             elif line.startswith("data:"):
                 value = line[5:]
                 lines.append(value[1:] if value.startswith(" ") else value)
+                size += len(raw)
+                if size > MAX_EVENT_BYTES:
+                    raise ValueError(f"a server-sent event outgrew {MAX_EVENT_BYTES} bytes")
             elif line.startswith("event:"):
                 value = line[6:]
                 name = value[1:] if value.startswith(" ") else value
