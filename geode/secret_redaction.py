@@ -105,13 +105,23 @@ _KEYISH = frozenset("0123456789-_:=+")
 def may_begin_secret(word: str) -> bool:
     """Whether ``word``, still being written (a streamed draft's last word), may grow into
     a secret no mask matches yet: it ends with the start of a registered secret (3+
-    characters), or it is 4+ characters with a digit or one of ``-_:=+`` in it (the start
-    of every shape). A draft waits for the end of such a word (:mod:`bots.turn.stream`)."""
+    characters, or any of it from the word's start or after a punctuation mark), or it is
+    4+ characters with a digit or one of ``-_:=+`` in it (the start of every shape).
+    Invisible format characters are ignored, as the mask ignores them. A draft waits for
+    the end of such a word (:mod:`bots.turn.stream`)."""
+    if not word.isascii():
+        word = _FORMAT.sub("", word)
     if len(word) >= 4 and not _KEYISH.isdisjoint(word):
         return True
+    secrets = registered_secrets()
+    if not secrets:
+        return False
     tail = word[-64:]
-    return any(secret.startswith(tail[i:]) for secret in registered_secrets()
-               for i in range(len(tail) - 2))
+    # where a secret may start: 3+ characters from the end, or at the word's start or after
+    # a punctuation mark (a short word there is not held for any secret it ends like)
+    starts = [i for i in range(len(tail))
+              if i < len(tail) - 2 or i == 0 or not tail[i - 1].isalnum()]
+    return any(secret.startswith(tail[i:]) for secret in secrets for i in starts)
 
 #: Unicode format characters (category Cf) a secret can be split with and still look whole
 _FORMAT = re.compile(
