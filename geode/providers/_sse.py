@@ -144,7 +144,7 @@ def transport_error(provider: str, exc: BaseException) -> ModelError:
     if isinstance(exc, TimeoutError):
         return ModelError(f"{provider}: request timed out", kind="transient", provider=provider)
     return ModelError(
-        f"{provider}: connection failed or dropped ({type(exc).__name__}: {exc})"[:300],
+        _masked(f"{provider}: connection failed or dropped ({type(exc).__name__}: {exc})"),
         kind="transient", provider=provider)
 
 
@@ -152,8 +152,16 @@ def malformed_error(provider: str, exc: BaseException) -> ModelError:
     """A body or event that is not what the API sends (broken JSON, a wrong shape): the
     answer was cut or garbled on the way, transient as the SDK path classifies it."""
     return ModelError(
-        f"{provider}: malformed or interrupted response ({type(exc).__name__}: {exc})"[:300],
+        _masked(f"{provider}: malformed or interrupted response ({type(exc).__name__}: {exc})"),
         kind="transient", provider=provider)
+
+
+def _masked(text: str, limit: int = 300) -> str:
+    """``text`` masked, then cut to ``limit`` characters: cut first, a secret the cut fell
+    inside would no longer match its mask and its first characters would show."""
+    from geode.secret_redaction import redact_text
+
+    return redact_text(text)[:limit]
 
 
 async def sse_events(content: aiohttp.StreamReader) -> AsyncIterator[tuple[str, str]]:
