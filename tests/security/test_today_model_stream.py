@@ -344,7 +344,7 @@ def test_proxies_from_the_environment_are_honoured_and_no_proxy_bypasses(
 
 #: a registered key of no known shape (an OpenAI-compatible endpoint's, say): only its
 #: whole value is masked, so a cut that keeps its start must not come before the mask
-PLAIN_KEY = "plainKEYnoShape7Qx2Lm9Vb4Nc8Zr"
+PLAIN_KEY = "QqplainKEYnoShape7Qx2Lm9Vb4Nc8Zr"
 register_secret(PLAIN_KEY)
 
 
