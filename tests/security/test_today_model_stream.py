@@ -393,3 +393,29 @@ async def test_a_non_object_event_whose_key_the_80_character_cut_splits_shows_no
         err = await failure(provider)
     assert err.kind == "transient"
     assert PLAIN_KEY[:4] not in redact_text(str(err)), str(err)
+
+
+async def test_a_server_that_never_answers_its_headers_is_a_transient_timeout() -> None:
+    release = asyncio.Event()
+
+    async def silent(req: web.Request) -> web.StreamResponse:
+        await release.wait()
+        return web.Response(status=200)
+
+    async with serve(silent) as api, lean(api, timeout=0.5) as provider:
+        try:
+            err = await asyncio.wait_for(failure(provider), 10)
+        finally:
+            release.set()
+    assert err.kind == "transient" and "timed out" in str(err)
+
+
+@pytest.mark.parametrize("location", ["ftp://127.0.0.1/x", "file:///etc/passwd",
+                                      "http://[::1", "//"])
+async def test_a_redirect_to_a_strange_place_is_a_failure_not_a_crash(location: str) -> None:
+    async def redirect(req: web.Request) -> web.StreamResponse:
+        return web.Response(status=307, headers={"Location": location})
+
+    async with serve(redirect) as api, lean(api, timeout=2.0) as provider:
+        err = await asyncio.wait_for(failure(provider), 20)
+    assert isinstance(err, ModelError) and KEY not in str(err)
