@@ -21,6 +21,7 @@ from geode.platforms import on_reset
 
 __all__ = [
     "MASK",
+    "held_from",
     "may_begin_secret",
     "redact",
     "redact_text",
@@ -122,6 +123,39 @@ def may_begin_secret(word: str) -> bool:
     starts = [i for i in range(len(tail))
               if i < len(tail) - 2 or i == 0 or not tail[i - 1].isalnum()]
     return any(secret.startswith(tail[i:]) for secret in secrets for i in starts)
+
+#: a shape with white space inside (``Bearer <token>``): its first word, alone or followed by
+#: what may be the start of the token, at the end of the text still being written
+_SPACED_SHAPE_START = re.compile(r"(?i)\bbearer(?:\s+\S*)?\Z")
+
+
+def held_from(text: str) -> int:
+    """Where a streamed draft's text still being written must stop for now (``len(text)``:
+    all of it may show): at the last word when it may begin a secret
+    (:func:`may_begin_secret`), at a ``Bearer`` the token may follow, and at the start of
+    what may begin a registered secret with white space inside (a passphrase), each
+    measured from the end of the text, since the rest is still to come."""
+    word = max(text.rfind(c) for c in " \n\t") + 1
+    held = word if may_begin_secret(text[word:]) else len(text)
+    tail = text[-256:]
+    offset = len(text) - len(tail)
+    spaced = _SPACED_SHAPE_START.search(tail)
+    if spaced is not None:
+        held = min(held, offset + spaced.start())
+    for secret in registered_secrets():
+        if not any(c.isspace() for c in secret):
+            continue
+        window = text[-2 * len(secret):]  # (invisible characters may lengthen it)
+        base = len(text) - len(window)
+        for i in range(len(window)):
+            if i and window[i - 1].isalnum():
+                continue  # a secret starts a word, or follows a punctuation mark
+            part = _FORMAT.sub("", window[i:])
+            if part.strip() and secret.startswith(part):
+                held = min(held, base + i)
+                break
+    return held
+
 
 #: Unicode format characters (category Cf) a secret can be split with and still look whole
 _FORMAT = re.compile(

@@ -20,10 +20,10 @@ each time the draft outgrows the last, each recorded on the turn's outbox row be
 draft goes on (so the final answer, and a turn recovered after a crash, edit every one).
 
 A draft is masked as the final answer is (:func:`geode.secret_redaction.redact_text`), and
-the word still being written waits for its end when it may be a secret's start, which no
-mask matches yet (:func:`geode.secret_redaction.may_begin_secret`: a registered secret's
-first characters, or a word with digits or ``-_:=+``), so no part of a secret is ever on
-screen before it is masked.
+the text still being written stops where a secret no mask matches yet may begin
+(:func:`geode.secret_redaction.held_from`: a last word with digits or ``-_:=+`` or a
+registered secret's first characters, a ``Bearer`` and what follows it, a registered
+passphrase's first words), so no part of a secret is ever on screen before it is masked.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from geode.loop.events import (
     ToolResulted,
     VerifyFailed,
 )
-from geode.secret_redaction import may_begin_secret, redact_text
+from geode.secret_redaction import held_from, redact_text
 
 __all__ = [
     "AnswerDraft",
@@ -164,9 +164,9 @@ class AnswerDraft:
         shown = [(kind, redact_text(body)) if kind == "text" else (kind, body)
                  for kind, body in self.blocks]
         writing = self.pending
-        cut = max(writing.rfind(c) for c in " \n\t")
-        if may_begin_secret(writing[cut + 1:]):
-            writing = writing[:max(cut, 0)]
+        held = held_from(writing)
+        if held < len(writing):
+            writing = writing[:held].rstrip()
         writing = redact_text(writing)
         if writing.strip():
             shown.append(("text", writing))

@@ -9,8 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-import pytest
-
 from bots.turn.stream import AnswerDraft
 from geode.loop.events import ModelResponded, TextDelta, ToolProposed, ToolResulted
 from geode.secret_redaction import MASK, may_begin_secret, register_secret
@@ -120,11 +118,6 @@ def test_a_secret_across_a_tool_line_is_masked_in_each_part() -> None:
     assert draft.markdown().count(MASK) == 2
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bots/turn/stream.py AnswerDraft._shown holds back only the last word when it may "
-    "begin a secret; the Bearer shape needs the word before it ('Bearer'), so a token's "
-    "first 11 characters show while they are letters only (lead: pass the previous word "
-    "to may_begin_secret, or hold a word written after 'bearer')"))
 def test_a_bearer_token_of_letters_never_shows_its_first_characters() -> None:
     token = "abcdefghijkLMNOPQRSTuvwxyz0123456789"
     text = f"header: Authorization: Bearer {token} ok"
@@ -136,11 +129,6 @@ SPACED = "Qcorrect Qhorse Qbattery Qstaple"
 register_secret(SPACED)  # a passphrase from .env (a *PASSWORD* variable): spaces inside
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bots/turn/stream.py AnswerDraft._shown asks may_begin_secret about the last word "
-    "only: a registered secret with spaces inside (a passphrase) shows word by word, each "
-    "word once it ends, until the whole of it is written and masked (lead: ask about the "
-    "pending text's tail, e.g. the last 64 characters, not its last word)"))
 def test_a_registered_passphrase_with_spaces_never_shows_its_words() -> None:
     text = f"it is {SPACED} ok"
     for state in _states(text):
