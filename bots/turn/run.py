@@ -47,6 +47,7 @@ from geode.loop.events import (
     TurnStarted,
 )
 from geode.loop.termination import TerminationReason
+from geode.secret_redaction import redact_text
 from geode.store._retry import is_transient
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def friendly_failure(result: TurnResult) -> str:
     if result.termination.value == "cancelled":
         return "⏹ Stopped." + (f"\n\n{result.answer}" if result.answer else "")
     detail = (result.detail or "").strip().splitlines()
-    hint = f": {detail[0][:300]}" if detail else ""
+    hint = f": {redact_text(detail[0])[:300]}" if detail else ""  # masked, then cut
     body = result.answer
     return f"⚠️ I could not finish ({reason}{hint})." + (f"\n\n{body}" if body else "")
 

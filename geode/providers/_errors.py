@@ -29,6 +29,7 @@ import httpx
 
 from geode.errors import ModelError, ModelErrorKind
 from geode.providers.catalog import PROVIDERS
+from geode.secret_redaction import redact_text
 
 __all__ = [
     "classify_status",
@@ -121,14 +122,16 @@ def classify_status(status: int, text: str) -> ModelErrorKind:
 
 
 def _detail(body: object, fallback: str) -> str:
-    """The vendor's human message from an error body, else ``fallback``."""
+    """The vendor's human message from an error body, else ``fallback``: masked before it
+    is cut (a cut inside a secret no shape matches would keep its first characters)."""
+    text = fallback
     if isinstance(body, dict):
         err: Any = body.get("error", body)
         if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return str(err["message"])[:_MAX_DETAIL]
-        if isinstance(err, str):
-            return err[:_MAX_DETAIL]
-    return fallback[:_MAX_DETAIL]
+            text = str(err["message"])
+        elif isinstance(err, str):
+            text = err
+    return redact_text(text)[:_MAX_DETAIL]
 
 
 def _status_error(

@@ -359,12 +359,6 @@ def test_a_transport_or_malformed_error_masks_before_it_cuts(at: int) -> None:
         assert PLAIN_KEY[:4] not in str(err), str(err)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "geode/providers/_errors.py _detail (line ~128) cuts the vendor's message to 300 "
-    "characters before any mask runs; a registered key of no known shape that the cut "
-    "falls inside keeps its first characters in the ModelError text (logs, timeline, the "
-    "thread's 'I could not finish' line). Fix: redact_text(...) before the [:_MAX_DETAIL] "
-    "cut (and in friendly_failure's [:300] in bots/turn/run.py)"))
 async def test_an_error_event_whose_key_the_length_limit_cuts_shows_none_of_it() -> None:
     async def echoes(req: web.Request) -> web.StreamResponse:
         resp = await streaming(req)
@@ -419,3 +413,18 @@ async def test_a_redirect_to_a_strange_place_is_a_failure_not_a_crash(location: 
     async with serve(redirect) as api, lean(api, timeout=2.0) as provider:
         err = await asyncio.wait_for(failure(provider), 20)
     assert isinstance(err, ModelError) and KEY not in str(err)
+
+
+def test_the_thread_s_failure_line_masks_before_it_cuts() -> None:
+    """A turn's failure detail, cut to 300 characters for the thread's "I could not finish"
+    line: the cut falls inside a registered key of no known shape and none of it shows."""
+    from bots.turn.run import friendly_failure
+    from geode.loop import TurnResult
+    from geode.loop.termination import TerminationReason
+
+    key = "Qfailkey" + "x" * 40
+    register_secret(key)
+    result = TurnResult(session_id="s", turn_id="t", termination=TerminationReason.MODEL_ERROR,
+                        text="", rounds=1, detail="e" * 290 + key)
+    line = friendly_failure(result)
+    assert "Qfail" not in line and "could not finish" in line
