@@ -38,6 +38,7 @@ from geode.providers._sse import (
     transport_error,
 )
 from geode.providers.base import INVALID_ARGUMENTS_KEY, BaseProvider, ModelRequest
+from geode.secret_redaction import redact_text
 
 if TYPE_CHECKING:
     from geode.providers._clients import ClientCache
@@ -183,7 +184,8 @@ class AnthropicProvider(BaseProvider):
                                                          provider=self.name)
                     event = json.loads(data)
                     if not isinstance(event, dict):
-                        raise ValueError(f"a stream event is not an object: {data[:80]!r}")
+                        raise ValueError(  # masked, then cut
+                            f"a stream event is not an object: {redact_text(data)[:80]!r}")
                     event_type = event.get("type")
                     if event_type == "error":  # an error event whose name a proxy lost
                         raise map_anthropic_stream_error(data, headers=resp.headers,

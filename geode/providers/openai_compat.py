@@ -42,6 +42,7 @@ from geode.providers._sse import (
     transport_error,
 )
 from geode.providers.base import INVALID_ARGUMENTS_KEY, BaseProvider, ModelRequest
+from geode.secret_redaction import redact_text
 
 if TYPE_CHECKING:
     from geode.providers._clients import ClientCache
@@ -243,7 +244,8 @@ class OpenAICompatProvider(BaseProvider):
                         break
                     chunk = json.loads(data)
                     if not isinstance(chunk, dict):
-                        raise ValueError(f"a stream chunk is not an object: {data[:80]!r}")
+                        raise ValueError(  # masked, then cut
+                            f"a stream chunk is not an object: {redact_text(data)[:80]!r}")
                     if chunk.get("error"):
                         raise map_openai_stream_error(chunk["error"], provider=self.name)
                     for event in acc.feed_json(chunk):
