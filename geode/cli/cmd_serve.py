@@ -101,6 +101,7 @@ def _serve(*, demo: bool, cwd: Path | None, drain_timeout: float,
                 daemon.add_connector(connector)
 
     async def main() -> None:
+        daemon.take_signals()  # a SIGTERM while it starts is a graceful stop, too
         await daemon.start()
         for line in describe(daemon):
             typer.echo(line, err=True)

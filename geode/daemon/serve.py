@@ -157,6 +157,8 @@ class Daemon:
         self.draining = False
         self._lock = HomeLock(home=settings.home, socket_path=self.socket_path)
         self._stop: asyncio.Event | None = None
+        #: a stop asked for before :meth:`start` made ``_stop`` (a signal during start)
+        self._stop_early = False
         self._active: dict[asyncio.Task[Any], Session | None] = {}
         self._started = False
         #: the daemon's own long-running tasks (the scheduler); connectors have theirs
@@ -207,6 +209,8 @@ class Daemon:
     async def start(self) -> None:
         """Take the home lock, open the store (migrating it), then open every intake."""
         self._stop = asyncio.Event()
+        if self._stop_early:  # SIGTERM came while it started: it stops once started
+            self._stop.set()
         self._lock.acquire()
         self._started = True
         try:
@@ -264,16 +268,26 @@ class Daemon:
                  health_port=self.health.port if self.health else None)
 
     def request_stop(self) -> None:
-        """Begin a graceful shutdown (the SIGTERM/SIGINT handler)."""
+        """Begin a graceful shutdown (the SIGTERM/SIGINT handler; before or during
+        :meth:`start` too: the daemon then stops as soon as it has started)."""
         if self._stop is not None:
             self._stop.set()
+        else:
+            self._stop_early = True
+
+    def take_signals(self) -> None:
+        """From now on SIGTERM / SIGINT begin a graceful shutdown (``geode serve`` calls it
+        before :meth:`start`, so a signal while it starts is not the default, abrupt exit;
+        :meth:`serve_forever` removes the handlers when it ends)."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
 
     async def serve_forever(self) -> None:
         """Run until SIGTERM/SIGINT (or :meth:`request_stop`), then shut down gracefully."""
         assert self._stop is not None, "call start() first"
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
+        self.take_signals()
         try:
             await self._stop.wait()
         finally:
