@@ -43,15 +43,19 @@ def test_soak_loses_nothing_and_leaks_no_fds(tmp_path: Path) -> None:
     assert audit["turn_done_lines"] == 300, audit  # serve's default INFO line, one a turn
     assert audit["errors_in_log"] == 0, audit
     # resources: every thread has run (warm-up: first quarter); afterwards no fd that is
-    # not a socket is opened for good, and the socket peak (keep-alive pools to the fakes
-    # come and go with the load) does not climb from the first half to the second
+    # not a socket is opened for good. Sockets are the keep-alive pools to the fakes: each
+    # pool keeps the most connections that were ever in flight at once, so its count is a
+    # high-water mark of concurrency and may still rise by a few when the 20 threads'
+    # requests happen to line up later (CI saw 54 -> 60). A leak of a socket a turn adds
+    # one for each of the second half's ~150 turns; one a thread and round, 20 per round.
+    # So the peak may climb by less than a connection per thread, never by one per turn.
     assert len(samples) == 7
     warm = [s for s in samples if s["turns"] >= 0.25 * 300]
     files = [s["fds"] - s["sockets"] for s in warm]
     assert max(files) - files[0] <= 2, samples
     half = len(warm) // 2
     assert (max(s["fds"] for s in warm[half:])
-            <= max(s["fds"] for s in warm[:half]) + 5), samples
+            < max(s["fds"] for s in warm[:half]) + 20), samples
     assert report["analysis"]["file_fd_growth"] <= 2
     assert "turns across 20 threads" in proc.stdout and "fds" in proc.stdout
 
