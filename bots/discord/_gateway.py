@@ -112,8 +112,8 @@ def _throttle_bucket_sweeps(http: Any, *, every_s: float = BUCKET_SWEEP_EVERY_S)
     http._try_clear_expired_ratelimits = throttled
 
 
-#: :meth:`GlobalPace.take` ranks: a new message (or any other request) first, then edits
-#: (and the ack reaction: the turn starts once it went), then typing
+#: :meth:`GlobalPace.take` ranks: a new message (or any other request) first, then edits,
+#: then typing and the ack reaction (the turn runs beside it, never waiting for it)
 SEND, EDIT, COSMETIC = 0, 1, 2
 
 
@@ -126,8 +126,8 @@ class GlobalPace:
     by the headers of its answers, but learns of the global limit only from a 429 (and then
     holds every request), so many channels streaming edits at once would meet it. Ranks:
     while the budget is short, a thread's first message does not queue behind the edits of
-    threads already streaming nor behind 50 chats' acks; "typing" also leaves half the
-    budget to the others."""
+    threads already streaming nor behind 50 chats' acks; typing and acks also leave half
+    the budget to the others."""
 
     def __init__(self, per_s: float) -> None:
         self.per_s = per_s

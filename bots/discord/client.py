@@ -225,8 +225,8 @@ class DiscordClient:
         msg = client.get_partial_messageable(int(cid)).get_partial_message(int(message_id))
         try:
             if emoji:
-                # EDIT, not COSMETIC: the turn starts once its ack went
-                await self._rest(msg.add_reaction(emoji), EDIT)
+                # last, leaving half the budget: the turn runs beside it, not after it
+                await self._rest(msg.add_reaction(emoji), COSMETIC)
             elif client.user is not None:
                 for e in (self.opts.ack_emoji,):
                     if e:

@@ -29,9 +29,11 @@
   and a reply is three of them (the 👀 reaction, the progress message, the answer as its
   edit) plus "typing" every few seconds per running turn. When the budget is short, the
   cosmetic calls (``sendChatAction``, ``setMessageReaction``) take only what the others
-  leave: they wait while any other request waits for the budget, and a "typing" that
-  cannot go at once, or only from the budget's last half, is dropped (it lasts 5 s and the
-  next one follows), so a burst of typing indicators never delays an answer. A streamed
+  leave: they wait while any other request waits for the budget and never take its last
+  half. A "typing" that cannot go at once is dropped (it lasts 5 s and the next one
+  follows); the 👀 ack waits (the turn runs beside it, never waiting for it), so 50 chats'
+  acks leave half the budget to their first words and the words go before the rest of the
+  acks. A burst of indicators never delays an answer. A streamed
   draft (:meth:`TelegramClient.stream_draft`) is cosmetic too: it is skipped, never
   queued, while the overall budget is spent, and in a group while an answer waits for the
   group's budget or less than half of that budget is left; the draft of the next text
@@ -419,7 +421,7 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
                          if overall_max_rate > 0 else None)
         #: how long one request's share of the overall budget takes to come back
         self._slot_s = overall_time_period / overall_max_rate if overall_max_rate > 0 else 0.0
-        #: the part of the overall budget "typing" leaves to the others
+        #: the part of the overall budget the cosmetic calls leave to the others
         self._reserve = overall_max_rate // 2
         #: requests other than cosmetic ones now waiting for the overall budget
         self._waiting = 0
@@ -499,10 +501,8 @@ class PerChatRateLimiter(BaseRateLimiter[int]):
             finally:
                 self._waiting -= 1
             return True
-        # "typing" never takes the budget's last half either. Not the ack: the turn starts
-        # once its ack went, so an ack held back under load would hold back the turn
-        reserve = self._reserve if endpoint == "sendChatAction" else 0.0
-        while self._waiting or not limiter.has_capacity(1 + reserve):
+        # nor the budget's last half (see the module: the ack waits, "typing" is dropped)
+        while self._waiting or not limiter.has_capacity(1 + self._reserve):
             if endpoint == "sendChatAction":
                 self.dropped_typing += 1
                 return False

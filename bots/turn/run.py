@@ -418,6 +418,8 @@ async def on_display(
 
 # -- progress in the thread -----------------------------------------------------------------------
 
+_ACKS: set[asyncio.Future[None]] = set()
+
 class ProgressReporter:
     """One turn's progress indicators: ack reaction, typing, one progress message edited as
     tools run.
@@ -427,9 +429,9 @@ class ProgressReporter:
     entry, in one transaction that commits with the turn's next write:
     :meth:`Outbox.record_progress_message`): it is both the user's "working on it" and the
     handle the final answer is delivered through (see :mod:`bots.turn.deliver`). The ack
-    reaction goes out alongside it. Typing starts only once the turn has run
-    ``typing_delay_s`` (a quick answer needs no "typing…" under a progress message that
-    already says so), then repeats every ``typing_interval_s``. Edits are throttled to
+    goes out beside the turn, never waited for (paced last: under load, first words go
+    before other threads' acks). Typing starts once the turn ran ``typing_delay_s`` (a
+    quick answer needs no "typing…"), then repeats every ``typing_interval_s``. Edits wait
     ``edit_interval_s`` (Telegram allows roughly one edit per second per chat); the last
     state always lands, unless the final answer replaces it first. A failing indicator
     never fails the turn.
@@ -460,9 +462,8 @@ class ProgressReporter:
         heartbeat_interval_s: float = 15.0, recovered: bool = False, stream: bool = False,
         progress_after_s: float = 0.0,
     ) -> None:
-        """``recovered``: the turn was accepted by a process that stopped before it ended
-        (a restart or a takeover recovers it): its placeholder, if one was sent, is reused
-        and says that the turn resumed."""
+        """``recovered``: accepted by a process that stopped before the turn ended (restart,
+        takeover): its placeholder, if one was sent, is reused and says the turn resumed."""
         self.client = client
         self.outbox = outbox
         self.row = row
@@ -476,8 +477,7 @@ class ProgressReporter:
         self.message_id: str | None = row.progress_message_id
         self.recovered = recovered
         self.lines: list[str] = []
-        #: "waiting for the model (42 s, attempt 2/4)" while a model call is silent
-        self.waiting: str | None = None
+        self.waiting: str | None = None  # "waiting for the model (42 s, attempt 2/4)"
         self.heartbeat_interval_s = heartbeat_interval_s
         #: requests ahead while the turn waits for a lane (None: not queued)
         self.queued_ahead: int | None = None
@@ -508,7 +508,7 @@ class ProgressReporter:
         self._send_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Ack and progress message (recorded) together; then typing (after
+        """Ack (beside) and progress message (recorded); then typing (after
         ``typing_delay_s``), the heartbeat and the edits as the turn goes.
 
         Timers, not waiting tasks: a task is started only for work that is due (an edit,
@@ -518,6 +518,11 @@ class ProgressReporter:
             # The intent was recorded but no id: the send's outcome is unknown.
             self.message_id = await self._find_lost()
         kept = self.message_id  # sent before the crash (recorded, or found again)
+        if self.ack_emoji:  # beside the turn, never awaited: see the class's docstring
+            ack = asyncio.ensure_future(self._quiet(self.client.react(
+                self.target, self.inbound_message_id, self.ack_emoji)))
+            _ACKS.add(ack)  # held until it went (a turn may end first)
+            ack.add_done_callback(_ACKS.discard)
         defer = self.message_id is None and not self.recovered and self.progress_after_s > 0
         send = (asyncio.ensure_future(self._send_progress())
                 if self.message_id is None and not defer else None)
@@ -526,9 +531,6 @@ class ProgressReporter:
             self._send_timer = asyncio.get_running_loop().call_later(
                 self.progress_after_s, self._send_deferred)
         try:
-            if self.ack_emoji:  # first, as it went first when both were gathered
-                await self._quiet(self.client.react(self.target, self.inbound_message_id,
-                                                    self.ack_emoji))
             if send is not None:
                 await send
         except BaseException:
@@ -784,7 +786,6 @@ class ProgressReporter:
             log.debug("progress.indicator_failed", error=str(exc))
         except Exception:
             log.debug("progress.indicator_failed", exc_info=True)
-
 
 
 def _duration(seconds: int) -> str:

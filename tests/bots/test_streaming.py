@@ -116,11 +116,13 @@ async def test_fifty_streaming_threads_get_no_429() -> None:
     from pathlib import Path
 
     home = Path(tempfile.mkdtemp(prefix="gb-", dir="/tmp"))
-    # the fake refuses more than 30 shown messages a second, like the Bot API's flood control
+    # the fake refuses more than 30 shown messages a second, like the Bot API's flood control.
+    # The answers take ~5 s: the 50 progress messages and 50 answers alone spend 5 s of the
+    # 20-a-second budget, and drafts go only with what the answers leave
     async with FakeTelegramServer(token=TOKEN, bot_username="geode_bot",
                                   flood_per_s=30) as fake:
         stack = Stack(home=home, fake=fake, provider=_Streaming("word " * 12, piece=10,
-                                                                every_s=0.05),
+                                                                every_s=0.8),
                       bindings=[binding()], store_url=store_url_for(home), options={
                           "stream": True, "progress_after_ms": 0,
                           "progress_edit_interval_s": 0.2, "rate_overall_per_s": 20})

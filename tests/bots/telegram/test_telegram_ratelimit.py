@@ -43,17 +43,23 @@ async def test_an_answer_waiting_for_budget_goes_before_queued_reactions() -> No
     assert sorted(sent[1:]) == ["react0", "react1", "react2"]
 
 
-async def test_typing_leaves_half_the_budget_and_reactions_take_what_is_free() -> None:
-    """At 50 chats, typing must not spend the budget the first words need; an ack is not
-    held back (the turn starts once its ack went)."""
+async def test_typing_and_acks_leave_half_the_budget_to_the_first_words() -> None:
+    """At 50 chats, neither typing nor the acks spend the budget the first words need:
+    typing is dropped, an ack waits (its turn runs beside it) until more than half the
+    budget is free again, and the first words that come meanwhile go before it."""
     limiter, sent = _limiter()
     for i in range(RATE // 2):
         await _call(limiter, sent, "sendMessage", f"answer{i}")
     sent.clear()
     assert await _call(limiter, sent, "sendChatAction", "typing") is True
     assert sent == [] and limiter.dropped_typing == 1  # half left: typing is dropped
-    await asyncio.wait_for(_call(limiter, sent, "setMessageReaction", "ack"), 0.05)
-    assert sent == ["ack"]  # the ack takes a free slot at once
+    ack = asyncio.create_task(_call(limiter, sent, "setMessageReaction", "ack"))
+    await asyncio.sleep(0.02)
+    assert sent == []  # the ack waits for the budget's first half, never dropped
+    await asyncio.wait_for(_call(limiter, sent, "sendMessage", "first words"), 0.05)
+    assert sent == ["first words"]  # from the half the ack leaves, at once
+    await asyncio.wait_for(ack, 2)
+    assert sent == ["first words", "ack"] and limiter.dropped_typing == 1
 
 
 async def test_typing_is_dropped_while_the_budget_is_short_and_sent_when_it_is_not() -> None:
