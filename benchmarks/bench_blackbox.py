@@ -109,6 +109,8 @@ class PlatformSpec:
     user: Any
     #: Telegram pacing is a Telegram setting: other platforms run one GEODE side
     has_pacing: bool
+    #: more lines of the channel's section (``--discord-reply inline``)
+    options: str = ""
 
     def chats(self, n: int, fake: dict[str, Any]) -> list[Any]:
         """The chats of ``n`` users' conversations. Discord: the fake's one channel, where
@@ -128,7 +130,7 @@ class PlatformSpec:
         threads = f"max_concurrent_threads = {max(lanes, 64)}\n"
         if self.name == "discord":
             return (f'[channels.discord]\napi_base = "{fake["api_base"]}"\n'
-                    f'gateway_url = "{fake["gateway_url"]}"\n' + threads)
+                    f'gateway_url = "{fake["gateway_url"]}"\n' + threads + self.options)
         if self.name == "slack":
             return (f'[channels.slack]\nbase_url = "{fake["base_url"]}"\nmode = "socket"\n'
                     + threads)
@@ -535,6 +537,8 @@ async def run_stream(args: argparse.Namespace) -> list[StreamRow]:
             if spec.name == "discord" and args.discord_channels == "per-chat":
                 spec = dataclasses.replace(spec, fake_config={**spec.fake_config,
                                                               "channels": args.chats})
+            if spec.name == "discord" and args.discord_reply == "inline":
+                spec = dataclasses.replace(spec, options='reply_mode = "inline"\n')
             for side in args.sides:
                 if side == "geode-paced" and not spec.has_pacing:
                     continue
@@ -783,6 +787,10 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="the streaming load's light row too (10 chats for --duration s)")
     p.add_argument("--stream-seq", type=int, default=3,
                    help="messages of the streaming load's one chat")
+    p.add_argument("--discord-reply", choices=("thread", "inline"), default="thread",
+                   help="the streaming load's Discord replies: in a thread opened on each "
+                        "mention (the default, a request more before the first words) or "
+                        "in place")
     p.add_argument("--discord-channels", choices=("per-chat", "one"), default="per-chat",
                    help="the streaming load's Discord chats: a channel each (as users' chats "
                         "are), or all in one channel (its one rate bucket)")

@@ -68,3 +68,33 @@ async def test_an_answer_streamed_whole_within_the_delay_is_the_only_message(
     await settled(stack)
     assert [c.method for c in fake.calls if c.method in _SHOWN] == [
         "setMessageReaction", "sendMessage"]
+
+
+async def test_a_held_back_ack_holds_back_neither_the_turn_nor_its_answer(
+        make_stack: Any, fake: FakeTelegramServer) -> None:
+    """The 👀 reaction goes beside the turn: Telegram holding it (a budget spent by other
+    chats, a slow answer) delays neither the model call nor the answer, and the ack still
+    lands once it is let through."""
+    release, reacted = asyncio.Event(), asyncio.Event()
+    real = fake._set_message_reaction
+
+    async def held(params: Any) -> bool:
+        await release.wait()
+        try:
+            return await real(params)
+        finally:
+            reacted.set()
+
+    fake._set_message_reaction = held  # type: ignore[method-assign]
+    stack: Stack = make_stack(provider=_Paced(["an ", "answer"], every_s=0.01), options={
+        "stream": True, "progress_after_ms": 60_000})
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot hello", from_user=42)
+    await fake.wait_until(lambda: finals(fake, "an answer"), within=10)
+    assert not reacted.is_set()  # the answer came while the ack was still held
+    release.set()
+    await asyncio.wait_for(reacted.wait(), 10)
+    await settled(stack)
+    assert [c.method for c in fake.calls if c.method in _SHOWN] == [
+        "setMessageReaction", "sendMessage"]  # asked first; one message, the answer
+    assert [m.plain_text for m in fake.messages_in(CHAT, from_bot=True)] == ["an answer"]

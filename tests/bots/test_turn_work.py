@@ -159,8 +159,8 @@ async def test_the_binding_folder_is_made_once_and_again_after_it_was_removed(
 async def test_a_quick_reply_starts_few_tasks_of_the_layer_and_the_loop(
         make_stack: Any, fake: Any) -> None:
     """Pins the asyncio tasks of one quick reply (a count, never a time): the thread's
-    worker, the progress message's send beside the ack, the turn (``/stop`` cancels it) and
-    the loop's drive. Indicators, lanes, notices and observers start none until they have
+    worker, the 👀 ack and the progress message's send (each beside the turn, which waits
+    for neither), the turn (``/stop`` cancels it) and the loop's drive. Indicators, lanes, notices and observers start none until they have
     work. Not counted: the store's group commit (its own pins) and the HTTP client's and the
     fake server's tasks."""
     from tests.daemon.test_turn_tasks import tasks_made
@@ -176,5 +176,6 @@ async def test_a_quick_reply_starts_few_tasks_of_the_layer_and_the_loop(
         await settled(stack)
     ours = sorted(m for m in made if m not in (
         "_GroupCommit._drain", "ClientRequest.write_bytes", "RequestHandler._handle_request"))
-    assert ours == ["AgenticLoop._drive", "ProgressReporter._send_progress",
-                    "ThreadOrderedProcessor._work", "on_display"]
+    assert ours == ["AgenticLoop._drive", "ProgressReporter._quiet",
+                    "ProgressReporter._send_progress", "ThreadOrderedProcessor._work",
+                    "on_display"]
