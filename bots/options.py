@@ -41,6 +41,8 @@ class LayerOptions(BaseModel):
     #: message (the ack reaction still goes out at once); 0 sends it at once. A streaming
     #: turn shows its first words 0.3 s after the model's first token, if that is sooner
     progress_after_ms: int = Field(default=1000, ge=0)
+    #: reaction on a message GEODE starts working on (unset: none); it goes beside the
+    #: turn, which never waits for it, and under load after the answers' own calls
     ack_emoji: str | None = "👀"
     #: events older than this when first seen (downtime backlog) are not answered
     catch_up_max_age_s: float = 24 * 3600
