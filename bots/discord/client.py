@@ -69,6 +69,8 @@ class DiscordClient:
         self._render = render
         self._inflight: set[asyncio.Future[Any]] = set()
         self._threads: set[str] = set()  # roots whose thread exists
+        #: root -> its thread's creation under way (the ack's and the first send's: one request)
+        self._opening: dict[str, asyncio.Future[bool]] = {}
         self._inline: set[str] = set()  # roots answered in place (threads refused)
         self._where_sent: dict[str, str] = {}  # message id -> channel it was posted in
 
@@ -112,9 +114,18 @@ class DiscordClient:
     # -- where a reply goes ----------------------------------------------------------------
 
     async def _ensure_thread(self, parent: str, root: str, title: str) -> bool:
-        """Open the thread on ``root`` (idempotent); False when threads are refused here."""
+        """Open the thread on ``root`` (idempotent: callers at once share one request);
+        False when threads are refused here."""
         if root in self._threads:
             return True
+        opening = self._opening.get(root)
+        if opening is None:
+            opening = self._opening[root] = asyncio.ensure_future(
+                self._open_thread(parent, root, title))
+            opening.add_done_callback(lambda _done: self._opening.pop(root, None))
+        return await asyncio.shield(opening)  # a caller cancelled leaves it to the others
+
+    async def _open_thread(self, parent: str, root: str, title: str) -> bool:
         client = self.link.http()
         try:
             await self._rest(client.http.start_thread_with_message(
@@ -145,7 +156,8 @@ class DiscordClient:
         root = target.thread_root
         if (ex.get("start_thread") and self.opts.reply_mode == "thread"
                 and root not in self._inline):
-            if root in self._threads:
+            opening = self._opening.get(root)  # typing waits for the thread under way
+            if root in self._threads or (opening is not None and await asyncio.shield(opening)):
                 return root, None
             if create and await self._ensure_thread(target.channel, root,
                                                     str(ex.get("title") or "")):
@@ -225,7 +237,8 @@ class DiscordClient:
         msg = client.get_partial_messageable(int(cid)).get_partial_message(int(message_id))
         try:
             if emoji:
-                # last, leaving half the budget: the turn runs beside it, not after it
+                await self._open_early(target)
+                # last, leaving most of the budget: the turn runs beside it, not after it
                 await self._rest(msg.add_reaction(emoji), COSMETIC)
             elif client.user is not None:
                 for e in (self.opts.ack_emoji,):
@@ -233,6 +246,16 @@ class DiscordClient:
                         await self._rest(msg.remove_reaction(e, client.user), EDIT)
         except _FAILURES as exc:
             raise _map_error(exc, sending=False) from exc
+
+    async def _open_early(self, target: ReplyTarget) -> None:
+        """The ack (a turn starting) opens its reply's thread at once, at a new message's
+        rank: the thread would be opened by the first words' send otherwise, so at 50 chats
+        at once the first words would wait for 50 threads' requests made only then. A
+        failure is left to that send, which tries again."""
+        try:
+            await self._route(target, create=True)
+        except (*_FAILURES, DeliveryError) as exc:
+            log.info("discord.thread_open_failed", error=str(exc))
 
     async def typing(self, target: ReplyTarget) -> None:
         client = self.link.http()

@@ -32,12 +32,48 @@ async def test_bound_allowed_mention_gets_one_reply_in_a_new_thread(make_dstack,
     assert texts_in(dfake, dfake.channel_id) == []
     assert visible_everywhere(dfake, "answer to: what is up?") == 1
     assert len(stack.provider.calls) == 1
-    # ack reaction on the user's message, typing in the thread
+    # ack reaction on the user's message; typing, if the answer left time for it, in the
+    # thread (a slower answer's typing: test_the_ack_opens_the_thread_while_the_model_thinks)
     assert (dfake.channel_id, mid, "👀") in dfake.reactions
-    assert mid in dfake.typing
+    assert set(dfake.typing) <= {mid}
     assert await stack.store.sessions.exists(sid(dfake, mid))
     # the bot never pings anybody with what the model wrote
     assert all(s.content.count("@everyone") == 0 for s in dfake.sent)
+
+
+async def test_the_ack_opens_the_thread_while_the_model_thinks_with_one_request(make_dstack, dfake):  # noqa: F811 (fixtures)
+    """A turn starting (its ack) opens the reply's thread at once: the first words then need
+    one request, not two (at 50 chats at once, the 50 threads' requests no longer wait for the
+    first words). The progress message sent at the same moment shares that one request."""
+    thinking = asyncio.Event()
+
+    class _Slow(ScriptedProvider):
+        async def complete(self, request):  # type: ignore[no-untyped-def]
+            await thinking.wait()
+            return await super().complete(request)
+
+    stack = make_dstack(provider=_Slow([lambda r: "later"], repeat_last=True),
+                        options={"progress_after_ms": 60_000})
+    await stack.start()
+    mid = await dfake.user_says(dfake.channel_id, "take your time", mention_bot=True)
+    await dfake.wait_for(lambda: dfake.threads_created, timeout=10)
+    assert [t["id"] for t in dfake.threads_created] == [str(mid)]  # the model still thinks
+    assert dfake.sent == []  # no progress message yet (the answer may be quick)
+    await dfake.wait_for(lambda: mid in dfake.typing, timeout=10)  # typing in the thread
+    assert (dfake.channel_id, mid, "👀") in dfake.reactions and set(dfake.typing) == {mid}
+    thinking.set()
+    await wait_shown(dfake, "later")
+    assert texts_in(dfake, mid) == ["later"]  # in the thread opened early
+
+
+async def test_the_ack_and_the_first_message_open_the_thread_with_one_request(make_dstack, dfake):  # noqa: F811 (fixtures)
+    stack = make_dstack()  # progress_after_ms 0: the progress message goes beside the ack
+    await stack.start()
+    mid = await dfake.user_says(dfake.channel_id, "and now?", mention_bot=True)
+    await wait_shown(dfake, "answer to: and now?")
+    opened = [r for r in dfake.requests if r[0] == "POST" and r[1].endswith("/threads")]
+    assert len(opened) == 1 and [t["id"] for t in dfake.threads_created] == [str(mid)]
+    assert texts_in(dfake, mid) == ["answer to: and now?"]
 
 
 async def test_unbound_unknown_and_unaddressed_never_reach_the_model(make_dstack, dfake):  # noqa: F811 (fixtures)
