@@ -146,6 +146,17 @@ class DiscordClient:
         self.link.parents[root] = parent
         return True
 
+    async def _opened(self, root: str) -> bool:
+        """Whether the thread under way on ``root`` (if any) opened: a "typing" waits for
+        it; a failure is the opener's to report (the caller goes on as if none were)."""
+        opening = self._opening.get(root)
+        if opening is None:
+            return False
+        try:
+            return await asyncio.shield(opening)
+        except _FAILURES:
+            return False
+
     async def _route(self, target: ReplyTarget, *, create: bool) -> tuple[str, str | None]:
         """(channel to post in, message to reference) for a target."""
         ex = target.extra
@@ -156,8 +167,7 @@ class DiscordClient:
         root = target.thread_root
         if (ex.get("start_thread") and self.opts.reply_mode == "thread"
                 and root not in self._inline):
-            opening = self._opening.get(root)  # typing waits for the thread under way
-            if root in self._threads or (opening is not None and await asyncio.shield(opening)):
+            if root in self._threads or await self._opened(root):
                 return root, None
             if create and await self._ensure_thread(target.channel, root,
                                                     str(ex.get("title") or "")):

@@ -160,9 +160,9 @@ async def test_a_quick_reply_starts_few_tasks_of_the_layer_and_the_loop(
         make_stack: Any, fake: Any) -> None:
     """Pins the asyncio tasks of one quick reply (a count, never a time): the thread's
     worker, the 👀 ack and the progress message's send (each beside the turn, which waits
-    for neither), the turn (``/stop`` cancels it) and the loop's drive. Indicators, lanes, notices and observers start none until they have
-    work. Not counted: the store's group commit (its own pins) and the HTTP client's and the
-    fake server's tasks."""
+    for neither), the turn (``/stop`` cancels it) and the loop's drive. Indicators, lanes,
+    notices and observers start none until they have work. Not counted: the store's group
+    commit (its own pins) and the HTTP client's and the fake server's tasks."""
     from tests.daemon.test_turn_tasks import tasks_made
 
     stack = make_stack(options={"typing_delay_s": 1.0})

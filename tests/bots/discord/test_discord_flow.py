@@ -167,3 +167,19 @@ async def test_inline_reply_mode_option(make_dstack, dfake):  # noqa: F811 (fixt
     assert dfake.threads_created == []
     assert texts_in(dfake, dfake.channel_id) == ["answer to: no thread"]
     assert dfake.sent[0].reference == mid
+
+
+async def test_a_thread_the_ack_failed_to_open_is_opened_by_the_first_send(make_dstack, dfake):  # noqa: F811 (fixtures)
+    """The early opening is a head start, never a condition: when it fails, the first send
+    opens the thread itself and the answer lands there, once."""
+    stack = make_dstack(options={"progress_after_ms": 60_000})
+    await stack.start()
+    # the ack's opening refused (a 400 is not retried); nothing else posts in the channel
+    dfake.fail_next(f"POST /channels/{dfake.channel_id}/messages/", status=400)
+    mid = await dfake.user_says(dfake.channel_id, "still there?", mention_bot=True)
+    await wait_shown(dfake, "answer to: still there?")
+    opened = [r for r in dfake.requests if r[0] == "POST" and r[1].endswith("/threads")]
+    assert len(opened) == 2 and [t["id"] for t in dfake.threads_created] == [str(mid)]
+    assert texts_in(dfake, mid) == ["answer to: still there?"]
+    assert (dfake.channel_id, mid, "👀") in dfake.reactions  # the ack still went
+    assert visible_everywhere(dfake, "answer to: still there?") == 1
