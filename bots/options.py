@@ -38,7 +38,7 @@ class LayerOptions(BaseModel):
     #: lines and the heartbeat only, the answer comes whole at the end
     stream: bool = True
     #: no progress message for a turn answered sooner than this: the answer is the only
-    #: message (the ack reaction still goes out at once); 0 sends it at once. A streaming
+    #: message (the ack reaction still goes out); 0 sends it at once. A streaming
     #: turn shows its first words 0.3 s after the model's first token, if that is sooner
     progress_after_ms: int = Field(default=1000, ge=0)
     #: reaction on a message GEODE starts working on (unset: none); it goes beside the
