@@ -13,6 +13,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -132,6 +134,22 @@ class ServeProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def readyz(self, timeout: float = 30) -> dict[str, Any]:
+        """/readyz's body once it says ready. Like a container's start period, this waits: the
+        socket line can come a few milliseconds before the last component's first tick (the
+        scheduler says "starting" until then), which is a 503 an operator's probe retries."""
+        url = f"http://127.0.0.1:{self.port}/readyz"
+        deadline = time.monotonic() + timeout
+        body: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url, timeout=10) as r:
+                    return dict(json.loads(r.read()))
+            except urllib.error.HTTPError as exc:
+                body = json.loads(exc.read())
+            time.sleep(0.05)
+        raise AssertionError(f"/readyz not ready after {timeout}s: {body}\n{self.output()}")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
         if self.proc.poll() is None:
