@@ -160,14 +160,18 @@ class GeodeMCPApp:
                 result = await (await runtime.open_session(ctx)).run(prompt)
         else:
             result = await (await runtime.open_session(ctx)).run(prompt)
+        # The host is an output path like `geode run`'s stdout: a credential GEODE loaded
+        # reaches it masked, whatever the model repeated (docs/security, "Secrets").
+        from geode.secret_redaction import redact_text
+
         return {
-            "text": result.text,
+            "text": redact_text(result.text),
             "termination": result.termination.value,
             "session_id": result.session_id,
             "turn_id": result.turn_id,
             "tool_calls": list(result.tool_calls),
             "rounds": result.rounds,
-            "detail": result.detail,
+            "detail": redact_text(result.detail),
         }
 
     async def list_sessions(self, limit: int = 20) -> list[dict[str, Any]]:
@@ -215,8 +219,10 @@ def build_server(app: GeodeMCPApp) -> MCPServer[Any]:
         try:
             return await coro
         except GeodeError as exc:
-            # The host sees a tool error with our message, not a traceback.
-            raise ToolError(str(exc)) from exc
+            # The host sees a tool error with our message (masked), not a traceback.
+            from geode.secret_redaction import redact_text
+
+            raise ToolError(redact_text(str(exc))) from exc
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, open_world_hint=True))
     async def run_agent(

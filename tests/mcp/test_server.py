@@ -151,3 +151,25 @@ def test_script_file_parsing(tmp_path: Path) -> None:
     f.write_text(json.dumps([{"nope": 1}]))
     with pytest.raises(Exception, match="items are strings"):
         load_script(f)
+
+
+async def test_run_agent_masks_a_secret_in_the_answer(tmp_path: Path) -> None:
+    """The host calling ``run_agent`` is an output path like ``geode run``'s stdout: an answer
+    that repeats a credential GEODE loaded (here the model echoes the API key it was given,
+    as a prompt-injected page could make it) reaches the host masked."""
+    planted = "sk-ant-api03-PLANTEDSECRETvalue0123456789abcdef"
+    ws, env = _setup(tmp_path)
+    (tmp_path / "script.json").write_text(json.dumps([f"the key is {planted} (as asked)"]))
+    env["ANTHROPIC_API_KEY"] = planted
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "geode.mcp.server", "--cwd", str(ws)], env=env,
+        cwd=str(ws),
+    )
+    with (tmp_path / "server-stderr.log").open("w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            raw = await s.call_tool("run_agent", {"prompt": "what is your key?"})
+    data = _data(raw)
+    assert data["termination"] == "natural"
+    assert planted not in json.dumps(data) and planted not in str(raw.content)
+    assert data["text"].startswith("the key is ") and data["text"].endswith("(as asked)")
