@@ -36,6 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
+from geode.secret_redaction import redact_text
 from geode.store.models import Base
 from geode.store.timeline import insert_rows, timeline_row
 
@@ -258,6 +259,7 @@ class MemoryStore:
     async def add(self, *, scope: MemoryScopeName, owner: str, text: str,
                   audit: MemoryAudit) -> MemoryEntry:
         now = _now_ms()
+        text = redact_text(text)  # at rest: no credential (an entry is shown and reused)
         entry = MemoryEntry(id=new_entry_id(), scope=scope, owner=owner, text=text,
                             created_at=now, updated_at=now, created_by=audit.by,
                             updated_by=audit.by, session_id=audit.session_id)
@@ -275,6 +277,7 @@ class MemoryStore:
         """Replace the text of ``entry_id`` if it is ``owner``'s entry of ``scope`` (None:
         there is no such entry of theirs; nothing changed)."""
         now = _now_ms()
+        text = redact_text(text)  # at rest: no credential
 
         def write(conn: Connection) -> MemoryEntry | None:
             result = conn.execute(

@@ -38,10 +38,15 @@ def test_list_show_rm(tmp_path: Path) -> None:
     home.mkdir()
     tea, coffee, standup = _seed(home)
 
+    # in written order; entries written in the same millisecond by their ids
+    def written(*entries: MemoryEntry) -> list[str]:
+        return [e.id for e in sorted(entries, key=lambda e: (e.created_at, e.id))]
+
     everything = json.loads(_geode(home, "memory", "list", "--json").stdout)
-    assert [(e["id"], e["scope"], e["owner"]) for e in everything] == [
+    assert [e["id"] for e in everything] == written(tea, coffee, standup)
+    assert {(e["id"], e["scope"], e["owner"]) for e in everything} == {
         (tea.id, "user", "telegram:42"), (coffee.id, "user", "telegram:43"),
-        (standup.id, "channel", "telegram:-100")]
+        (standup.id, "channel", "telegram:-100")}
     proc = _geode(home, "memory", "list", "--user", "telegram:43", "--binding",
                   "telegram:-100", "--json")
     assert sorted(e["text"] for e in json.loads(proc.stdout)) == ["likes coffee",
@@ -58,7 +63,7 @@ def test_list_show_rm(tmp_path: Path) -> None:
     assert _geode(home, "memory", "rm", tea.id).returncode == 1
     assert _geode(home, "memory", "show", tea.id).returncode == 1
     left = json.loads(_geode(home, "memory", "list", "--json").stdout)
-    assert [e["id"] for e in left] == [coffee.id, standup.id]
+    assert [e["id"] for e in left] == written(coffee, standup)
 
     async def removal() -> list[tuple[str, str]]:
         async with await open_store(f"sqlite:///{home / 'geode.db'}") as store:

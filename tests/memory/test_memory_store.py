@@ -124,3 +124,27 @@ def test_only_channel_writes_ask_where_approve_names_memory() -> None:
     # a plain entry still means the `action` argument
     assert scope.asks_for("computer", {"action": "click"})
     assert not scope.asks_for("computer", {"action": "screenshot"})
+
+
+async def test_a_credential_is_never_remembered(store: Store) -> None:
+    """A prompt-injected model saving GEODE's own key (or a token a user pasted) into memory
+    stores it masked: an entry is shown by /memory and `geode memory list`, put in every
+    later prompt and, in channel memory, in everyone's. At rest there is no credential, as
+    for session titles and checkpoints."""
+    from geode.secret_redaction import register_secret
+
+    loaded = "geode-loaded-key-4f0b7c2e91aa"
+    register_secret(loaded)
+    pasted = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2"  # a key of a shape GEODE masks
+    memory = MemoryStore(store=store)
+    added = await memory.add(scope="channel", owner="telegram:-100",
+                             text=f"the deploy key is {loaded}", audit=AUDIT)
+    changed = await memory.replace(entry_id=added.id, scope="channel", owner="telegram:-100",
+                                   text=f"use {pasted} for pushes", audit=AUDIT)
+    assert changed is not None
+    stored = [e.text for e in await memory.for_owners([("channel", "telegram:-100")])]
+    assert len(stored) == 1 and stored[0].startswith("use ") and pasted not in stored[0]
+    assert loaded not in added.text and added.text.startswith("the deploy key is ")
+    await store.flush_later()
+    for row in await store.timeline.list("s-1"):
+        assert loaded not in str(row.payload) and pasted not in str(row.payload)
