@@ -54,7 +54,7 @@ def schedule_list(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List scheduled prompts, and the reminders set in chat threads (with their thread)."""
-    from dataclasses import asdict
+    from dataclasses import asdict, replace
 
     from geode.daemon.scheduler import JobStore
 
@@ -64,7 +64,13 @@ def schedule_list(
         async with await open_store(settings) as store:
             return await JobStore(store=store).list()
 
-    jobs = asyncio.run(main())
+    from geode.secret_redaction import redact_text
+
+    # what a prompt or a reminder says is shown masked, as /reminders shows it in the thread
+    # (the stored prompt keeps its words: it is what the model gets when the job runs)
+    jobs = [replace(j, prompt=redact_text(j.prompt),
+                    last_status=redact_text(j.last_status) if j.last_status else j.last_status)
+            for j in asyncio.run(main())]
     if json_out:
         typer.echo(json.dumps([asdict(j) for j in jobs], ensure_ascii=False))
         return

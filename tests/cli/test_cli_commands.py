@@ -27,6 +27,19 @@ def cli(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
     configure_logging(stream=sys.stderr)
 
 
+def test_schedule_list_masks_a_key_in_a_prompt(cli: CliRunner) -> None:
+    """A prompt (or a reminder set in a thread) that holds a key is listed masked, in both
+    forms, as /reminders shows it; the stored prompt keeps its words for the run."""
+    key = "sk-proj-" + "Zq9Xw8Vu7Ts6Rp5On4Ml3Kj2"
+    added = cli.invoke(app, ["schedule", "add", "0 3 * * *", f"rotate {key} tonight"])
+    assert added.exit_code == 0, added.output
+    plain = cli.invoke(app, ["schedule", "list"]).output
+    as_json = cli.invoke(app, ["schedule", "list", "--json"]).output
+    assert key not in plain and key not in as_json
+    assert "rotate [REDACTED] tonight" in plain
+    assert json.loads(as_json)[0]["prompt"] == "rotate [REDACTED] tonight"
+
+
 def test_db_upgrade_reports_the_head_revision(cli: CliRunner, home: Path) -> None:
     done = cli.invoke(app, ["db", "upgrade"])
     assert done.exit_code == 0, done.output
