@@ -23,6 +23,7 @@ from aiohttp import web
 from geode.daemon.metrics import CONTENT_TYPE, DaemonMetrics
 from geode.daemon.supervisor import Component
 from geode.errors import ConfigError
+from geode.secret_redaction import redact_text
 
 __all__ = ["HealthServer", "ReadyCheck"]
 
@@ -105,6 +106,10 @@ class HealthServer:
             passed, detail = comp.status()
             results[comp.name] = {"ok": passed, "detail": detail}
             ok = ok and passed
+        # what failed is often a library's words (a URL, a DSN): masked, as its log line is
+        # (here and on the console's overview, which shows the same checks)
+        for result in results.values():
+            result["detail"] = redact_text(str(result["detail"]))
         return ok, results
 
     async def _healthz(self, _request: web.Request) -> web.Response:

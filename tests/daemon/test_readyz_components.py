@@ -95,6 +95,34 @@ async def test_readyz_names_a_stalled_component_over_http() -> None:
         await server.stop()
 
 
+async def test_readyz_masks_a_credential_in_what_failed() -> None:
+    """/readyz may listen beyond loopback (a container's health port, a scraper): what a
+    failure says reaches it masked, as the log line of the same failure is. A library error
+    that quotes a request URL or a DSN would otherwise hand out the token in it."""
+    from geode.secret_redaction import register_secret
+
+    token = "424242:AAH-readyz-leak-0123456789abcdef"
+    register_secret(token)
+    conn = Component(name="demo.connection")
+    conn.down(f"ClientError: https://api.example.test/bot{token}/getMe refused (attempt 2)")
+
+    async def store_check() -> tuple[bool, str]:
+        raise RuntimeError(f"dsn postgresql://geode:{token}@db/geode")
+
+    server = HealthServer(metrics=DaemonMetrics(), checks={"store": store_check}, port=0,
+                          components=lambda: [conn])
+    await server.start()
+    try:
+        async with aiohttp.ClientSession() as s, \
+                s.get(f"http://127.0.0.1:{server.port}/readyz") as r:
+            raw = await r.text()
+            status = r.status
+    finally:
+        await server.stop()
+    assert status == 503 and token not in raw
+    assert "getMe refused" in raw and "[REDACTED]" in raw
+
+
 async def _until(pred: Any, within: float) -> None:
     async with asyncio.timeout(within):
         while not pred():
