@@ -47,6 +47,7 @@ from bots.format import Chunk
 from bots.store._tables import events_table, messages_table, outbox_table
 from bots.store.leases import ThreadLeaseLost
 from bots.store.threads import MessageIndex
+from geode.secret_redaction import redact_text
 from geode.store.models import utcnow
 
 if TYPE_CHECKING:
@@ -377,7 +378,8 @@ class Outbox:
         """:meth:`finish`, and with ``received`` when the row's event was recorded (read
         by the event's own update when there is one: no statement of its own)."""
         stmt = self.update_stmt(row.id, {**(values or {}), "status": status,
-                                         "error": error[:2000]})
+                                         # at rest (shown on the console): masked, then cut
+                                         "error": redact_text(error)[:2000]})
         event_stmt = None
         if row.event_id is not None and row.kind == "turn":
             event_stmt = _event_update(row.event_id,

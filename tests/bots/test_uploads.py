@@ -134,3 +134,17 @@ def test_images_are_recognised_by_content():
     assert image_type(b"GIF89a....") == "image/gif"
     assert image_type(b"RIFF\x00\x00\x00\x00WEBPVP8 ") == "image/webp"
     assert image_type(b"region,revenue\n") is None
+
+
+async def test_a_failure_is_recorded_masked(outbox):
+    """The row's error is at rest and shown on the console's overview: a platform error that
+    quotes a URL with the bot's token in it is stored masked."""
+    from geode.secret_redaction import register_secret
+
+    token = "987654:AAH-outbox-error-0123456789abcd"
+    register_secret(token)
+    client = Client()
+    client.fail = DeliveryError("fatal", f"403 at https://api.example.test/bot{token}/sendDocument")
+    assert (await send(sender(outbox, client), "m")).status == "failed"
+    row = await outbox.get("s", "m")
+    assert row is not None and token not in row.error and "sendDocument" in row.error
