@@ -80,3 +80,30 @@ async def test_without_an_overall_limit_nothing_waits_or_is_dropped() -> None:
     for i in range(50):
         await _call(limiter, sent, "sendChatAction", f"t{i}")
     assert len(sent) == 50 and limiter.dropped_typing == 0
+
+
+async def test_waiting_acks_take_turns_instead_of_all_polling_the_budget(monkeypatch) -> None:
+    """Acks waiting for the budget's first half go in arrival order, and only the first of
+    them looks at the budget each slot: 20 acks under load woke 20 times a slot (at 50
+    chats ~1,500 wake-ups a second), now once."""
+    limiter, sent = _limiter()
+    await _exhaust(limiter, sent)
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def counting_sleep(delay: float, *args: Any) -> Any:
+        if delay == limiter._slot_s:
+            slept.append(delay)
+        return await real_sleep(delay, *args)
+
+    monkeypatch.setattr("bots.telegram.client.asyncio.sleep", counting_sleep)
+    acks = [asyncio.create_task(_call(limiter, sent, "setMessageReaction", f"ack{i:02d}"))
+            for i in range(20)]
+    await asyncio.sleep(0)
+    # while they wait, a "typing" is dropped rather than queued behind them
+    assert await _call(limiter, sent, "sendChatAction", "typing") is True
+    assert "typing" not in sent
+    await asyncio.gather(*acks)
+    assert sent == [f"ack{i:02d}" for i in range(20)]  # in arrival order, none dropped
+    # ~one look a slot (each ack waits for a slot, 6 to refill half): never 20 a slot
+    assert len(slept) < 20 * 3, len(slept)
