@@ -62,6 +62,7 @@ from croniter import croniter
 
 from geode.daemon.supervisor import describe_error
 from geode.errors import ConfigError
+from geode.secret_redaction import redact_text
 from geode.store.jobs import SKIPPED, Job, JobClaim, ScheduledJobStore
 
 if TYPE_CHECKING:
@@ -153,9 +154,11 @@ class JobStore:
         when = time.time() if now is None else now
         expr = "" if cron is None else validate_cron(cron)
         first = int(at) if at is not None else next_after(expr, when, zone)
-        job = Job(id=f"rem-{secrets.token_hex(4)}", cron=expr, prompt=prompt, next_run=first,
-                  tz=zone, thread=thread, target=target, created_by=created_by,
-                  once=cron is None)
+        # at rest: no credential (the model's `schedule` call may carry a key a tool read;
+        # a key said in the thread was masked before the command was read)
+        job = Job(id=f"rem-{secrets.token_hex(4)}", cron=expr, prompt=redact_text(prompt),
+                  next_run=first, tz=zone, thread=thread, target=target,
+                  created_by=created_by, once=cron is None)
         await self._rows.insert(job)
         return job
 

@@ -94,3 +94,19 @@ async def test_two_schedulers_fire_a_due_reminder_once_and_retry_a_failed_one(
         await asyncio.gather(a.wait_runs(), b.wait_runs())
     assert sorted(j for _, j, _ in fired) == sorted([ok.id, flaky.id])  # each once
     assert {j.id: j.enabled for j in await jobs.list()} == {ok.id: False, flaky.id: False}
+
+
+async def test_a_reminder_is_stored_without_a_credential(store: Store) -> None:
+    """The model's `schedule` call may carry a key one of its tools read in the turn: the
+    reminder is at rest (and fires into the thread later) masked, as the checkpoint keeps
+    the call itself."""
+    from geode.secret_redaction import register_secret
+
+    key = "reminder-held-key-5c1d2e3f4a"
+    register_secret(key)
+    jobs = JobStore(store=store, threads=BOT)
+    job = await jobs.add_reminder(f"rotate {key} at noon", thread=THREAD, target=TARGET,
+                                  created_by="42", at=time.time() + 60)
+    (stored,) = await jobs.in_thread(THREAD)
+    assert stored.id == job.id and key not in stored.prompt and key not in job.prompt
+    assert stored.prompt == "rotate [REDACTED] at noon"
