@@ -9,6 +9,7 @@ Used by :class:`~geode.store.database.Database` and by the migrations (``geode d
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,11 @@ BUSY_TIMEOUT_MS = 5_000
 SYNC_WORKERS = 4
 
 
+#: ``scheme://user:PASSWORD@`` (and ``scheme//…`` mistyped): the password part of a URL, up
+#: to the last ``@`` (a password may hold one; masking more than it is harmless)
+_PASSWORD = re.compile(r"(//[^/@:]*:).*@")
+
+
 def normalize_url(url: str) -> URL:
     """Map the accepted spellings onto the two async drivers we use.
 
@@ -44,8 +50,12 @@ def normalize_url(url: str) -> URL:
     """
     try:
         parsed = make_url(url.replace("postgres://", "postgresql://", 1))
-    except ArgumentError as exc:
-        raise ConfigError(f"store url {url!r} is not a database URL: {exc}") from exc
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
+        # the URL as written may hold the password: never in the message (it is printed
+        # on stderr and logged); the rest says where the mistake is
+        shown = _PASSWORD.sub(r"\1***@", url)
+        why = str(exc) if isinstance(exc, ArgumentError) else "its port is not a number"
+        raise ConfigError(f"store url {shown!r} is not a database URL: {why}") from None
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         db = parsed.database or ""

@@ -39,6 +39,21 @@ def test_url_spellings() -> None:
         normalize_url("sqlite:///:memory:")
 
 
+@pytest.mark.parametrize("url", [
+    "postgresql+psycopg//geode:Pw-in-a-typo-9f3@db/geode",       # the colon of :// missing
+    "postgresql://geode:Pw-in-a-typo-9f3@db:notaport/geode",     # a port that is no number
+    "postgres://geode:Pw@in-a-typo-9f3@db:5432x/geode",          # and a password with an @
+])
+def test_a_broken_url_is_a_config_error_that_never_shows_its_password(url: str) -> None:
+    """The message is printed on stderr (exit 2) and logged by serve: it says where the URL
+    is wrong, with the password masked. A port that is no number was a traceback."""
+    with pytest.raises(ConfigError, match="is not a database URL") as info:
+        normalize_url(url)
+    message = str(info.value)
+    assert "Pw" not in message and "typo" not in message and "9f3" not in message
+    assert "geode:***@" in message
+
+
 async def test_corrupt_file_names_the_path_and_the_remedy(tmp_path: Path) -> None:
     db = tmp_path / "geode.db"
     db.write_bytes(b"this is not a database at all" * 200)
