@@ -379,7 +379,7 @@ class Outbox:
         by the event's own update when there is one: no statement of its own)."""
         stmt = self.update_stmt(row.id, {**(values or {}), "status": status,
                                          # at rest (shown on the console): masked, then cut
-                                         "error": redact_text(error)[:2000]})
+                                         "error": redact_text(error)[:2000] if error else ""})
         event_stmt = None
         if row.event_id is not None and row.kind == "turn":
             event_stmt = _event_update(row.event_id,

@@ -35,6 +35,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 from geode.errors import ConfigError, GeodeError
+from geode.secret_redaction import redact_text
 from geode.settings import Secrets, Settings
 
 __all__ = ["DENIED_TOOLS", "GeodeMCPApp", "build_server", "load_script", "main", "serve"]
@@ -162,8 +163,6 @@ class GeodeMCPApp:
             result = await (await runtime.open_session(ctx)).run(prompt)
         # The host is an output path like `geode run`'s stdout: a credential GEODE loaded
         # reaches it masked, whatever the model repeated (docs/security, "Secrets").
-        from geode.secret_redaction import redact_text
-
         return {
             "text": redact_text(result.text),
             "termination": result.termination.value,
@@ -220,8 +219,6 @@ def build_server(app: GeodeMCPApp) -> MCPServer[Any]:
             return await coro
         except GeodeError as exc:
             # The host sees a tool error with our message (masked), not a traceback.
-            from geode.secret_redaction import redact_text
-
             raise ToolError(redact_text(str(exc))) from exc
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, open_world_hint=True))
