@@ -2,8 +2,8 @@
 
 A real ``Daemon`` (store, lanes, session factory) hosts the real Telegram connector, which
 long-polls the wire-level fake Telegram server; the model is the scripted one. One mention
-is said in a bound chat; from that moment until the fake records the bot's reply, every
-Python function entered is seen by a profile hook (``sys.setprofile`` and
+is said in a bound chat; from that moment until the Bot API call sending the bot's reply
+returns, every Python function entered is seen by a profile hook (``sys.setprofile`` and
 ``threading.setprofile``). Only *project* modules count: files under ``geode/`` and
 ``bots/``, except the test doubles (``geode/testing/``, ``bots/testing/``,
 ``geode/providers/scripted.py``).
@@ -106,6 +106,8 @@ class _Tracer:
         self._seen: dict[int, FrameType] = {}
         #: each task created during the walk -> the modules on its creator's stack
         self._creators: dict[asyncio.Task[Any], list[str]] = {}
+        #: the frame of the Bot API call sending the answer (its return ends the walk)
+        self._answer: FrameType | None = None
         self.on = False
 
     def stack(self, frame: FrameType | None) -> list[str]:
@@ -164,12 +166,21 @@ class _Tracer:
         return mod
 
     def hook(self, frame: FrameType, event: str, arg: Any) -> None:
-        if event != "call" or not self.on:
+        if not self.on:
+            return
+        if event == "return" and frame is self._answer and isinstance(arg, dict):
+            # the answer's Bot API call returned Telegram's message: the walk ends here
+            # (what follows, the row marked sent and ``ReplySent`` published, is the
+            # bookkeeping after the reply, and timing decided whether it was seen)
+            self.on = False
+            return
+        if event != "call":
             return
         callee = self.module_of(frame.f_code.co_filename)
         if callee is None:
-            if self._answer_sent(frame):
+            if self._answer is None and self._answer_sent(frame):
                 self.walk.answered = self.stack(frame)
+                self._answer = frame
             return
         if id(frame) in self._seen:
             return
@@ -243,7 +254,7 @@ async def trace_one_mention(home: Path) -> Figures:
             started = time.perf_counter()
             fake.user_says(CHAT, MENTION, from_user=42)
             await _reply(fake, 2)
-            tracer.on = False
+            tracer.on = False  # (already off: the answer's send returned)
             seconds = time.perf_counter() - started
         finally:
             sys.setprofile(None)
