@@ -10,10 +10,13 @@ this one and the platform's dialect (``bots/<platform>/``). In order:
   :class:`CodeSpan`, :class:`Styled`, :class:`Link`, :class:`Image`). A text without any
   Markdown (most short answers) skips the parser (:func:`plain_paragraphs`). Nothing here
   knows a platform.
-* **A dialect** (:class:`Dialect`) says how one platform writes the blocks: inline styles
-  and escapes, how each kind of block looks, and the size rules (its limit, how it counts
-  length, how much escaping can grow a character). The walk over the blocks
-  (:func:`render`) and the list layout are shared.
+* **A dialect** (:class:`Dialect`) says how one platform writes the blocks: its inline
+  markup as data (:class:`InlineMarkup`: the escape, the templates of code spans, styles,
+  links and images), how each kind of block looks, and the size rules (its limit, how it
+  counts length, how much escaping can grow a character). The walk over the blocks
+  (:func:`render`), the inline spans written from the markup (:meth:`Dialect.inline`) and
+  the list layout are shared, so a paragraph is written here without a call back into the
+  platform's module.
 * **The splitter.** Whole blocks are packed into chunks, a blank line between them
   (:func:`pack_blocks`). A block longer than a chunk is cut first (:func:`split_block`): a
   code block between its lines into several closed code blocks (an enormous line by
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -51,6 +54,7 @@ __all__ = [
     "Heading",
     "Image",
     "Inline",
+    "InlineMarkup",
     "Link",
     "ListBlock",
     "Paragraph",
@@ -339,8 +343,47 @@ class Rendered:
     lang: str = ""
 
 
+@dataclass(frozen=True)
+class InlineMarkup:
+    """A dialect's inline markup as data, which :meth:`Dialect.inline` writes spans from.
+
+    Values only, read here: the templates are :meth:`str.format` strings and the escapes
+    callables from outside ``bots`` (e.g. :func:`html.escape`), so writing a reply's inline
+    text makes no call back into the platform's module (a hop on every reply otherwise).
+    """
+
+    #: literal text made safe in this markup (text, code, an image's text)
+    escape: Callable[[str], str]
+    #: a link's address made safe inside :attr:`link`
+    escape_href: Callable[[str], str]
+    #: a code span, ``{}`` its escaped code
+    code: str
+    #: each style (``strong``, ``em``, ``strike``), ``{}`` its spans written
+    styles: Mapping[str, str]
+    #: a link is written as :attr:`link` only when its address starts with one of these;
+    #: any other (``javascript:``, a relative path) as :attr:`unsafe_link`
+    safe_schemes: tuple[str, ...]
+    #: a link, ``{href}`` its escaped address and ``{text}`` its spans written
+    link: str
+    #: a link whose scheme is not safe (no link at all): ``{text}`` its spans written
+    unsafe_link: str = "{text}"
+    #: an image (written as text), ``{}`` its alt text escaped, or its address when it has
+    #: none
+    image: str = "{}"
+    #: a line break inside a paragraph
+    line_break: str = "\n"
+
+
 class Dialect(ABC):
-    """How a platform writes blocks (subclass per platform; see ``bots/<platform>/``)."""
+    """How a platform writes blocks (subclass per platform; see ``bots/<platform>/``).
+
+    A dialect declares its inline markup as data (:attr:`markup`); one whose inline rules
+    depend on a span's content or context, which templates cannot say, overrides
+    :meth:`escape`, :meth:`inline` and :meth:`inline_plain` instead (Slack's mrkdwn).
+    """
+
+    #: the inline markup :meth:`escape` and :meth:`inline` read
+    markup: ClassVar[InlineMarkup]
 
     #: the platform's message limit, in units of :meth:`length`
     limit: ClassVar[int]
@@ -358,13 +401,32 @@ class Dialect(ABC):
         """A text's length as the platform counts it against :attr:`limit`."""
         return len(text)
 
-    @abstractmethod
     def escape(self, text: str) -> str:
         """Literal text (code, plain pieces) made safe in this markup."""
+        return self.markup.escape(text)
 
-    @abstractmethod
     def inline(self, spans: tuple[Inline, ...]) -> str:
-        """Inline spans in this markup."""
+        """Inline spans in this markup, written from :attr:`markup`."""
+        m = self.markup
+        out: list[str] = []
+        for span in spans:
+            match span:
+                case Text(text):
+                    out.append(m.escape(text))
+                case Break():
+                    out.append(m.line_break)
+                case CodeSpan(code):
+                    out.append(m.code.format(m.escape(code)))
+                case Styled(style, children):
+                    out.append(m.styles[style].format(self.inline(children)))
+                case Link(href, children) if href.startswith(m.safe_schemes):
+                    out.append(m.link.format(href=m.escape_href(href),
+                                             text=self.inline(children)))
+                case Link(children=children):
+                    out.append(m.unsafe_link.format(text=self.inline(children)))
+                case Image(src, alt):
+                    out.append(m.image.format(m.escape(alt or src)))
+        return "".join(out)
 
     def inline_plain(self, spans: tuple[Inline, ...]) -> str:
         """Inline spans as the plain-text fallback."""

@@ -120,6 +120,14 @@ class SlackMrkdwn(Dialect):
     #: mrkdwn markers hold per line: an oversized paragraph is cut in its markup
     cut_formatted = True
 
+    # No ``markup`` (:class:`~bots.render.InlineMarkup`): mrkdwn's inline rules depend on a
+    # span's content and context, which templates cannot say. A link's label is its spans
+    # written without markers (a label cannot hold them), ``|`` replaced, and a label equal
+    # to the address gives a bare ``<url>``; a style around blank text stays unmarked; text
+    # and code spans break backtick runs (a code span also guards its ends), an escape of
+    # their own beside the one of code blocks; the fallback is escaped too. So these three
+    # methods stay, and the shared renderer calls them back.
+
     def escape(self, text: str) -> str:
         return escape(text)
 

@@ -1,7 +1,10 @@
 """Model Markdown -> Telegram HTML: the Telegram dialect of the shared renderer
 (:mod:`bots.render`), in chunks with their plain-text fallback; and the connector's render
 part (:class:`TelegramRenderer`: the shared renderer's ``render`` with this dialect as a value,
-so the layer's call lands in :mod:`bots.render`, which calls the dialect here).
+so the layer's call lands in :mod:`bots.render`). The dialect's inline markup is data
+(:class:`~bots.render.InlineMarkup`: :func:`html.escape` and tag templates) the shared renderer
+writes a paragraph from, so a reply's text makes no call back into this module; only a block
+with markup of its own (a heading, a code block, a quote, a table) calls its method here.
 
 Only the tags Telegram's HTML accepts (``b i s u code pre a blockquote``): headings become
 bold lines, lists bullets, tables a ``<pre>`` grid. Every chunk carries its plain-text twin,
@@ -12,21 +15,17 @@ dropped), never mid-tag; a long code block becomes several closed ``<pre>`` bloc
 
 from __future__ import annotations
 
+import functools
 import html
 from typing import ClassVar
 
 from bots.format import Chunk
 from bots.render import (
     BlockRendering,
-    Break,
-    CodeSpan,
     Dialect,
-    Image,
     Inline,
-    Link,
+    InlineMarkup,
     Rendered,
-    Styled,
-    Text,
     chunk,
     to_markup,
     utf16_len,
@@ -43,12 +42,10 @@ __all__ = [
 ]
 
 TELEGRAM_LIMIT = 4096
-_TAGS = {"strong": "b", "em": "i", "strike": "s"}
-_SAFE_SCHEMES = ("http://", "https://", "tg://", "mailto:")
 
-
-def _esc(text: str) -> str:
-    return html.escape(text, quote=False)
+#: text escaped for Telegram HTML (quotes need no entity outside an attribute); the stdlib
+#: function itself, so the shared renderer escaping with it is no call into this module
+_esc = functools.partial(html.escape, quote=False)
 
 
 class TelegramHtml(Dialect):
@@ -62,31 +59,17 @@ class TelegramHtml(Dialect):
     #: call back into this module)
     length = staticmethod(utf16_len)
 
-    def escape(self, text: str) -> str:
-        return _esc(text)
-
-    def inline(self, spans: tuple[Inline, ...]) -> str:
-        out: list[str] = []
-        for span in spans:
-            match span:
-                case Text(text):
-                    out.append(_esc(text))
-                case Break():
-                    out.append("\n")
-                case CodeSpan(code):
-                    out.append(f"<code>{_esc(code)}</code>")
-                case Styled(style, children):
-                    tag = _TAGS[style]
-                    out.append(f"<{tag}>{self.inline(children)}</{tag}>")
-                case Link(href, children):
-                    inner = self.inline(children)
-                    if href.startswith(_SAFE_SCHEMES):
-                        out.append(f'<a href="{html.escape(href, quote=True)}">{inner}</a>')
-                    else:
-                        out.append(inner)
-                case Image(src, alt):
-                    out.append(_esc(alt or src))
-        return "".join(out)
+    #: read by the shared renderer (no ``inline`` or ``escape`` here): a link only to a
+    #: scheme Telegram opens, any other written as its text; an image as its alt text (else
+    #: its address)
+    markup = InlineMarkup(
+        escape=_esc,
+        escape_href=functools.partial(html.escape, quote=True),
+        code="<code>{}</code>",
+        styles={"strong": "<b>{}</b>", "em": "<i>{}</i>", "strike": "<s>{}</s>"},
+        safe_schemes=("http://", "https://", "tg://", "mailto:"),
+        link='<a href="{href}">{text}</a>',
+    )
 
     def heading(self, spans: tuple[Inline, ...]) -> Rendered:
         return Rendered(f"<b>{self.inline(spans)}</b>", self.inline_plain(spans))
