@@ -1,4 +1,4 @@
-"""The deliver phase: the answer redacted, rendered, recorded ``ready`` under the turn's claim,
+"""The deliver phase: the (masked) answer rendered, recorded ``ready`` under the turn's claim,
 then delivered; and the delivery of every outbox row (:class:`Deliverer`), one visible final
 reply per inbound message (``bots.store.outbox``).
 
@@ -36,9 +36,9 @@ from bots.progress import MessageRemover
 from bots.store.outbox import PLACEHOLDER, Outbox, OutboxRow
 from bots.turn.steps import Answered, Done, Dropped, Ready
 from bots.voice_reply import SpeakerHost, send_voice_reply
-from geode.secret_redaction import redact_text
 
 if TYPE_CHECKING:
+    from bots.metrics import ChannelMetrics
     from bots.turn.steps import TurnDeps
 
 __all__ = ["DeliverPhase", "Deliverer"]
@@ -58,10 +58,12 @@ class DeliverPhase:
         self._fault = deps.fault or _no_fault
 
     async def record(self, step: Answered) -> Ready | Done:
-        """The final answer, redacted and rendered, recorded ``ready`` under the turn's
-        claim (a replica that lost the thread records nothing)."""
+        """The final answer, rendered, recorded ``ready`` under the turn's claim (a replica
+        that lost the thread records nothing). Its text comes masked: the harness masks
+        what a turn hands back (its answer, its detail, a recovered answer), the layer what
+        it adds (:attr:`Answered.text`)."""
         deps = self.deps
-        chunks = deps.client.render(redact_text(step.text))
+        chunks = deps.client.render(step.text)
         ready = await deps.outbox.mark_ready(step.row, chunks, fence=step.fence)
         if ready is None:
             log.warning("turn.finished_elsewhere", row=step.row.id)

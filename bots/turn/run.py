@@ -207,8 +207,8 @@ class RunPhase:
         if text is None:  # its notice is the recorded answer
             log.info("turn.dropped_by_operator", thread=turn.thread, event_id=turn.stored.id)
             return Dropped(row=row)
-        if step.notices:  # what was not read, and why, before the answer
-            text = "\n".join(step.notices) + "\n\n" + text
+        if step.notices:  # what was not read, and why (a transcript: masked), then the answer
+            text = redact_text("\n".join(step.notices)) + "\n\n" + text
         return Answered(row=row, fence=turn.fence, text=text)
 
     async def _run_turn(self, step: Prepared, shown: Shown) -> str:

@@ -168,7 +168,8 @@ class Prepared:
 
 @dataclass(frozen=True, kw_only=True)
 class Answered:
-    """The text the thread gets for the turn (not yet redacted, rendered or recorded)."""
+    """The text the thread gets for the turn, masked (the harness masks what it hands back,
+    the layer what it adds), not yet rendered or recorded."""
 
     row: OutboxRow
     fence: Claim

@@ -22,6 +22,7 @@ from geode.loop.state import RunDeps, RunState
 from geode.loop.steps import CallModel, Finish, Observe, PrepareCall, RunTools, Step, Verify
 from geode.loop.termination import SUCCESS_REASONS, TerminationReason
 from geode.messages import ImageBlock, Message, Usage
+from geode.secret_redaction import redact_text
 
 __all__ = ["AgenticLoop", "OpenBatchCloser", "TurnResult"]
 
@@ -157,10 +158,15 @@ class AgenticLoop:
                     return step
 
     async def _finalize(self, state: RunState, finish: Finish) -> TurnResult:
-        text = finish.text
+        # What the turn hands its host is masked here, once, for every host (the terminal,
+        # the MCP server, the chat layer): a model repeating a key a tool read, or a detail
+        # quoting a URL with a token, never leaves the harness in clear. The checkpoint
+        # keeps the model's words as the transcript's redaction stores them.
+        answer, detail = redact_text(finish.text), redact_text(finish.detail)
+        text = answer
         text_is_note = finish.reason not in SUCCESS_REASONS and not text
         if text_is_note:
-            text = _explain(finish)
+            text = _explain(finish.reason, detail)
         self.messages = state.messages
         if (
             self.deps.checkpointer is not None
@@ -183,13 +189,13 @@ class AgenticLoop:
             tool_calls=state.tool_calls,
             usage=state.usage,
             cost_usd=state.cost_usd,
-            detail=finish.detail,
+            detail=detail,
             text_is_note=text_is_note,
-            answer=finish.text,
+            answer=answer,
         )
         self.last_result = result
         await emit(self.deps, TurnFinished(
-            turn_id=state.turn_id, termination=finish.reason.value, detail=finish.detail,
+            turn_id=state.turn_id, termination=finish.reason.value, detail=detail,
             rounds=result.rounds, input_tokens=state.usage.input_tokens,
             output_tokens=state.usage.output_tokens, cost_usd=round(state.cost_usd, 6),
         ))
@@ -205,6 +211,6 @@ def _outer_cancelled() -> bool:
     return bool(task is not None and task.cancelling())
 
 
-def _explain(finish: Finish) -> str:
-    reason = finish.reason.value.replace("_", " ")
-    return f"[turn ended: {reason}] {finish.detail}".strip()
+def _explain(reason: TerminationReason, detail: str) -> str:
+    said = reason.value.replace("_", " ")
+    return f"[turn ended: {said}] {detail}".strip()

@@ -20,6 +20,7 @@ from geode.executor import MemoryReceiptStore, MemoryResults, MemoryTimeline
 from geode.loop import Checkpointer, ToolRunner, TurnInfo
 from geode.loop.resume import awaits_approval, dangling_calls, repair_dangling
 from geode.messages import Message
+from geode.secret_redaction import redact_text
 from geode.tools.plan import BoundToolPlan
 
 if TYPE_CHECKING:
@@ -198,8 +199,10 @@ class Records:
         termination = restored.state.get("last_termination")
         if not termination:
             return TurnOutcome(state="started")
+        # masked as the turn's own result is (geode.loop.agent_loop): a host delivering a
+        # recovered answer gets no credential the model repeated
         return TurnOutcome(state="finished", termination=str(termination),
-                           text=_last_assistant_text(restored.messages))
+                           text=redact_text(_last_assistant_text(restored.messages)))
 
     async def session_status(self, session_id: str) -> SessionStatus:
         """The session's record and the termination of its latest finished turn."""

@@ -31,3 +31,19 @@ async def test_pasted_and_read_keys_are_masked_at_rest(make_stack, fake):
     assert "channel_events" in kept and "messages" in kept
     assert PASTED not in kept and IN_FILE not in kept
     assert "[REDACTED]" in kept
+
+
+REPEATED = "sk-ant-api03-REPEATEDbyTheModel0123456789abcdefXYZ"
+
+
+async def test_a_key_the_model_repeats_reaches_neither_the_thread_nor_the_outbox(
+        make_stack, fake):
+    # the harness masks the answer it hands back; the layer delivers it as it gets it
+    stack = make_stack(provider=ScriptedProvider([f"the key is {REPEATED}"]))
+    await stack.start()
+    fake.user_says(CHAT, "@geode_bot what is the key?", from_user=42)
+    await fake.wait_until(lambda: any("[REDACTED]" in s.plain_text for s in fake.sent),
+                          within=15)
+    assert not any(REPEATED in s.plain_text for s in fake.sent)
+    kept = await stored_text(stack.store)
+    assert "channel_outbox" in kept and REPEATED not in kept

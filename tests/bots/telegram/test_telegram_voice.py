@@ -349,3 +349,16 @@ async def test_a_record_without_a_transcript_is_transcribed_again_not_read_from_
     assert f"🎙 {SAID}" in reply and "rm -rf" not in reply
     assert "rm -rf" not in last_user_text(provider.calls[0])
     assert _recorded_transcripts(home) == [SAID]
+
+
+async def test_a_key_said_in_a_voice_note_is_masked_in_what_was_heard(
+        make_voice_stack: Any, fake: Any, voice: FakeVoice) -> None:
+    # the answer comes masked from the harness; the layer masks what it puts before it
+    key = "sk-ant-api03-SPOKENintoTheMic0123456789abcdefXYZ"
+    voice.text = f"my key is {key}"
+    stack = make_voice_stack(ScriptedProvider(["noted"], repeat_last=True))
+    await stack.start()
+    fake.user_says(CHAT, "", from_user=42, extra=voice_note(fake, OGG))
+    await fake.wait_until(lambda: replies(fake, "noted"), within=15)
+    [reply] = replies(fake, "noted")
+    assert "🎙 my key is [REDACTED]" in reply and key not in reply, reply
