@@ -24,7 +24,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -39,6 +39,9 @@ from geode.daemon.supervisor import Component, describe_error
 from geode.secret_redaction import redact_text
 from geode.settings import BindingSettings
 from geode.store._retry import is_transient
+
+if TYPE_CHECKING:
+    from bots.metrics import ChannelMetrics
 
 __all__ = ["CLAIM_LIMIT", "ClaimState", "Handed", "Intake", "Pump"]
 
@@ -288,11 +291,14 @@ class Intake:
         options: LayerOptions,
         bindings: BindingTable,
         fault: Callable[[str], None] | None = None,
+        metrics: ChannelMetrics | None = None,
     ) -> None:
         self.state = state
         self.pump = pump
         self.client = client
         self.host = host
+        #: the daemon's channel counters (messages received), incremented here; None: none
+        self.metrics = metrics
         self.options = options
         self.bindings = bindings
         #: test seam: called with a point name; a test raises there to simulate a crash
@@ -331,7 +337,10 @@ class Intake:
         if self.fault is not None:
             self.fault("recorded")
         if ids:
-            self.host.publish(MessagesReceived(platform=self.client.platform, count=len(ids)))
+            p = self.client.platform
+            self.host.publish(MessagesReceived(platform=p, count=len(ids)))
+            if self.metrics is not None:
+                self.metrics.messages_received.labels(platform=p).inc(len(ids))
             s.poke()
         return ids
 
@@ -369,7 +378,10 @@ class Intake:
                 s.handed.remove(handed)
             raise
         if ids:
-            self.host.publish(MessagesReceived(platform=self.client.platform, count=len(ids)))
+            p = self.client.platform
+            self.host.publish(MessagesReceived(platform=p, count=len(ids)))
+            if self.metrics is not None:
+                self.metrics.messages_received.labels(platform=p).inc(len(ids))
         if handed is not None:
             s.wake.set()
         return ids

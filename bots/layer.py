@@ -113,11 +113,13 @@ class ChannelLayer:
         self.active: dict[str, ActiveTurn] = {}
         self.entry = EntryOrder()
         self.waiters = ApprovalWaiters()
-        # what the layer publishes is counted on the daemon's /metrics (once per daemon)
-        host.add_metrics(ChannelMetrics)
+        #: the daemon's channel counters on its /metrics (one instance per daemon, shared by
+        #: its connectors), handed to the components that count: each increments them where
+        #: the thing happens (the events they publish are for the daemon's observers)
+        self.metrics: ChannelMetrics = host.add_metrics(ChannelMetrics)
         # Collaborators get what they use, at construction (never the layer itself).
         self.deliverer = Deliverer(client=client, outbox=self.outbox,
-                                   fault=fault, observe=host.publish)
+                                   fault=fault, observe=host.publish, metrics=self.metrics)
         self.files = FileSender(client=client, outbox=self.outbox)
         #: /remind, /reminders, the schedule tool; fired into their threads by this layer
         self.reminders = (None if host.database is None else ThreadReminders(
@@ -150,7 +152,7 @@ class ChannelLayer:
         self.keeper = LeaseKeeper(
             state=self.state, router=self.router, client=client, records=records, host=host,
             options=options, bindings=self.bindings, processor=self.processor,
-            deliverer=self.deliverer, turns=self.turns)
+            deliverer=self.deliverer, turns=self.turns, metrics=self.metrics)
         self.pump = Pump(
             state=self.state, client=client, records=records, host=host, options=options,
             processor=self.processor, router=self.router,
@@ -158,7 +160,7 @@ class ChannelLayer:
         #: the port platform code uses (``BaseConnector.intake``)
         self.intake = Intake(
             state=self.state, pump=self.pump, client=client, records=records, host=host,
-            options=options, bindings=self.bindings, fault=fault)
+            options=options, bindings=self.bindings, fault=fault, metrics=self.metrics)
 
     @property
     def processing(self) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -28,6 +29,9 @@ from bots.store import ChannelStore, Thread
 from bots.turn import Deliverer, TurnRunner
 from geode.daemon.supervisor import Component, describe_error
 from geode.store._retry import is_transient, log_store_failure
+
+if TYPE_CHECKING:
+    from bots.metrics import ChannelMetrics
 
 __all__ = ["LeaseKeeper"]
 
@@ -50,12 +54,16 @@ class LeaseKeeper:
         processor: BaseEventProcessor,
         deliverer: Deliverer,
         turns: TurnRunner,
+        metrics: ChannelMetrics | None = None,
     ) -> None:
         self.state = state
         self.router = router
         self.client = client
         self.records = records
         self.host = host
+        #: the daemon's channel counters (threads held, taken over, lost), incremented here;
+        #: None: none
+        self.metrics = metrics
         self.options = options
         self.bindings = bindings
         self.processor = processor
@@ -104,11 +112,16 @@ class LeaseKeeper:
             self.stalled = False
             await self.recover(held)
         self.host.publish(ThreadLeases(platform=c.platform, held=len(held)))
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.threads_held.labels(platform=c.platform).set(len(held))
         keys = {thread_key(c.platform, c.workspace, ch, root) for ch, root in held}
         for key in self.processor.keys():
             if key not in keys:  # taken over while we were stalled: it runs elsewhere now
                 log.warning("thread_leases.lost", thread=key)
                 self.host.publish(ThreadLeaseLost(platform=c.platform))
+                if metrics is not None:
+                    metrics.thread_leases_lost.labels(platform=c.platform).inc()
                 await self.processor.cancel(key)
         await self.stop_requested()
         await self.thread_leases.release_idle(c.platform, c.workspace)
@@ -136,6 +149,8 @@ class LeaseKeeper:
         if taken:
             log.info("thread_leases.taken_over", threads=len(taken))
             self.host.publish(ThreadsTakenOver(platform=c.platform, count=len(taken)))
+            if self.metrics is not None:
+                self.metrics.thread_takeovers.labels(platform=c.platform).inc(len(taken))
             await self.recover(taken)
 
     async def recover(self, threads: set[Thread]) -> None:

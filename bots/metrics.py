@@ -2,29 +2,23 @@
 
 :class:`ChannelMetrics` registers its counters on the registry of the daemon that hosts the
 layer (:meth:`bots.port.TurnHost.add_metrics`, once per daemon however many connectors it
-hosts) and counts the layer's typed events (:mod:`bots.observed`): messages received,
-replies sent (with the latency from the message's intake to its delivered reply),
-deliveries retried, rate-limit answers (HTTP 429 / ``RetryAfter``), and the thread leases
-held, taken over and lost. Names, labels and help texts are the operators' contract (the
-Grafana dashboard in ``deploy/`` queries them).
+hosts: they share one instance). The layer hands that instance to the components that count,
+and each increments the prometheus_client objects inline, where the thing happens (the
+usual instrumentation style; nothing of ours in between): the intake counts messages
+received, the deliverer replies sent (with the latency from the message's intake to its
+delivered reply), deliveries retried and rate-limit answers (HTTP 429 / ``RetryAfter``), a
+connector the rate-limit answers its SDK sleeps off, and the lease keeper the thread leases
+held, taken over and lost. A component built without them (tests, the CLI) counts nothing.
+
+The same facts are still published as typed events (:mod:`bots.observed`) to the daemon's
+observers (shell hooks, plugins, traces); these counters do not subscribe to them. Names,
+labels and help texts are the operators' contract (the Grafana dashboard in ``deploy/``
+queries them).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
-from bots.observed import (
-    DeliveryRetried,
-    MessagesReceived,
-    RateLimited,
-    ReplySent,
-    ThreadLeaseLost,
-    ThreadLeases,
-    ThreadsTakenOver,
-)
-from geode._events import TypedEvent
 
 __all__ = ["ChannelMetrics"]
 
@@ -32,12 +26,8 @@ _REPLY_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 
 
 class ChannelMetrics:
-    """The channel layer's counters on ``registry``, and the observer that feeds them."""
-
-    #: the events :meth:`on_event` counts (the others are not delivered to it)
-    EVENTS: ClassVar[tuple[type[TypedEvent], ...]] = (
-        MessagesReceived, ReplySent, DeliveryRetried, RateLimited, ThreadLeases,
-        ThreadsTakenOver, ThreadLeaseLost)
+    """The channel layer's counters on ``registry``: plain attributes the counting components
+    increment themselves (no method of this class sits between a site and its counter)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
@@ -64,26 +54,3 @@ class ChannelMetrics:
         self.rate_limited = Counter("geode_channel_rate_limited",
                                     "Rate-limit answers (HTTP 429, RetryAfter) to the layer's "
                                     "sends, per platform.", ["platform"], registry=r)
-
-    def on_event(self, event: TypedEvent) -> None:
-        """The typed observer (``HookSystem.subscribe_events``, sync and quick) of the
-        layer's events (its intake, lease keeper, deliverer and the connectors)."""
-        match event:
-            case MessagesReceived(platform=platform, count=count):
-                self.messages_received.labels(platform=platform).inc(count)
-            case ReplySent(platform=platform, latency_s=latency):
-                self.replies_sent.labels(platform=platform).inc()
-                if latency is not None:
-                    self.reply_latency.labels(platform=platform).observe(max(0.0, latency))
-            case DeliveryRetried(platform=platform):
-                self.deliveries_retried.labels(platform=platform).inc()
-            case RateLimited(platform=platform):
-                self.rate_limited.labels(platform=platform).inc()
-            case ThreadLeases(platform=platform, held=held):
-                self.threads_held.labels(platform=platform).set(held)
-            case ThreadsTakenOver(platform=platform, count=count):
-                self.thread_takeovers.labels(platform=platform).inc(count)
-            case ThreadLeaseLost(platform=platform):
-                self.thread_leases_lost.labels(platform=platform).inc()
-            case _:
-                pass

@@ -3,10 +3,10 @@ harness's shared base (:class:`geode._events.TypedEvent`).
 
 The layer's intake, lease keeper and deliverer (and a connector, for a rate-limit answer)
 hand them to :meth:`bots.port.TurnHost.publish`; the daemon's
-:class:`~geode.hooks.HookSystem` gives them typed to ``subscribe_events`` observers (the
-channel metrics, :mod:`bots.metrics`) and, as ``(kind, data)``, to the name-based ones
-(shell hooks, plugins), so their names and payloads are part of the contract. The harness
-never names them: it carries any typed event.
+:class:`~geode.hooks.HookSystem` gives them typed to ``subscribe_events`` observers and, as
+``(kind, data)``, to the name-based ones (shell hooks, plugins), so their names and payloads
+are part of the contract. The harness never names them: it carries any typed event. (The
+channel metrics, :mod:`bots.metrics`, are counted where each thing happens, not from them.)
 """
 
 from __future__ import annotations

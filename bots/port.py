@@ -284,8 +284,8 @@ class Intake(Protocol):
 class TurnHost(HarnessPort, Protocol):
     """What the layer needs from ``geode serve`` (``geode.daemon.Daemon`` is one): the
     harness port, the database the channel records are built on, the publisher of the
-    channels' events and the metrics that count them, and how many channel turns may run
-    at once. Never the runtime."""
+    channels' events, the counters the layer increments on ``/metrics``, and how many
+    channel turns may run at once. Never the runtime."""
 
     @property
     def database(self) -> Database | None:
@@ -293,13 +293,16 @@ class TurnHost(HarnessPort, Protocol):
         ...
 
     def publish(self, event: ChannelEvent) -> None:
-        """Tell the daemon's observers (metrics); they decide nothing."""
+        """Tell the daemon's observers (shell hooks, plugins, traces) of a channel's event;
+        they decide nothing. The layer's metrics are not among them (:meth:`add_metrics`)."""
         ...
 
     def add_metrics(self, build: Callable[[CollectorRegistry], _Counters]) -> _Counters:
-        """Count the layer's events on the daemon's ``/metrics``: ``build`` registers its
-        counters on the daemon's registry and they observe what :meth:`publish` carries;
-        once per daemon (every connector's layer asks; the first one builds them)."""
+        """The layer's counters on the daemon's ``/metrics``: ``build`` registers them on the
+        daemon's registry once per daemon (every connector's layer asks; the first one builds
+        them, the others get the same instance), and the instance is returned. The layer
+        hands it to the components that count, which increment it inline; it observes
+        nothing :meth:`publish` carries."""
         ...
 
     @property

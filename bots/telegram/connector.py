@@ -88,8 +88,12 @@ class TelegramConnector(TelegramRenderer, TelegramClient, TelegramInbound):
         self._web: web.AppRunner | None = None
 
     def _rate_limited(self) -> None:
-        # the daemon's metrics (geode_channel_rate_limited_total)
+        """A 429 the rate limiter slept off: told to the daemon's observers, and counted
+        (``geode_channel_rate_limited_total``) on the counters the daemon gave this
+        connector's layer (none before :meth:`start` built it)."""
         self.host.publish(RateLimited(platform=self.platform))
+        if self.layer is not None:
+            self.layer.metrics.rate_limited.labels(platform=self.platform).inc()
 
     # -- identity -----------------------------------------------------------------------------
 

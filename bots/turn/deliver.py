@@ -117,14 +117,18 @@ class Deliverer:
         self, *, client: PlatformClient, outbox: Outbox,
         fault: Any = None, max_attempts: int = 5,
         observe: Callable[[ChannelEvent], None] | None = None,
+        metrics: ChannelMetrics | None = None,
     ) -> None:
-        """``observe(event)``: the daemon's metrics (:class:`ReplySent` with the latency
-        from intake, :class:`DeliveryRetried`, :class:`RateLimited`)."""
+        """``observe(event)``: the daemon's observers (:class:`ReplySent` with the latency
+        from intake, :class:`DeliveryRetried`, :class:`RateLimited`); ``metrics``: the
+        daemon's channel counters, incremented here, beside each event (None: counts
+        nothing)."""
         self.client = client
         self.outbox = outbox
         self._fault = fault or _no_fault
         self.max_attempts = max_attempts
         self._observe = observe or (lambda event: None)
+        self.metrics = metrics
 
     async def deliver(self, row: OutboxRow) -> OutboxRow:
         """Deliver a ``ready`` row (idempotent: safe to call again after any crash)."""
@@ -148,6 +152,8 @@ class Deliverer:
         except DeliveryError as exc:
             if _rate_limited(exc):
                 self._observe(RateLimited(platform=self.client.platform))
+                if self.metrics is not None:
+                    self.metrics.rate_limited.labels(platform=self.client.platform).inc()
             status = "uncertain" if exc.kind == "unknown" else "failed"
             return await self.outbox.finish(row, status=status, error=str(exc),
                                             values={"message_ids": ids})
@@ -221,14 +227,19 @@ class Deliverer:
                 break
             except DeliveryError as exc:
                 attempt += 1
+                metrics, platform = self.metrics, self.client.platform
                 if _rate_limited(exc):
-                    self._observe(RateLimited(platform=self.client.platform))
+                    self._observe(RateLimited(platform=platform))
+                    if metrics is not None:
+                        metrics.rate_limited.labels(platform=platform).inc()
                 if exc.kind == "fatal" or attempt >= self.max_attempts:
                     log.warning("outbox.delivery_failed", row=row.id, error=str(exc))
                     return await self.outbox.finish(
                         row, status="failed", error=str(exc),
                         values={"attempts": row.attempts + attempt})
-                self._observe(DeliveryRetried(platform=self.client.platform))
+                self._observe(DeliveryRetried(platform=platform))
+                if metrics is not None:
+                    metrics.deliveries_retried.labels(platform=platform).inc()
                 await asyncio.sleep(min(30.0, exc.retry_after or 0.2 * 2**attempt))
                 row = await self.outbox.by_id(row.id)
                 ids = list(row.message_ids) or ids
@@ -268,5 +279,10 @@ class Deliverer:
         self, row: OutboxRow, ids: list[str], values: dict[str, Any] | None = None
     ) -> OutboxRow:
         sent, latency = await self.outbox.record_sent(row, ids, values=values)
-        self._observe(ReplySent(platform=self.client.platform, latency_s=latency))
+        platform = self.client.platform
+        self._observe(ReplySent(platform=platform, latency_s=latency))
+        if self.metrics is not None:
+            self.metrics.replies_sent.labels(platform=platform).inc()
+            if latency is not None:
+                self.metrics.reply_latency.labels(platform=platform).observe(max(0.0, latency))
         return sent

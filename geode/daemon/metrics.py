@@ -12,8 +12,8 @@ Model latency is the loop's own measure of each answered model call (retries inc
 
 Another package counts its own events on the same ``/metrics`` through
 :meth:`DaemonMetrics.extend`: its counters (an :class:`EventCounters`) are built once on
-this registry and subscribed to the events they name (the chat layer's per-platform
-metrics, which the harness never names).
+this registry and handed back; that package increments them itself where its events happen
+(the chat layer's per-platform metrics, which the harness never names nor observes).
 
 Each daemon owns a :class:`~prometheus_client.CollectorRegistry` (not the global one), so
 several daemons (tests) never collide.
@@ -22,7 +22,7 @@ several daemons (tests) never collide.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -37,9 +37,6 @@ from geode.loop.events import (
     TurnStarted,
 )
 
-if TYPE_CHECKING:
-    from geode.hooks.system import HookSystem
-
 __all__ = ["CONTENT_TYPE", "DaemonMetrics", "EventCounters"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -49,15 +46,9 @@ _WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
 
 
 class EventCounters(Protocol):
-    """Counters another package registers on the daemon's registry (built from it), fed by
-    that package's own typed events: what :meth:`DaemonMetrics.extend` takes."""
-
-    #: the event types :meth:`on_event` counts (the others are not delivered to it)
-    EVENTS: ClassVar[tuple[type[TypedEvent], ...]]
-
-    def on_event(self, event: TypedEvent) -> None:
-        """A typed observer: synchronous and quick (the HookSystem runs it inline)."""
-        ...
+    """Counters another package registers on the daemon's registry (built from it) and
+    increments itself, inline where its events happen: what :meth:`DaemonMetrics.extend`
+    builds. The daemon neither subscribes them to anything nor calls them."""
 
 
 _Counters = TypeVar("_Counters", bound=EventCounters)
@@ -104,7 +95,6 @@ class DaemonMetrics:
                                     "error kind.", ["model", "kind"], registry=r)
         #: another package's counters by the callable that built them (:meth:`extend`)
         self._extensions: dict[Callable[[CollectorRegistry], EventCounters], EventCounters] = {}
-        self._subscribed: list[tuple[HookSystem, EventCounters]] = []
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -146,8 +136,8 @@ class DaemonMetrics:
 
     def on_event(self, event: ObservedEvent) -> None:
         """The typed observer (``HookSystem.subscribe_events``) of the spend control's
-        events; the executor's are counted from the loop's ``ToolResulted``, another
-        package's by the counters it added (:meth:`extend`)."""
+        events; the executor's are counted from the loop's ``ToolResulted``; another
+        package counts its own on the counters it added (:meth:`extend`)."""
         match event:
             case UsageRecorded(binding=binding, platform=platform, model=model, cost_usd=cost):
                 labels = {"binding": binding, "model": model, "platform": platform}
@@ -160,19 +150,15 @@ class DaemonMetrics:
             case _:
                 pass
 
-    def extend(self, build: Callable[[CollectorRegistry], _Counters], *,
-               observers: HookSystem) -> _Counters:
-        """Another package's counters on this registry, fed by ``observers``.
+    def extend(self, build: Callable[[CollectorRegistry], _Counters]) -> _Counters:
+        """Another package's counters on this registry.
 
-        Built by ``build(self.registry)`` at the first call and subscribed to the events
-        they name; a later call with the same ``build`` (a second connector on the same
-        daemon, a restart on new observers) returns the same counters, subscribed once per
-        ``observers``: a metric's name registers once per registry.
+        Built by ``build(self.registry)`` at the first call; a later call with the same
+        ``build`` (a second connector on the same daemon, a restart) returns the same
+        counters: a metric's name registers once per registry. The package increments them
+        itself; nothing here feeds them.
         """
         counters = self._extensions.get(build)
         if counters is None:
             counters = self._extensions[build] = build(self.registry)
-        if not any(o is observers and c is counters for o, c in self._subscribed):
-            observers.subscribe_events(counters.on_event, only=counters.EVENTS)
-            self._subscribed.append((observers, counters))
         return counters  # type: ignore[return-value]  # keyed by its own build

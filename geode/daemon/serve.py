@@ -178,18 +178,17 @@ class Daemon:
         return self.runtime.store if self.runtime is not None else None
 
     def publish(self, event: ObservedEvent) -> None:
-        """Tell the daemon's observers (its metrics) of a channel's event; they decide
-        nothing. Before the store opened, nobody listens."""
+        """Tell the daemon's observers (shell hooks, plugins, traces) of a channel's event;
+        they decide nothing. Before the store opened, nobody listens."""
         if self.runtime is not None:
             self.runtime.observers.publish(event)
 
     def add_metrics(self, build: Callable[[CollectorRegistry], _Counters]) -> _Counters:
-        """Count a hosted layer's events on this daemon's ``/metrics``: its counters are
-        built once on the daemon's registry and observe what :meth:`publish` carries
-        (:meth:`DaemonMetrics.extend`). After :meth:`start` opened the store."""
-        if self.runtime is None:
-            raise RuntimeError("metrics are added after Daemon.start() opened the store")
-        return self.metrics.extend(build, observers=self.runtime.observers)
+        """A hosted layer's counters on this daemon's ``/metrics``, built once on the
+        daemon's registry however many connectors ask (:meth:`DaemonMetrics.extend`) and
+        handed back: the layer increments them itself, where its events happen (they
+        observe nothing :meth:`publish` carries)."""
+        return self.metrics.extend(build)
 
     @property
     def channel_capacity(self) -> int:

@@ -74,20 +74,18 @@ async def test_a_channel_turns_span_names_its_platform_channel_and_thread(make_s
     provider.shutdown()
 
 
-async def test_channel_events_reach_the_metrics_as_typed_values(make_stack, fake, monkeypatch):
-    from bots.metrics import ChannelMetrics
+async def test_channel_events_reach_the_observers_typed_and_are_counted_inline(
+    make_stack, fake
+):
     from bots.observed import MessagesReceived, ReplySent
 
-    seen: list[object] = []
-    counted = ChannelMetrics.on_event
-
-    def spy(self: ChannelMetrics, event: object) -> None:
-        seen.append(event)
-        counted(self, event)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ChannelMetrics, "on_event", spy)
     stack = make_stack()
     await stack.start()
+    # the typed events still reach the daemon's observers (hooks, plugins subscribe to
+    # them); the counters are incremented where the thing happens, not from them
+    seen: list[object] = []
+    stack.daemon.runtime.observers.subscribe_events(seen.append,
+                                                    only=(MessagesReceived, ReplySent))
     fake.user_says(CHAT, "@geode_bot typed please", from_user=42)
     await fake.wait_until(lambda: finals(fake, "answer to: typed please"), within=15)
     await settled(stack)
@@ -96,4 +94,11 @@ async def test_channel_events_reach_the_metrics_as_typed_values(make_stack, fake
     assert len(sent) == 1
     assert sent[0].platform == "telegram"
     assert isinstance(sent[0].latency_s, float)
-    assert _samples(stack)[("geode_channel_replies_sent_total", TG)] == 1
+    got = _samples(stack)
+    assert got[("geode_channel_messages_received_total", TG)] == 1
+    assert got[("geode_channel_replies_sent_total", TG)] == 1
+    assert got[("geode_channel_reply_latency_seconds_count", TG)] == 1
+    # one instance per daemon, the one its layer increments
+    assert stack.connector is not None and stack.connector.layer is not None
+    layer = stack.connector.layer
+    assert stack.daemon.add_metrics(type(layer.metrics)) is layer.metrics

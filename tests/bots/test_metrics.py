@@ -1,5 +1,6 @@
 """The channel layer's metrics (:mod:`bots.metrics`): the chat layer counts its own events
-(:mod:`bots.observed`) on the daemon's registry; the harness names none of them."""
+(:mod:`bots.observed`) on the daemon's registry, inline where they happen (the counters
+observe no published event); the harness names none of them."""
 
 from __future__ import annotations
 
@@ -67,6 +68,19 @@ BEFORE = [
 ]
 
 
+def _count_as_the_sites_do(channels: ChannelMetrics) -> None:
+    """What the intake, the deliverer, a connector and the lease keeper increment, inline,
+    for the events :func:`_events` names (each site increments the prometheus objects)."""
+    channels.messages_received.labels(platform="telegram").inc(2)  # the intake
+    channels.replies_sent.labels(platform="telegram").inc()  # the deliverer
+    channels.reply_latency.labels(platform="telegram").observe(max(0.0, 1.5))
+    channels.deliveries_retried.labels(platform="slack").inc()
+    channels.rate_limited.labels(platform="slack").inc()  # the deliverer or a connector
+    channels.threads_held.labels(platform="telegram").set(3)  # the lease keeper
+    channels.thread_takeovers.labels(platform="telegram").inc(1)
+    channels.thread_leases_lost.labels(platform="discord").inc()
+
+
 def _events() -> list[object]:
     return [MessagesReceived(platform="telegram", count=2),
             ReplySent(platform="telegram", latency_s=1.5), DeliveryRetried(platform="slack"),
@@ -74,27 +88,45 @@ def _events() -> list[object]:
             ThreadsTakenOver(platform="telegram", count=1), ThreadLeaseLost(platform="discord")]
 
 
+def _channel_lines(metrics: DaemonMetrics) -> list[str]:
+    return [line for line in metrics.render().decode().splitlines()
+            if line.startswith(("geode_channel", "# HELP geode_channel", "# TYPE geode_channel"))
+            and "_created" not in line]
+
+
 def test_the_channel_metrics_on_the_daemons_registry_read_as_they_did() -> None:
+    metrics = DaemonMetrics()
+    _count_as_the_sites_do(metrics.extend(ChannelMetrics))
+    assert _channel_lines(metrics) == BEFORE
+
+
+def test_the_counters_observe_no_published_event() -> None:
+    # the typed events still go to the daemon's observers (hooks, plugins); the counters
+    # are incremented where the thing happens, not by a subscription to them
     metrics, observers = DaemonMetrics(), HookSystem()
-    metrics.extend(ChannelMetrics, observers=observers)
+    metrics.extend(ChannelMetrics)
+    seen: list[object] = []
+    observers.subscribe_events(seen.append, only=tuple(type(e) for e in _events()))
     for event in _events():
         observers.publish(event)  # type: ignore[arg-type]
-    text = metrics.render().decode()
-    assert [line for line in text.splitlines()
-            if line.startswith(("geode_channel", "# HELP geode_channel", "# TYPE geode_channel"))
-            and "_created" not in line] == BEFORE
+    assert seen == _events()
+    assert [line for line in _channel_lines(metrics) if not line.startswith("#")] == []
+    assert not hasattr(ChannelMetrics, "on_event")
+    # plain attributes only: no method of ours between a site and its prometheus object
+    assert [name for name, value in vars(ChannelMetrics).items()
+            if callable(value) and name != "__init__"] == []
 
 
 def test_one_set_of_counters_per_daemon_however_many_layers_ask() -> None:
-    metrics, observers = DaemonMetrics(), HookSystem()
-    first = metrics.extend(ChannelMetrics, observers=observers)
-    assert metrics.extend(ChannelMetrics, observers=observers) is first  # no duplicate names
-    observers.publish(ReplySent(platform="slack"))
+    metrics = DaemonMetrics()
+    first = metrics.extend(ChannelMetrics)
+    assert metrics.extend(ChannelMetrics) is first  # no duplicate names
+    first.replies_sent.labels(platform="slack").inc()
     assert first.replies_sent.labels(platform="slack")._value.get() == 1  # counted once
-    # a restarted daemon's new observers feed the same counters
-    again = HookSystem()
-    assert metrics.extend(ChannelMetrics, observers=again) is first
-    again.publish(ReplySent(platform="slack"))
+    # a second connector's layer (or a restarted one) gets the same counters
+    again = metrics.extend(ChannelMetrics)
+    assert again is first
+    again.replies_sent.labels(platform="slack").inc()
     assert first.replies_sent.labels(platform="slack")._value.get() == 2
 
 
