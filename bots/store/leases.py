@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     from geode.store.database import Database
 
-__all__ = ["Lease", "RunningElsewhere", "StopRequest", "Thread", "ThreadLeaseLost",
+__all__ = ["Lease", "RunningElsewhere", "StopRequest", "Thread", "ThreadClaim", "ThreadLeaseLost",
            "ThreadLeases", "ThreadStops", "held_by_another", "store_clock"]
 
 _L = leases_table
@@ -265,11 +265,6 @@ class ThreadLeases:
                 f"thread {channel}/{root} is held by {owner or 'nobody'}, not by this replica"
             )
 
-    def claim(self, platform: str, workspace: str, thread: Thread) -> ThreadClaim:
-        """This owner's claim on ``thread`` (:meth:`check_held`), as the write fence of a
-        turn's checkpoints and of its final answer's record."""
-        return ThreadClaim(leases=self, platform=platform, workspace=workspace, thread=thread)
-
     def _now(self, conn: Connection) -> int:
         """The store's clock (unix ms), read once for a transaction's lease rows."""
         return int(conn.execute(self._clock).scalar_one())
@@ -452,7 +447,8 @@ class ThreadStops:
 class ThreadClaim:
     """A replica's claim on one thread (``geode.daemon.port.Claim``): checked first inside
     each of a turn's writes, in the write's own transaction (see
-    :meth:`ThreadLeases.check_held`); the layer only hands it on."""
+    :meth:`ThreadLeases.check_held`); the layer only hands it on. A value: the turn builds
+    it with the facts of its row (``bots.turn.prepare``), nothing is asked of the table."""
 
     leases: ThreadLeases
     platform: str

@@ -24,6 +24,7 @@ import structlog
 from bots.attachments import Received, VoiceHost, receive_attachments, recorded_notices
 from bots.bindings import session_overrides
 from bots.events import InboundEvent
+from bots.store.leases import ThreadClaim
 from bots.turn.steps import Accept, Answered, Done, Prepared, Ready, Recover, Step, Turn
 from bots.workspaces import binding_workspace, thread_folder
 
@@ -87,8 +88,9 @@ class PreparePhase:
         """This replica's claim on the turn's thread, checked inside each of the turn's
         writes (its checkpoints, its final answer): a replica that froze past its lease and
         woke up mid-turn writes nothing to a thread another replica took over."""
-        return self.deps.thread_leases.claim(row.platform, row.workspace,
-                                              (row.target.channel, row.target.thread_root))
+        return ThreadClaim(leases=self.deps.thread_leases, platform=row.platform,
+                           workspace=row.workspace,
+                           thread=(row.target.channel, row.target.thread_root))
 
     def answered(self, row: OutboxRow, text: str) -> Answered:
         """``text`` as the answer of ``row``'s turn (recorded under this replica's claim)."""

@@ -71,7 +71,7 @@ def test_the_turn_host_offers_no_runtime() -> None:
 async def test_the_fence_is_a_neutral_claim_checked_in_the_write(tmp_path: Path) -> None:
     from bots.events import InboundEvent
     from bots.store.inbound import InboundLog
-    from bots.store.leases import ThreadLeaseLost, ThreadLeases
+    from bots.store.leases import ThreadClaim, ThreadLeaseLost, ThreadLeases
     from geode.daemon.port import Claim
     from geode.store import open_store
 
@@ -85,8 +85,8 @@ async def test_the_fence_is_a_neutral_claim_checked_in_the_write(tmp_path: Path)
             message_id="1.1", sender="7", dedupe_key="telegram:w:-100:1.1", text="hi"),
             "received")])
         assert len(await log.claim_batch("telegram", "w", owner="a", leases=a)) == 1
-        mine, theirs = a.claim("telegram", "w", ("-100", "1")), b.claim(
-            "telegram", "w", ("-100", "1"))
+        mine, theirs = (ThreadClaim(leases=owner, platform="telegram", workspace="w",
+                                    thread=("-100", "1")) for owner in (a, b))
         # a value the layer hands on: it neither is nor takes a database connection
         assert isinstance(mine, Claim) and not callable(mine)
         await store.run_write(mine.check)  # a holds the thread: the write may go on
