@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from bots.reminders import ThreadReminders
     from bots.store import ApprovalRecord, ApprovalRequests, ThreadSessions
     from geode.daemon.port import HarnessPort
-    from geode.daemon.session import Session
 
 __all__ = ["COMMANDS", "ActiveTurn", "CommandContext", "PrivateReply", "allowed_models",
            "parse_command", "picked_model", "run_command"]
@@ -73,9 +72,11 @@ class ActiveTurn:
     session_id: str
     event_id: int
     started: float
-    model: str = ""
     loop_turn_id: str = ""
-    session: Session | None = None  # once open
+    #: the harness said the turn started (``TurnStarted``): ``stop`` reaches it now
+    running: bool = False
+    #: stops the running turn through the harness port (``TurnHost.stop_turn``)
+    stop: Callable[[], bool] | None = None
     stop_requested: bool = False
     #: "waiting for approval of … since …" while an approval request waits
     waiting: str = ""
@@ -92,8 +93,9 @@ class ActiveTurn:
         """Stop the turn: a queued one leaves the queue now; one that has not started yet
         stops as soon as it does."""
         self.stop_requested = True
-        if self.session is not None:
-            self.session.cancel()
+        if self.running:
+            if self.stop is not None:
+                self.stop()
         elif (self.queued_ahead is not None or self.display_wait) and self.queue_task is not None:
             self.queue_task.cancel()
 
@@ -134,7 +136,7 @@ async def run_command(  # noqa: C901 - one dispatch line per command (handlers e
         active = ctx.active.get(event.thread_key)
         if active is None:
             return "Nothing is running in this thread."
-        queued = (active.queued_ahead is not None or active.display_wait) and active.session is None
+        queued = (active.queued_ahead is not None or active.display_wait) and not active.running
         active.cancel()
         if queued:
             return "Removed the queued message of this thread; it will not be answered."
@@ -287,7 +289,7 @@ async def _status(ctx: CommandContext, event: InboundEvent, binding: BindingSett
     if status.parent_session_id:
         lines.append(f"parent: {status.parent_session_id}")
     active = ctx.active.get(event.thread_key)
-    if active is not None and active.queued_ahead is not None and active.session is None:
+    if active is not None and active.queued_ahead is not None and not active.running:
         lines.append(f"queued: waiting for a lane, {active.queued_ahead} ahead")
     elif active is not None:
         lines.append(

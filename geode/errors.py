@@ -16,6 +16,8 @@
         └── TurnNotStartedError    the daemon did not start the turn; nothing of it ran
             ├── LaneBusy           the lanes stayed full for the wait bound (``lane``,
             │                      ``kind``, ``waited_s``): try again later
+            ├── NotAdmitted        its caller's admission check said no once it held its
+            │                      lanes (a queued message dropped meanwhile)
             └── ShuttingDown       the daemon is draining: the turn is taken up again
                                    after the restart (channels) or refused (IPC)
 
@@ -35,6 +37,7 @@ __all__ = [
     "LaneBusy",
     "ModelError",
     "ModelErrorKind",
+    "NotAdmitted",
     "RunError",
     "ShuttingDown",
     "StoreError",
@@ -129,6 +132,15 @@ class LaneBusy(TurnNotStartedError):
         super().__init__(
             f"busy: the {lane} lane stayed full for {waited_s:.1f}s; try again later"
         )
+
+
+class NotAdmitted(TurnNotStartedError):
+    """The turn's caller said no when the turn got its lanes (``run_turn``'s ``admit``): its
+    session was not opened, nothing of it ran. A channel's message that ``geode queue drop``
+    took while it waited for a lane is one."""
+
+    def __str__(self) -> str:
+        return "the turn was not admitted when it got its lanes"
 
 
 class ShuttingDown(TurnNotStartedError):

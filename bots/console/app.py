@@ -84,8 +84,8 @@ class RunningTurn(Protocol):
     queued_ahead: int | None
     display_wait: bool
 
-    @property
-    def session(self) -> object | None: ...
+    #: the harness said the turn started (before: queued, or its session opening)
+    running: bool
 
     @property
     def heartbeat(self) -> Callable[[], str] | None: ...

@@ -240,7 +240,7 @@ async def _running(deps: ConsoleDeps, t: ThreadSummary) -> dict[str, Any] | None
                 "waiting_for_lane": False, "ahead": None, "progress": "", "approval": "",
                 "stopping": found.stop is not None and found.stop.event_id == found.event_id,
                 "replica": found.owner, "event_id": found.event_id}
-    waiting = turn.session is None and (turn.queued_ahead is not None or turn.display_wait)
+    waiting = not turn.running and (turn.queued_ahead is not None or turn.display_wait)
     return {"turn_id": turn.loop_turn_id, "session_id": turn.session_id,
             "seconds": round(time.monotonic() - turn.started),
             "waiting_for_lane": waiting, "ahead": turn.queued_ahead if waiting else None,

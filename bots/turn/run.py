@@ -6,8 +6,11 @@
   to the progress message, the thread's approvers, the channel's ``send_file`` tool, the
   write fence, the opening note) and enters the harness once (``run_turn``), in arrival
   order (:class:`EntryOrder`) and, for a computer-use binding, holding the display
-  (:func:`on_display`). It honours ``/stop`` (before the session opens, while queued) and
-  ``geode queue drop``, and turns the result into the thread's text.
+  (:func:`on_display`). What the harness does comes back through one typed stream (the
+  sink: ``TurnStarted`` first, then the loop's events); ``geode queue drop`` is honoured by
+  the turn's admission (its queue entry claimed once it holds its lanes), ``/stop`` through
+  the harness port (``stop_turn``), or by leaving the queue. The result becomes the
+  thread's text.
 * :meth:`RunPhase.hide` stops the indicators before the final answer replaces them.
 """
 
@@ -36,8 +39,14 @@ from bots.store import Outbox, OutboxRow
 from bots.turn.steps import Answered, Dropped, Prepared, Turn
 from bots.turn.stream import AnswerStream
 from geode.daemon.port import OpeningNote
-from geode.daemon.session import Session, SessionContext
-from geode.errors import ConfigError, GeodeError, ShuttingDown, StoreUnavailableError
+from geode.daemon.session import SessionContext
+from geode.errors import (
+    ConfigError,
+    GeodeError,
+    NotAdmitted,
+    ShuttingDown,
+    StoreUnavailableError,
+)
 from geode.loop import LoopEvent, TurnResult, model_wait_text
 from geode.loop.events import (
     ModelResponded,
@@ -71,14 +80,6 @@ _MAX_LINES = 12
 #: a streamed answer's first words show this long after they came if ``progress_after_s``
 #: (counted from the turn's start) is later; an answer complete sooner is the only message
 FIRST_WORDS_AFTER_S = 0.3
-
-
-class _StoppedBeforeStart(Exception):
-    """/stop arrived before the turn's session was open."""
-
-
-class _DroppedByOperator(Exception):
-    """``geode queue drop`` took the queued turn before it got its lanes."""
 
 
 def friendly_failure(result: TurnResult) -> str:
@@ -166,7 +167,8 @@ class RunPhase:
             stream=opts.stream, progress_after_s=opts.progress_after_ms / 1000,
         )
         active = ActiveTurn(session_id=row.session_key, event_id=turn.stored.id,
-                            started=time.monotonic(), heartbeat=progress.heartbeat)
+                            started=time.monotonic(), heartbeat=progress.heartbeat,
+                            stop=functools.partial(deps.host.stop_turn, row.session_key))
         shown = Shown(turn=turn, progress=progress, active=active)
         deps.active[turn.thread] = active
         self._targets[row.session_key] = row.target
@@ -196,7 +198,7 @@ class RunPhase:
         text: str | None
         try:
             text = await self._run_turn(step, shown)
-        except _DroppedByOperator:
+        except NotAdmitted:  # `geode queue drop` took it while it waited
             text = None
         if row.loop_turn_id and (turn.resume or turn.binding.approve):
             # The turn ended (a resumed one may have ended before it asked again, e.g. at
@@ -218,11 +220,17 @@ class RunPhase:
 
         async def sink(ev: LoopEvent) -> None:
             match ev:
-                case TurnStarted(turn_id=turn_id):
+                case TurnStarted(turn_id=turn_id):  # the harness's first word: it runs
+                    deps.entry.entered(stored.id)
+                    if active.queued_ahead is not None:
+                        active.queued_ahead = None
+                        active.started = time.monotonic()
+                        progress.queued(None)
                     active.loop_turn_id = turn_id
+                    active.running = True
                     self._fault("turn_started")
-                    if active.stop_requested and active.session is not None:
-                        active.session.cancel()  # /stop came while the session was opening
+                    if active.stop_requested:  # /stop came while the session was opening
+                        deps.host.stop_turn(row.session_key)
                 case ToolProposed():
                     self._fault("tool_call")
                 case _:
@@ -234,19 +242,6 @@ class RunPhase:
             active.queued_ahead = ahead
             progress.queued(ahead)
 
-        async def bind(session: Session) -> None:
-            deps.entry.entered(stored.id)
-            if active.queued_ahead is not None:
-                active.queued_ahead = None
-                active.started = time.monotonic()
-                progress.queued(None)
-            active.session = session
-            active.model = session.model
-            if active.stop_requested:
-                raise _StoppedBeforeStart
-            if not await deps.queue.claim(stored.id):
-                raise _DroppedByOperator  # `geode queue drop` won: it must not run
-
         # the thread's /model choice (a new thread has none: it is not looked up)
         state = (None if stored.event.starts_thread and not turn.recovered
                  else await deps.threads.get(turn.thread))
@@ -256,9 +251,12 @@ class RunPhase:
 
         # A turn that finds the lanes full waits queued, without a bound: its pending outbox
         # row keeps it across restarts (recovery queues it again under the same arrival id).
+        # Admitted once it holds its lanes: its queue entry claimed, one conditional update
+        # (`geode queue drop` may have taken it meanwhile: then it must not run).
         start = functools.partial(
             deps.host.run_turn, prompt=step.prompt, kind="channel", lane_key=row.session_key,
-            on_session=bind, turn_id=row.loop_turn_id or None, resume=turn.resume,
+            admit=functools.partial(deps.queue.claim, stored.id),
+            turn_id=row.loop_turn_id or None, resume=turn.resume,
             images=step.images, on_queued=queued, queue_order=stored.id)
         task = asyncio.ensure_future(on_display(
             deps.host.computer, binding, ctx, start, holder=turn.thread, active=active,
@@ -269,12 +267,12 @@ class RunPhase:
             result = await task
         except asyncio.CancelledError:
             current = asyncio.current_task()
-            if (active.stop_requested and active.session is None and task.cancelled()
+            if (active.stop_requested and not active.running and task.cancelled()
                     and current is not None and not current.cancelling()):
                 log.info("turn.unqueued", thread=turn.thread, event_id=stored.id)
                 return "⏹ Stopped: your queued message was not run."
             raise
-        except (ShuttingDown, _DroppedByOperator):
+        except (ShuttingDown, NotAdmitted):
             raise  # not answered now: recovered on the next start / the notice is recorded
         except Exception as exc:
             return _error_text(exc)
@@ -363,8 +361,6 @@ def _error_text(exc: Exception) -> str:
     """
     if is_transient(exc):
         raise exc
-    if isinstance(exc, _StoppedBeforeStart):
-        return "⏹ Stopped."
     if isinstance(exc, ConfigError):
         return f"⚠️ GEODE is not configured for this: {str(exc).splitlines()[0][:300]}"
     if isinstance(exc, GeodeError):

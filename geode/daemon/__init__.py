@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from geode.daemon.lanes import LaneBusy, LaneKind, LaneQueue
     from geode.daemon.metrics import DaemonMetrics
     from geode.daemon.port import (
+        Admission,
         HarnessPort,
-        OnSession,
         OpeningNote,
         SessionOverrides,
         SessionStatus,
@@ -45,7 +45,7 @@ _EXPORTS: dict[str, str] = {
     "IPCServer": "ipc", "ProtocolError": "ipc", "RunRequest": "ipc", "ShuttingDown": "ipc",
     "LaneBusy": "lanes", "LaneKind": "lanes", "LaneQueue": "lanes",
     "DaemonMetrics": "metrics",
-    "HarnessPort": "port", "OnSession": "port", "OpeningNote": "port",
+    "Admission": "port", "HarnessPort": "port", "OpeningNote": "port",
     "SessionOverrides": "port", "SessionStatus": "port", "TurnOutcome": "port",
     "WriteFence": "port",
     "Job": "scheduler", "JobStore": "scheduler", "Scheduler": "scheduler",
@@ -55,6 +55,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "MAX_FRAME",
+    "Admission",
     "Connector",
     "Daemon",
     "DaemonMetrics",
@@ -69,7 +70,6 @@ __all__ = [
     "LaneBusy",
     "LaneKind",
     "LaneQueue",
-    "OnSession",
     "OpeningNote",
     "ProtocolError",
     "ProviderFactory",

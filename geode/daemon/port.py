@@ -5,9 +5,11 @@ A caller runs a turn with :class:`~geode.daemon.session.SessionContext` (everyth
 turn needs given at construction: neutral :class:`SessionOverrides`, a neutral
 :class:`Claim` fencing its writes and an :class:`OpeningNote`), then asks what happened through
 :meth:`HarnessPort.turn_outcome` and :meth:`HarnessPort.session_status`; it never reads the
-loop's checkpoint dict or patches the session it was handed. Refusals are
-:class:`~geode.errors.LaneBusy` / :class:`~geode.errors.ShuttingDown` (``GeodeError``
-tree); approvals go through the executor's ``Approver`` protocol.
+loop's checkpoint dict or holds the session: what the turn does comes back as typed loop
+events through the one ``on_event`` stream, ``/stop`` goes through :meth:`HarnessPort.stop_turn`.
+Refusals are :class:`~geode.errors.LaneBusy` / :class:`~geode.errors.NotAdmitted` /
+:class:`~geode.errors.ShuttingDown` (``GeodeError`` tree); approvals go through the
+executor's ``Approver`` protocol.
 """
 
 from __future__ import annotations
@@ -28,15 +30,15 @@ from geode.daemon.port_values import (
 if TYPE_CHECKING:
     from geode.daemon.display import ComputerDisplay
     from geode.daemon.lanes import LaneKind, QueueObserver
-    from geode.daemon.session import Session, SessionContext
+    from geode.daemon.session import SessionContext
     from geode.loop import TurnResult
     from geode.messages import ImageBlock
     from geode.settings import SpendCaps
 
 __all__ = [
+    "Admission",
     "Claim",
     "HarnessPort",
-    "OnSession",
     "OpeningNote",
     "SessionOverrides",
     "SessionStatus",
@@ -44,8 +46,10 @@ __all__ = [
     "WriteFence",
 ]
 
-#: Awaited once the turn's session is open (to learn its id, or to be able to cancel it).
-OnSession = Callable[["Session"], Awaitable[None]]
+#: Awaited once the turn holds its lanes, before its session opens: False and the turn does
+#: not run (:class:`~geode.errors.NotAdmitted`). One durable decision of the caller's, e.g. a
+#: queued channel message claimed, which ``geode queue drop`` may have taken meanwhile.
+Admission = Callable[[], Awaitable[bool]]
 
 
 class HarnessPort(Protocol):
@@ -72,13 +76,18 @@ class HarnessPort(Protocol):
         *,
         kind: LaneKind,
         lane_key: str | None = None,
-        on_session: OnSession | None = None,
+        admit: Admission | None = None,
         turn_id: str | None = None,
         resume: bool = False,
         images: Sequence[ImageBlock] = (),
         on_queued: QueueObserver | None = None,
         queue_order: int | None = None,
     ) -> TurnResult: ...
+
+    def stop_turn(self, session_id: str) -> bool:
+        """Stop the turn running in ``session_id`` (``/stop``): it ends ``cancelled``. False:
+        none runs there now (not yet started, or already ended)."""
+        ...
 
     async def turn_outcome(self, session_id: str, turn_id: str) -> TurnOutcome: ...
 

@@ -30,7 +30,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -42,12 +42,12 @@ from geode.daemon.health import HealthServer
 from geode.daemon.ipc import Connection, HomeLock, IPCServer, RunRequest
 from geode.daemon.lanes import LaneKind, LaneQueue, QueueObserver
 from geode.daemon.metrics import DaemonMetrics, EventCounters
-from geode.daemon.port import OnSession, SessionStatus, TurnOutcome
+from geode.daemon.port import Admission, SessionStatus, TurnOutcome
 from geode.daemon.runtime import Runtime
 from geode.daemon.scheduler import Job, JobStore, Scheduler
 from geode.daemon.session import Session, SessionContext
 from geode.daemon.supervisor import Component, TaskSupervisor
-from geode.errors import ConfigError, ShuttingDown
+from geode.errors import ConfigError, NotAdmitted, ShuttingDown
 from geode.hooks.events import ObservedEvent
 from geode.loop import TurnResult
 from geode.messages import ImageBlock
@@ -462,7 +462,8 @@ class Daemon:
         *,
         kind: LaneKind,
         lane_key: str | None = None,
-        on_session: OnSession | None = None,
+        admit: Admission | None = None,
+        on_session: Callable[[Session], Awaitable[None]] | None = None,
         turn_id: str | None = None,
         resume: bool = False,
         images: Sequence[ImageBlock] = (),
@@ -476,7 +477,10 @@ class Daemon:
             prompt: the user's message.
             kind: lane kind (``cli``, ``channel``, ``scheduler``) for the sub-limit.
             lane_key: session lane key when ``ctx.session_id`` is None (a new session).
-            on_session: awaited once the session is open (e.g. to learn its id).
+            admit: asked once the turn holds its lanes, before its session opens: False
+                and it does not run (a channel's queued message dropped meanwhile).
+            on_session: awaited once the session is open: the daemon's own entry points'
+                (IPC's cancel, the scheduler's timeline row); not on the harness port.
             turn_id: the loop turn's id, when the caller recorded one beforehand.
             resume: continue the interrupted turn ``turn_id`` from its last checkpoint
                 (``prompt`` is not used: the user's message is in the chain).
@@ -485,8 +489,12 @@ class Daemon:
                 keeps it queued durably) and is told how many wait ahead of it.
             queue_order: its place among waiting turns of its kind (a durable arrival id).
 
+        What the turn does comes back through ``ctx.on_event`` (typed loop events, the
+        first one ``TurnStarted``); :meth:`stop_turn` stops it.
+
         Raises:
             LaneBusy: the lanes stayed full for the wait bound (never with ``on_queued``).
+            NotAdmitted: ``admit`` said no.
             ShuttingDown: the daemon is draining.
         """
         if self.draining or self.runtime is None:
@@ -497,6 +505,8 @@ class Daemon:
                                       on_queued=on_queued, order=queue_order):
             if self.draining or self.runtime is None:
                 raise ShuttingDown()
+            if admit is not None and not await admit():
+                raise NotAdmitted()
             began = time.monotonic()
             if ctx.provider is None and self.provider_factory is not None:
                 ctx = dataclasses.replace(ctx, provider=self.provider_factory())
@@ -516,6 +526,14 @@ class Daemon:
                 self._active.pop(task, None)
         _log_turn(result, kind=kind, resumed=resume, entered=entered, began=began)
         return result
+
+    def stop_turn(self, session_id: str) -> bool:
+        """Stop the turn running in ``session_id`` (``/stop``): it ends ``cancelled``, its
+        checkpoint saved. False: none runs there now (its loop not started yet, or ended)."""
+        for session in self._active.values():
+            if session is not None and session.session_id == session_id:
+                return session.cancel()
+        return False
 
     async def turn_outcome(self, session_id: str, turn_id: str) -> TurnOutcome:
         """What the checkpoint chain says about one turn (see :class:`TurnOutcome`)."""

@@ -1,9 +1,10 @@
 """The harness port: refusals in the GeodeError tree, a turn's outcome and a session's status
 as typed values, the write fence and opening note given at construction, neutral
-overrides."""
+overrides, a turn's admission and ``stop_turn``."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -14,10 +15,13 @@ from geode.daemon.session import SessionContext
 from geode.errors import (
     GeodeError,
     LaneBusy,
+    NotAdmitted,
     RunError,
     ShuttingDown,
     TurnNotStartedError,
 )
+from geode.loop import TerminationReason
+from geode.providers.scripted import ScriptedProvider
 from tests.daemon.conftest import DaemonMaker
 
 
@@ -110,3 +114,42 @@ async def test_overrides_narrow_the_tools_and_add_to_the_prompt(
     # read_result joins any non-empty allow-list: it pages back a cut result of an allowed call
     assert list(plan.tools) == ["read_file", "read_result"]
     assert "Answer in French." in session.loop.deps.system_prompt()
+
+
+async def test_a_turn_not_admitted_never_opens_its_session(make_daemon: DaemonMaker) -> None:
+    daemon = await make_daemon(["never said"])
+    asked: list[str] = []
+
+    async def admit() -> bool:
+        asked.append("asked")
+        return False  # e.g. `geode queue drop` took the message while it waited
+
+    ctx = SessionContext(mode="DAEMON", workspace=daemon.workspace, session_id="s-dropped")
+    with pytest.raises(NotAdmitted):
+        await daemon.run_turn(ctx, "hi", kind="channel", turn_id="t-1", admit=admit)
+    assert asked == ["asked"]
+    assert (await daemon.session_status("s-dropped")).exists is False  # never opened
+    assert (await daemon.turn_outcome("s-dropped", "t-1")).state == "not_started"
+    # its lanes were given back: the next turn of the session runs
+    result = await daemon.run_turn(ctx, "hi", kind="channel", turn_id="t-2")
+    assert result.ok and result.text == "never said"
+
+
+async def test_stop_turn_stops_the_turn_running_in_a_session(make_daemon: DaemonMaker) -> None:
+    daemon = await make_daemon(["unused"])
+    assert daemon.stop_turn("s-idle") is False  # nothing runs there
+    started = asyncio.Event()
+
+    class Slow(ScriptedProvider):
+        async def complete(self, request):  # type: ignore[no-untyped-def]
+            started.set()
+            await asyncio.Event().wait()  # until stopped
+
+    ctx = SessionContext(mode="DAEMON", workspace=daemon.workspace, session_id="s-slow",
+                         provider=Slow())
+    turn = asyncio.create_task(daemon.run_turn(ctx, "long job", kind="channel"))
+    await asyncio.wait_for(started.wait(), 10)
+    assert daemon.stop_turn("s-other") is False
+    assert daemon.stop_turn("s-slow") is True
+    result = await asyncio.wait_for(turn, 10)
+    assert result.termination == TerminationReason.CANCELLED
