@@ -13,10 +13,10 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "trace_turn.py"
 
-#: the documented bounds (docs/architecture.md): the measured walk (25-26) plus a little room
-#: for a call that timing may add or spare (the ``ReplySent`` publish, a typing call)
-MAX_MODULE_HOPS = 27
-MAX_TURNS_REENTRIES = 10
+#: the documented bounds (docs/architecture.md): the issue's target, which the walk meets (20
+#: in every run: it ends when the answer's send returns, so no publish after it is counted)
+MAX_MODULE_HOPS = 20
+MAX_TURNS_REENTRIES = 9
 #: the mention's path end to end (received, then answered): the bound the architecture keeps
 MAX_PATH_HOPS = 20
 
@@ -52,7 +52,18 @@ def test_one_mention_enters_the_harness_once_within_the_documented_hops() -> Non
                 "bots.turn.prepare -> bots.events", "bots.turn.driver -> bots.voice_reply",
                 "bots.store.inbound -> bots.store._sql", "bots.store.outbox -> bots.events",
                 # the shared renderer's ``render`` with Telegram's dialect as a value
-                "bots.telegram.format -> bots.render", "bots.turn.deliver -> bots.telegram.format"):
+                "bots.telegram.format -> bots.render", "bots.turn.deliver -> bots.telegram.format",
+                # the inline markup is data the shared renderer reads, not a call back
+                "bots.render -> bots.telegram.format",
+                # the harness masks what it hands back: the answer is delivered as given
+                "bots.turn.deliver -> geode.secret_redaction",
+                # the counters are incremented inline, not from the published events
+                "geode.hooks.system -> bots.metrics",
+                # the write claim is a value the turn builds
+                "bots.turn.prepare -> bots.store.leases",
+                # one typed stream back: no session callback into the run phase, and the queue
+                # entry claimed by the turn's admission
+                "geode.daemon.serve -> bots.turn.run", "bots.turn.run -> bots.store.queue"):
         assert hop not in hops, hops
     assert figures["turns_reentries"] <= MAX_TURNS_REENTRIES, figures["edges"]
     # the path runs from Telegram's inbound side to Telegram's client, through the store
