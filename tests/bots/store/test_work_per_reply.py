@@ -12,9 +12,9 @@ from sqlalchemy import event
 
 from tests.bots.conftest import CHAT, finals, settled
 
-#: today's figures (record + claim, accept, the progress message's record + session, queue
-#: claim, first checkpoint, usage row + final checkpoint, the turn's timeline rows + final
-#: answer, delivery)
+#: today's figures (record + claim, accept, the progress message's record + the queue claim
+#: (the turn's admission), session, first checkpoint, usage row + final checkpoint, the turn's
+#: timeline rows + final answer, delivery)
 MAX_TRANSACTIONS = 8
 MAX_WRITE_STATEMENTS = 29
 
@@ -64,7 +64,8 @@ async def test_one_telegram_reply_write_transactions_and_statements(make_stack, 
     # the model call's usage row is committed with the checkpoint that saves its answer
     assert any("UsageLedger.record" in b and "SessionCheckpointer._save" in b
                for b in jobs_seen), jobs_seen
-    # the progress message's id is committed with the turn's next write, before the turn runs
-    assert any("Outbox.record_progress_message" in b and "SessionStore.create" in b
+    # the progress message's id is committed with the turn's next write, before the turn runs:
+    # its admission (the queue entry claimed once it holds its lanes, before its session opens)
+    assert any("Outbox.record_progress_message" in b and "ChannelQueue.claim" in b
                for b in jobs_seen), jobs_seen
     assert len(writes) <= MAX_WRITE_STATEMENTS, writes
