@@ -229,8 +229,8 @@ class RunPhase:
                     active.loop_turn_id = turn_id
                     active.running = True
                     self._fault("turn_started")
-                    if active.stop_requested:  # /stop came while the session was opening
-                        deps.host.stop_turn(row.session_key)
+                    if active.stop_requested and active.stop is not None:
+                        active.stop()  # /stop came while the session was opening
                 case ToolProposed():
                     self._fault("tool_call")
                 case _:
